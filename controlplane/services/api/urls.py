@@ -1,0 +1,13 @@
+from django.urls import path
+
+from controlplane.services.api import views
+
+urlpatterns = [
+    path("services", views.ServiceList.as_view()),
+    path("services/preview", views.SpecPreview.as_view()),
+    path("services/<str:name>", views.ServiceDetail.as_view()),
+    path("services/<str:name>/instances", views.ServiceInstances.as_view()),
+    path("services/<str:name>/events", views.ServiceEvents.as_view()),
+    path("services/<str:name>/token", views.RotateServiceToken.as_view()),
+    path("services/<str:name>/<str:action>", views.ServiceAction.as_view()),
+]

@@ -1,0 +1,164 @@
+"""The services REST API. Writes record intent only; the reconciler acts on commit."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.shortcuts import get_object_or_404
+from rest_framework import status
+from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.services.api.errors import SpecInvalid
+from controlplane.services.api.serializers import (
+    EventSerializer,
+    InstanceSerializer,
+    ServiceSerializer,
+)
+from controlplane.services.choices import DesiredState, Phase
+from controlplane.services.events import record
+from controlplane.services.models import Service
+from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
+from controlplane.tokens.models import ServiceToken
+
+
+def _validated(data) -> ServiceSpec:
+    try:
+        return parse_spec(data)
+    except SpecError as exc:
+        raise SpecInvalid(exc.errors) from None
+
+
+def _on_commit_reconcile(name: str) -> None:
+    from workers.tasks import enqueue_reconcile  # the API records intent; workers act on it
+
+    # robust: a broker outage must not fail a request whose change is already saved; the
+    # periodic pass picks the change up.
+    transaction.on_commit(lambda: enqueue_reconcile(name), robust=True)
+
+
+def _live_service(name: str) -> Service:
+    service = get_object_or_404(Service.objects.exclude(desired_state=DesiredState.DELETED), name=name)
+    return service
+
+
+class ServiceList(APIView):
+    def get(self, request: Request) -> Response:
+        services = Service.objects.exclude(desired_state=DesiredState.DELETED)
+        if phase := request.query_params.get("phase"):
+            services = services.filter(phase=phase)
+        return Response(ServiceSerializer(services, many=True).data)
+
+    def post(self, request: Request) -> Response:
+        spec = _validated(request.data)
+        if Service.objects.filter(name=spec.name).exists():
+            return Response(
+                {"detail": f"A service named {spec.name!r} exists; choose another name or "
+                 "update it with PUT.", "errors": {"name": ["already exists"]}},
+                status=status.HTTP_409_CONFLICT,
+            )  # fmt: skip
+        try:
+            with transaction.atomic():
+                service = Service.objects.create(
+                    name=spec.name, spec=request.data, owner=request.user
+                )
+                token = ServiceToken.issue(service)
+                record(service, "Created", f"service created (generation {service.generation})")
+                _on_commit_reconcile(service.name)
+        except IntegrityError:  # a concurrent create of the same name won the race
+            return Response({"detail": "A service with that name exists.",
+                             "errors": {"name": ["already exists"]}}, status=409)  # fmt: skip
+        body = ServiceSerializer(service).data
+        body["token"] = token  # shown once; only its digest is kept
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class ServiceDetail(APIView):
+    def get(self, request: Request, name: str) -> Response:
+        return Response(ServiceSerializer(_live_service(name)).data)
+
+    def put(self, request: Request, name: str) -> Response:
+        if isinstance(request.data, dict) and request.data.get("name", name) != name:
+            raise SpecInvalid({"name": ["a service cannot be renamed; create a new service"]})
+        data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
+        _validated(data)
+        with transaction.atomic():
+            service = _live_service(name)
+            Service.objects.filter(pk=service.pk).update(
+                spec=data, generation=F("generation") + 1, phase=Phase.UPDATING
+            )
+            service.refresh_from_db()
+            record(service, "Updated", f"spec updated (generation {service.generation})")
+            _on_commit_reconcile(name)
+        return Response(ServiceSerializer(service).data)
+
+    def delete(self, request: Request, name: str) -> Response:
+        with transaction.atomic():
+            service = _live_service(name)
+            Service.objects.filter(pk=service.pk).update(
+                desired_state=DesiredState.DELETED, phase=Phase.DELETING
+            )
+            record(service, "Deleting", "delete requested; removing every instance")
+            _on_commit_reconcile(name)
+        return Response(status=status.HTTP_202_ACCEPTED)
+
+
+class ServiceAction(APIView):
+    """POST /services/<name>/start|stop."""
+
+    def post(self, request: Request, name: str, action: str) -> Response:
+        desired = {"start": DesiredState.RUNNING, "stop": DesiredState.STOPPED}.get(action)
+        if desired is None:
+            raise NotFound(f"unknown action {action!r}; use start or stop")
+        with transaction.atomic():
+            service = _live_service(name)
+            Service.objects.filter(pk=service.pk).update(desired_state=desired)
+            service.refresh_from_db()
+            record(service, action.capitalize() + "Requested", f"{action} requested")
+            _on_commit_reconcile(name)
+        return Response(ServiceSerializer(service).data, status=status.HTTP_202_ACCEPTED)
+
+
+class RotateServiceToken(APIView):
+    """POST rotates the service token: the old one stops working, the new one is shown once."""
+
+    def post(self, request: Request, name: str) -> Response:
+        with transaction.atomic():
+            service = _live_service(name)
+            service.tokens.all().delete()
+            token = ServiceToken.issue(service)
+            record(service, "TokenRotated", "service token replaced; the old one no longer works")
+            _on_commit_reconcile(name)
+        return Response({"name": name, "token": token}, status=status.HTTP_201_CREATED)
+
+
+class ServiceInstances(APIView):
+    def get(self, request: Request, name: str) -> Response:
+        service = _live_service(name)
+        return Response(InstanceSerializer(service.instances.all(), many=True).data)
+
+
+class ServiceEvents(APIView):
+    def get(self, request: Request, name: str) -> Response:
+        service = get_object_or_404(Service, name=name)
+        try:
+            limit = min(int(request.query_params.get("limit", 100)), 1000)
+        except ValueError:
+            raise ParseError("limit must be a number") from None
+        return Response(EventSerializer(service.events.all()[:limit], many=True).data)
+
+
+class SpecPreview(APIView):
+    """POST /services/preview: the containers a spec would create, without creating them."""
+
+    def post(self, request: Request) -> Response:
+        from workers.engines import render
+
+        spec = _validated(request.data)
+        plan = render(spec)
+        return Response({"name": spec.name, "instances": spec.metadata.instance,
+                         "containers": [plan.preview()]})  # fmt: skip
+
+

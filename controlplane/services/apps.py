@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ServicesConfig(AppConfig):
+    name = "controlplane.services"
+    label = "services"

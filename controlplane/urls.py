@@ -1,0 +1,8 @@
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("api/v1/", include("controlplane.services.api.urls")),
+    path("admin/", admin.site.urls),
+    path("", include("frontend.urls")),
+]

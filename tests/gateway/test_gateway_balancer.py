@@ -1,0 +1,42 @@
+"""The balancer alone: least in-flight requests first, ties in turn."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from contracts.routing import RoutedInstance
+from gateway.balancer import Balancer
+
+A = RoutedInstance("a", "http://10.0.0.1:8000")
+B = RoutedInstance("b", "http://10.0.0.2:8000")
+C = RoutedInstance("c", "http://10.0.0.3:8000")
+
+
+def test_rotates_between_idle_instances() -> None:
+    balancer = Balancer()
+    picks = Counter(balancer.pick("svc", [A, B, C]) for _ in range(9))
+    assert picks == {A: 3, B: 3, C: 3}
+
+
+def test_prefers_instance_with_fewest_requests_in_flight() -> None:
+    balancer = Balancer()
+    balancer.acquire(A.url)
+    balancer.acquire(A.url)
+    balancer.acquire(B.url)
+    assert [balancer.pick("svc", [A, B, C]) for _ in range(3)] == [C, C, C]
+
+
+def test_release_makes_instance_eligible_again() -> None:
+    balancer = Balancer()
+    balancer.acquire(A.url)
+    assert balancer.pick("svc", [A, B]) == B
+    balancer.release(A.url)
+    assert balancer.in_flight(A.url) == 0
+    assert {balancer.pick("svc", [A, B]) for _ in range(2)} == {A, B}
+
+
+def test_skips_excluded_instances_and_reports_none_when_all_are() -> None:
+    balancer = Balancer()
+    assert balancer.pick("svc", [A, B], exclude={A.url}) == B
+    assert balancer.pick("svc", [A, B], exclude={A.url, B.url}) is None
+    assert balancer.pick("svc", []) is None

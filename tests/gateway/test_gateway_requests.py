@@ -1,0 +1,204 @@
+"""Requests through a real gateway to a real engine: routing, auth and error answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import openai
+import pytest
+from gateway_support import Deployed, Engine, Gateway, make_token, service, snapshot
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def openai_client(gateway: Gateway, token: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=gateway.url + "/v1",
+        api_key=token,
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+    )
+
+
+def assert_error(response: httpx.Response, status: int, error_type: str, code: str) -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (error_type, code, None)
+    assert error["message"]
+
+
+def test_completion_returns_engine_answer_with_usage(deployed: Deployed) -> None:
+    client = openai_client(deployed.gateway, deployed.token)
+    completion = client.completions.create(model="tiny", prompt="hello there", max_tokens=4)
+    assert completion.choices[0].text == "engine-a-0 engine-a-1 engine-a-2 engine-a-3 "
+    assert completion.usage is not None
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (2, 4)
+
+
+def test_chat_completion_routes_by_model(deployed: Deployed) -> None:
+    client = openai_client(deployed.gateway, deployed.token)
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+    )
+    assert chat.choices[0].message.content == "engine-a-0 engine-a-1 "
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny-alias", "tiny-svc"])
+def test_model_names_service_by_served_name_or_service_name(
+    deployed: Deployed, http: httpx.Client, model: str
+) -> None:
+    response = http.post(
+        deployed.gateway.url + "/v1/completions",
+        json={"model": model, "prompt": "x"},
+        headers={"Authorization": f"Bearer {deployed.token}"},
+    )
+    assert response.status_code == 200
+    assert response.headers["x-wharf-instance"] == "engine-a"
+    assert response.headers["content-type"] == "application/json"
+
+
+def test_eas_path_forwards_path_query_and_body_but_not_the_token(
+    deployed: Deployed, http: httpx.Client
+) -> None:
+    response = http.post(
+        deployed.gateway.url + "/api/predict/tiny-svc/echo/v1/thing?a=1&b=two",
+        content=b'{"free": "form"}',
+        headers={"Authorization": deployed.token, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 200
+    seen = response.json()
+    assert (seen["method"], seen["path"], seen["query"]) == ("POST", "/echo/v1/thing", "a=1&b=two")
+    assert seen["body"] == '{"free": "form"}'
+    assert seen["headers"]["content-type"] == "application/json"
+    assert "authorization" not in seen["headers"]
+    assert seen["headers"]["x-forwarded-for"] == "127.0.0.1"
+    assert response.headers["x-wharf-instance"] == "engine-a"
+
+
+def test_passes_through_engine_status_and_content_type(
+    deployed: Deployed, http: httpx.Client
+) -> None:
+    response = http.post(
+        deployed.gateway.url + "/api/predict/tiny-svc/teapot",
+        headers={"Authorization": deployed.token},
+    )
+    assert response.status_code == 418
+    assert response.headers["content-type"] == "text/plain; charset=utf-8"
+    assert response.text == "short and stout"
+
+
+@pytest.mark.parametrize("scheme", ["Bearer ", "bearer ", ""])
+def test_accepts_token_with_or_without_bearer_scheme(
+    deployed: Deployed, http: httpx.Client, scheme: str
+) -> None:
+    response = http.post(
+        deployed.gateway.url + "/api/predict/tiny-svc/v1/completions",
+        json={"prompt": "x"},
+        headers={"Authorization": scheme + deployed.token},
+    )
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/api/predict/tiny-svc/v1/completions", "/v1/completions"])
+def test_rejects_missing_token(deployed: Deployed, http: httpx.Client, path: str) -> None:
+    response = http.post(deployed.gateway.url + path, json={"model": "tiny", "prompt": "x"})
+    assert_error(response, 401, "authentication_error", "missing_token")
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("scheme", ["Bearer ", ""])
+def test_rejects_wrong_token(deployed: Deployed, http: httpx.Client, scheme: str) -> None:
+    other_token, _ = make_token()
+    response = http.post(
+        deployed.gateway.url + "/v1/completions",
+        json={"model": "tiny", "prompt": "x"},
+        headers={"Authorization": scheme + other_token},
+    )
+    assert_error(response, 401, "authentication_error", "invalid_token")
+
+
+def test_openai_client_sees_wrong_token_as_authentication_error(deployed: Deployed) -> None:
+    client = openai_client(deployed.gateway, "wsk-not-a-real-token")
+    with pytest.raises(openai.AuthenticationError) as raised:
+        client.completions.create(model="tiny", prompt="x")
+    assert "not valid for service 'tiny-svc'" in str(raised.value)
+
+
+def test_rejects_unknown_service_before_checking_the_token(
+    deployed: Deployed, http: httpx.Client
+) -> None:
+    eas = http.post(deployed.gateway.url + "/api/predict/nope/v1/completions", json={})
+    assert_error(eas, 404, "not_found_error", "service_not_found")
+    openai_form = http.post(
+        deployed.gateway.url + "/v1/completions", json={"model": "nope", "prompt": "x"}
+    )
+    assert_error(openai_form, 404, "not_found_error", "model_not_found")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b'{"prompt": "no model"}', b'["a", "list"]', b'{"model": 42}', b""],
+    ids=["not-json", "no-model", "not-an-object", "model-not-a-string", "empty"],
+)
+def test_rejects_body_without_json_model_with_400(
+    deployed: Deployed, http: httpx.Client, body: bytes
+) -> None:
+    response = http.post(
+        deployed.gateway.url + "/v1/chat/completions",
+        content=body,
+        headers={"Authorization": f"Bearer {deployed.token}"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_service_without_ready_instance_is_503_after_auth(
+    start_gateway: Callable[..., Gateway], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    gateway = start_gateway(snapshot(1, service("cold", [], [digest])))
+    response = http.post(
+        gateway.url + "/v1/completions",
+        json={"model": "cold", "prompt": "x"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert_error(response, 503, "service_unavailable", "no_ready_instance")
+    assert response.headers["retry-after"]
+    unauthenticated = http.post(gateway.url + "/v1/completions", json={"model": "cold"})
+    assert unauthenticated.status_code == 401
+
+
+def test_lists_only_models_the_token_may_call(
+    start_gateway: Callable[..., Gateway], engines: list[Engine]
+) -> None:
+    token, digest = make_token()
+    _, other_digest = make_token()
+    gateway = start_gateway(
+        snapshot(
+            1,
+            service("named", [engines[0].instance], [digest], models=("m1", "m2")),
+            service("bare", [], [digest, other_digest]),
+            service("foreign", [engines[1].instance], [other_digest], models=("secret",)),
+        )
+    )
+    models = openai_client(gateway, token).models.list()
+    assert [m.id for m in models.data] == ["bare", "m1", "m2"]
+    with pytest.raises(openai.AuthenticationError):
+        openai_client(gateway, "wsk-unknown").models.list()
+
+
+def test_healthz_reports_snapshot_version_without_auth(
+    deployed: Deployed, http: httpx.Client
+) -> None:
+    response = http.get(deployed.gateway.url + "/healthz")
+    assert response.json() == {"status": "ok", "snapshot_version": 1}
+
+
+def test_unknown_route_answers_in_openai_error_shape(
+    deployed: Deployed, http: httpx.Client
+) -> None:
+    assert_error(
+        http.get(deployed.gateway.url + "/v2/nothing"), 404, "not_found_error", "route_not_found"
+    )
+    assert http.get(deployed.gateway.url + "/v1/completions").status_code == 405

@@ -1,0 +1,174 @@
+"""A minimal OpenAI-compatible engine, served for real by uvicorn in the gateway tests.
+
+Request bodies may carry test knobs next to the OpenAI fields:
+- `delay`: seconds to wait before answering (to provoke gateway timeouts);
+- `chunk_delay`: seconds between streamed chunks (to observe streaming);
+- `max_tokens`: how many tokens (chunks) to produce.
+Requests with an `x-test-id` header are recorded in `Recorder`, so tests can see what the
+engine saw and when: when it finished, and whether the client went away (an abort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Route
+
+
+@dataclass
+class Seen:
+    finished_at: float | None = None
+    aborted: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: dict[str, Seen] = {}
+
+    def start(self, request: Request) -> Seen:
+        seen = Seen(headers=dict(request.headers))
+        test_id = request.headers.get("x-test-id")
+        if test_id:
+            self.seen[test_id] = seen
+        return seen
+
+
+def _usage(prompt: Any, tokens: int) -> dict[str, int]:
+    prompt_tokens = len(str(prompt).split())
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": tokens,
+        "total_tokens": prompt_tokens + tokens,
+    }
+
+
+def _sse(data: dict[str, Any] | str) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data)
+    return f"data: {text}\n\n".encode()
+
+
+async def _wait_unless_disconnected(request: Request, seconds: float, seen: Seen) -> bool:
+    """Sleep like a busy engine; False (and an abort recorded) if the client left meanwhile."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if await request.is_disconnected():
+            seen.aborted = True
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def create_upstream(name: str, recorder: Recorder) -> Starlette:
+    """An engine whose generated text names it, so tests can tell instances apart."""
+
+    async def generate(request: Request, chat: bool) -> Response:
+        seen = recorder.start(request)
+        body = await request.json()
+        tokens = int(body.get("max_tokens") or 3)
+        model = body.get("model", "unknown")
+        prompt = body.get("messages") if chat else body.get("prompt")
+        if not await _wait_unless_disconnected(request, float(body.get("delay", 0)), seen):
+            return Response(status_code=499)
+        kind = "chat.completion" if chat else "text_completion"
+        if body.get("stream"):
+            return StreamingResponse(
+                _stream(seen, model, kind, chat, tokens, float(body.get("chunk_delay", 0.01))),
+                media_type="text/event-stream",
+            )
+        text = "".join(f"{name}-{i} " for i in range(tokens))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice.update(text=text, logprobs=None)
+        seen.finished_at = time.monotonic()
+        return JSONResponse(
+            {
+                "id": f"cmpl-{name}",
+                "object": kind,
+                "created": int(time.time()),
+                "model": model,
+                "choices": [choice],
+                "usage": _usage(prompt, tokens),
+            }
+        )
+
+    async def _stream(
+        seen: Seen, model: str, kind: str, chat: bool, tokens: int, chunk_delay: float
+    ) -> AsyncIterator[bytes]:
+        try:
+            for i in range(tokens):
+                if i:
+                    await asyncio.sleep(chunk_delay)
+                piece = f"{name}-{i} "
+                choice: dict[str, Any] = {"index": 0, "finish_reason": None}
+                if chat:
+                    choice["delta"] = {"content": piece}
+                else:
+                    choice.update(text=piece, logprobs=None)
+                yield _sse(
+                    {
+                        "id": f"cmpl-{name}",
+                        "object": f"{kind}.chunk" if chat else kind,
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [choice],
+                    }
+                )
+            seen.finished_at = time.monotonic()
+            yield _sse("[DONE]")
+        except asyncio.CancelledError:
+            # Starlette cancels the stream when the client disconnects: an engine aborts here.
+            seen.aborted = True
+            raise
+
+    async def completions(request: Request) -> Response:
+        return await generate(request, chat=False)
+
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, chat=True)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def echo(request: Request) -> Response:
+        """What arrived, for checking what the gateway forwards."""
+        status = int(request.query_params.get("status", 200))
+        return JSONResponse(
+            {
+                "instance": name,
+                "method": request.method,
+                "path": request.url.path,
+                "query": request.url.query,
+                "headers": dict(request.headers),
+                "body": (await request.body()).decode(),
+            },
+            status_code=status,
+        )
+
+    async def teapot(request: Request) -> Response:
+        return PlainTextResponse("short and stout", status_code=418)
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/health", health),
+            Route("/teapot", teapot, methods=["GET", "POST"]),
+            Route("/echo/{rest:path}", echo, methods=["GET", "POST"]),
+        ]
+    )

@@ -1,0 +1,151 @@
+"""The services REST API against the configured database (PostgreSQL in CI)."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from controlplane.services.models import Event, Service
+from controlplane.tokens.models import ApiToken, ServiceToken, digest
+
+pytestmark = pytest.mark.django_db
+
+SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
+
+
+@pytest.fixture
+def api() -> APIClient:
+    user = get_user_model().objects.create_user("alice")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
+    return client
+
+
+def create(api, spec=SPEC):
+    return api.post("/api/v1/services", spec, format="json")
+
+
+def test_requires_an_api_token():
+    response = APIClient().get("/api/v1/services")
+    assert response.status_code == 401
+
+
+def test_rejects_a_wrong_api_token():
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Bearer wat-not-a-token")
+    assert client.get("/api/v1/services").status_code == 401
+
+
+def test_create_returns_the_service_token_once_and_stores_its_digest(api):
+    response = create(api)
+    assert response.status_code == 201
+    token = response.json()["token"]
+    stored = ServiceToken.objects.get(service__name="tiny")
+    assert stored.digest == digest(token) and token not in stored.digest
+    assert "token" not in api.get("/api/v1/services/tiny").json()
+
+
+def test_create_records_intent_and_an_event(api):
+    create(api)
+    service = Service.objects.get(name="tiny")
+    assert (service.desired_state, service.phase, service.generation) == ("running", "pending", 1)
+    assert Event.objects.filter(service=service, reason="Created").exists()
+
+
+def test_bad_spec_is_rejected_with_every_field_named_and_nothing_written(api):
+    bad = {"name": "x", "containers": [{"port": "abc"}], "metadata": {"instance": -1}}
+    response = create(api, bad)
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert {"containers[0].port", "metadata.instance"} <= set(errors)
+    assert Service.objects.count() == 0 and ServiceToken.objects.count() == 0
+
+
+def test_duplicate_name_is_a_conflict(api):
+    create(api)
+    response = create(api)
+    assert response.status_code == 409
+    assert response.json()["errors"] == {"name": ["already exists"]}
+
+
+def test_read_list_and_filter_by_phase(api):
+    create(api)
+    assert [s["name"] for s in api.get("/api/v1/services").json()] == ["tiny"]
+    assert api.get("/api/v1/services?phase=running").json() == []
+    body = api.get("/api/v1/services/tiny").json()
+    assert body["spec"] == SPEC
+    assert body["endpoints"]["eas"].endswith("/api/predict/tiny")
+
+
+def test_unknown_service_is_404(api):
+    assert api.get("/api/v1/services/nope").status_code == 404
+
+
+def test_update_bumps_the_generation(api):
+    create(api)
+    response = api.put("/api/v1/services/tiny", {**SPEC, "metadata": {"instance": 2}}, format="json")
+    assert response.status_code == 200
+    assert response.json()["generation"] == 2
+    assert Service.objects.get(name="tiny").spec["metadata"] == {"instance": 2}
+
+
+def test_update_with_a_bad_spec_changes_nothing(api):
+    create(api)
+    response = api.put("/api/v1/services/tiny", {**SPEC, "llm": {"engine": "x"}}, format="json")
+    assert response.status_code == 400
+    service = Service.objects.get(name="tiny")
+    assert (service.generation, service.spec) == (1, SPEC)
+
+
+def test_update_cannot_rename(api):
+    create(api)
+    response = api.put("/api/v1/services/tiny", {**SPEC, "name": "other"}, format="json")
+    assert response.status_code == 400 and "name" in response.json()["errors"]
+
+
+def test_stop_and_start_set_the_desired_state(api):
+    create(api)
+    assert api.post("/api/v1/services/tiny/stop").json()["desired_state"] == "stopped"
+    assert api.post("/api/v1/services/tiny/start").json()["desired_state"] == "running"
+    assert api.post("/api/v1/services/tiny/reboot").status_code == 404
+
+
+def test_delete_marks_the_service_for_removal(api):
+    create(api)
+    assert api.delete("/api/v1/services/tiny").status_code == 202
+    assert Service.objects.get(name="tiny").desired_state == "deleted"
+    assert api.get("/api/v1/services/tiny").status_code == 404
+    assert api.get("/api/v1/services").json() == []
+
+
+def test_rotating_the_token_retires_the_old_one(api):
+    old = create(api).json()["token"]
+    new = api.post("/api/v1/services/tiny/token").json()["token"]
+    digests = set(ServiceToken.objects.values_list("digest", flat=True))
+    assert digests == {digest(new)} and digest(old) not in digests
+
+
+def test_instances_and_events_are_listed(api):
+    create(api)
+    assert api.get("/api/v1/services/tiny/instances").json() == []
+    events = api.get("/api/v1/services/tiny/events").json()
+    assert events[0]["reason"] == "Created"
+    assert api.get("/api/v1/services/tiny/events?limit=x").status_code == 400
+
+
+def test_preview_shows_the_container_without_creating_it(api):
+    response = api.post("/api/v1/services/preview", SPEC, format="json")
+    assert response.status_code == 200
+    (container,) = response.json()["containers"]
+    assert container["image"] == "wharf/vllm-cpu:0.32.0"
+    assert "--model" in container["command"]
+    assert Service.objects.count() == 0
+
+
+def test_preview_rejects_a_bad_spec(api):
+    response = api.post("/api/v1/services/preview", {"name": "x"}, format="json")
+    assert response.status_code == 400 and "containers" in response.json()["errors"]
+
+
+def test_malformed_json_is_a_400(api):
+    response = api.post("/api/v1/services", "{not json", content_type="application/json")
+    assert response.status_code == 400

@@ -1,0 +1,102 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from controlplane.services.spec import SpecError, parse_spec
+
+SPECS = sorted((Path(__file__).parent.parent / "deploy_specs").glob("*.json"))
+
+
+def errors_of(data) -> dict[str, list[str]]:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(data)
+    return caught.value.errors
+
+
+def tiny(**overrides):
+    spec = {"name": "svc", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
+    spec.update(overrides)
+    return spec
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
+def test_every_deploy_spec_validates(path):
+    spec = parse_spec(json.loads(path.read_text()))
+    assert spec.name
+
+
+def test_eas_bladellm_seed_example_keeps_unknown_eas_fields():
+    spec = parse_spec(json.loads((SPECS[0].parent / "eas-bladellm-bloom.json").read_text()))
+    assert spec.metadata.model_extra == {"resource": "eas-r-xxxxxx"}
+    assert spec.storage[0].oss.path == "oss://examplebucket/bloom_7b/"
+
+
+def test_rejects_missing_image():
+    errors = errors_of({"name": "svc", "containers": [{"command": "serve", "port": 8000}]})
+    assert "containers[0].image" in errors
+
+
+def test_rejects_port_that_is_not_a_number():
+    errors = errors_of({"name": "svc", "containers": [{"image": "a", "command": "b", "port": "x"}]})
+    assert list(errors) == ["containers[0].port"]
+
+
+def test_rejects_reserved_port():
+    errors = errors_of({"name": "svc", "containers": [{"image": "a", "command": "b", "port": 8080}]})
+    assert "reserved" in errors["containers[0].port"][0]
+
+
+def test_rejects_negative_instance_count():
+    assert "metadata.instance" in errors_of(tiny(metadata={"instance": -1}))
+
+
+def test_rejects_unknown_engine():
+    errors = errors_of({"name": "svc", "llm": {"engine": "llama.cpp", "model": "m"}})
+    assert "unknown engine" in errors["llm.engine"][0]
+
+
+def test_rejects_unknown_llm_field():
+    assert "llm.max_len" in errors_of(tiny(llm={"engine": "vllm", "model": "m", "max_len": 5}))
+
+
+def test_names_every_bad_field_at_once():
+    errors = errors_of(
+        {"name": "9lives", "containers": [{"image": "a b", "port": 0}], "metadata": {"gpu": -1}}
+    )
+    assert {"name", "containers[0].image", "containers[0].port", "metadata.gpu"} <= set(errors)
+
+
+def test_rejects_command_and_script_together():
+    errors = errors_of({"name": "s", "containers": [{"image": "a", "command": "x", "script": "y"}]})
+    assert "containers[0]" in errors
+
+
+def test_rejects_duplicate_mount_paths():
+    storage = [{"mount_path": "/data", "empty_dir": {}}, {"mount_path": "/data/", "empty_dir": {}}]
+    assert "storage[1].mount_path" in errors_of(tiny(storage=storage))
+
+
+def test_rejects_shared_memory_given_twice():
+    storage = [{"mount_path": "/dev/shm", "empty_dir": {"medium": "memory", "size_limit": 8}}]
+    assert "metadata.shm_size" in errors_of(tiny(storage=storage, metadata={"shm_size": 8}))
+
+
+def test_rejects_object_storage_path_without_bucket():
+    storage = [{"mount_path": "/models", "oss": {"path": "oss:///llama"}}]
+    assert "storage[0]" in errors_of(tiny(storage=storage))
+
+
+def test_rejects_model_path_escaping_the_model_store():
+    assert "llm.model" in errors_of(tiny(llm={"engine": "vllm", "model": "../etc"}))
+
+
+def test_rejects_non_object_spec():
+    assert errors_of([1, 2]) == {"spec": ["the spec must be a JSON object"]}
+
+
+def test_spec_hash_changes_with_the_spec():
+    a = parse_spec(tiny())
+    b = parse_spec(tiny(metadata={"instance": 2}))
+    assert a.spec_hash() == parse_spec(tiny()).spec_hash()
+    assert a.spec_hash() != b.spec_hash()

@@ -1,0 +1,27 @@
+"""Runtime drivers: where instances run (Docker containers or local processes)."""
+
+from __future__ import annotations
+
+import functools
+
+from django.conf import settings
+
+from workers.runtimes.base import InstanceRequest, ObservedInstance, Runtime, RuntimeError_
+
+__all__ = ["InstanceRequest", "ObservedInstance", "Runtime", "RuntimeError_", "get_runtime"]
+
+
+@functools.cache
+def get_runtime() -> Runtime:
+    """WHARF_RUNTIME, or Docker when a daemon answers, else local processes."""
+    from workers.runtimes.docker import DockerRuntime
+    from workers.runtimes.process import ProcessRuntime
+
+    choice = settings.WHARF_RUNTIME or ("docker" if DockerRuntime.available() else "process")
+    if choice == "docker":
+        return DockerRuntime(str(settings.WHARF_MODEL_DIR), settings.WHARF_NODE_ADDRESS)
+    if choice == "process":
+        return ProcessRuntime(
+            str(settings.WHARF_MODEL_DIR), settings.WHARF_INSTANCE_LOG_DIR, settings.WHARF_VLLM_VENV
+        )
+    raise ValueError(f"WHARF_RUNTIME={choice!r}: use docker or process")

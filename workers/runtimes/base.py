@@ -1,0 +1,52 @@
+"""The small interface every runtime driver implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from workers.engines.plan import ContainerPlan, Placement
+
+# Labels (Docker) or state-file fields (process) that tie an instance to its service.
+LABEL_SERVICE = "wharf.service"
+LABEL_INSTANCE = "wharf.instance"
+LABEL_SPEC_HASH = "wharf.spec-hash"
+
+
+class RuntimeError_(Exception):
+    """A failure the user can act on (missing image, missing model); shown as an event."""
+
+
+@dataclass(frozen=True)
+class InstanceRequest:
+    service: str
+    name: str
+    spec_hash: str
+    plan: ContainerPlan
+
+
+@dataclass(frozen=True)
+class ObservedInstance:
+    service: str
+    name: str
+    spec_hash: str
+    running: bool
+    url: str | None  # where the engine listens, as the gateway reaches it
+    health_path: str = "/health"
+    exit_code: int | None = None
+    restarts: int = 0
+    stuck: bool = False  # running, but never became ready in time
+
+
+class Runtime(Protocol):
+    name: str
+
+    def placement(self) -> Placement: ...
+
+    def create(self, request: InstanceRequest) -> ObservedInstance: ...
+
+    def remove(self, name: str) -> None: ...
+
+    def list(self, service: str | None = None) -> list[ObservedInstance]: ...
+
+    def logs(self, name: str, tail: int = 200) -> str: ...

@@ -1,0 +1,140 @@
+"""Instances as Docker containers, through the Docker SDK against a real dockerd."""
+
+from __future__ import annotations
+
+import docker
+from docker.errors import APIError, ImageNotFound, NotFound
+from docker.types import Mount as DockerMount
+
+from workers.engines.plan import Placement
+from workers.runtimes.base import (
+    LABEL_INSTANCE,
+    LABEL_SERVICE,
+    LABEL_SPEC_HASH,
+    InstanceRequest,
+    ObservedInstance,
+    RuntimeError_,
+)
+
+LABEL_HEALTH_PATH = "wharf.health-path"
+LABEL_PORT = "wharf.port"
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(self, model_dir: str, node_address: str = "127.0.0.1", client=None):
+        self.client = client or docker.from_env()
+        self.model_dir = model_dir.rstrip("/")
+        self.node_address = node_address
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            docker.from_env(timeout=3).ping()
+            return True
+        except Exception:  # any failure means "no daemon we can use"
+            return False
+
+    def placement(self) -> Placement:
+        return Placement()  # /models inside the container, the spec's own port
+
+    def _mounts(self, request: InstanceRequest) -> list[DockerMount]:
+        mounts = []
+        for m in request.plan.mounts:
+            if m.kind == "model":
+                # Only the node's own model store is bind-mounted, read-only; users never
+                # name host paths.
+                mounts.append(DockerMount(m.target, f"{self.model_dir}/{m.source}", type="bind",
+                                          read_only=True))  # fmt: skip
+            elif m.kind == "tmpfs":
+                mounts.append(DockerMount(m.target, None, type="tmpfs", tmpfs_size=m.size_bytes))
+        return mounts
+
+    def create(self, request: InstanceRequest) -> ObservedInstance:
+        plan = request.plan
+        try:
+            self.client.images.get(plan.image)
+        except ImageNotFound:
+            raise RuntimeError_(
+                f"image {plan.image} is not on this node; build or load it first"
+            ) from None
+        labels = {
+            LABEL_SERVICE: request.service,
+            LABEL_INSTANCE: request.name,
+            LABEL_SPEC_HASH: request.spec_hash,
+            LABEL_HEALTH_PATH: plan.health_path,
+            LABEL_PORT: str(plan.port),
+        }
+        kwargs: dict = {}
+        if plan.cpus:
+            kwargs["nano_cpus"] = int(plan.cpus * 1e9)
+        if plan.memory_bytes:
+            kwargs["mem_limit"] = plan.memory_bytes
+        try:
+            container = self.client.containers.run(
+                plan.image,
+                command=plan.args,
+                name=request.name,
+                detach=True,
+                labels=labels,
+                environment=plan.env,
+                # Published on the node's loopback (or WHARF_NODE_ADDRESS) at a port Docker picks.
+                ports={f"{plan.port}/tcp": (self._bind_address(), None)},
+                mounts=self._mounts(request),
+                shm_size=plan.shm_size_bytes,
+                restart_policy={"Name": "on-failure", "MaximumRetryCount": 5},
+                **kwargs,
+            )
+        except APIError as exc:
+            raise RuntimeError_(f"docker refused the container: {exc.explanation or exc}") from exc
+        container.reload()
+        return self._observe(container)
+
+    def _bind_address(self) -> str:
+        return "127.0.0.1" if self.node_address in ("127.0.0.1", "localhost") else "0.0.0.0"
+
+    def _observe(self, container) -> ObservedInstance:
+        labels = container.labels
+        port = labels.get(LABEL_PORT, "")
+        bindings = (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(
+            f"{port}/tcp"
+        )
+        url = f"http://{self.node_address}:{bindings[0]['HostPort']}" if bindings else None
+        state = container.attrs.get("State", {})
+        return ObservedInstance(
+            service=labels[LABEL_SERVICE],
+            name=labels[LABEL_INSTANCE],
+            spec_hash=labels.get(LABEL_SPEC_HASH, ""),
+            running=state.get("Running", False) and not state.get("Restarting", False),
+            url=url,
+            health_path=labels.get(LABEL_HEALTH_PATH, "/health"),
+            exit_code=None if state.get("Running") else state.get("ExitCode"),
+            restarts=container.attrs.get("RestartCount", 0),
+        )
+
+    def list(self, service: str | None = None) -> list[ObservedInstance]:
+        label = f"{LABEL_SERVICE}={service}" if service else LABEL_SERVICE
+        containers = self.client.containers.list(all=True, filters={"label": label})
+        return [self._observe(c) for c in containers]
+
+    def remove(self, name: str) -> None:
+        try:
+            container = self.client.containers.get(name)
+        except NotFound:
+            return
+        # vLLM takes a while to drain on SIGTERM; ten seconds, then SIGKILL.
+        try:
+            container.stop(timeout=10)
+        except APIError:
+            pass
+        try:
+            container.remove(force=True)
+        except NotFound:
+            pass
+
+    def logs(self, name: str, tail: int = 200) -> str:
+        try:
+            return self.client.containers.get(name).logs(tail=tail).decode(errors="replace")
+        except NotFound:
+            return ""

@@ -1,0 +1,172 @@
+"""Instances as local process groups: the embedded default on machines without Docker.
+
+The image is ignored: the engine command runs with the vLLM virtualenv first on PATH. Each
+instance leaves a state file (pid, start time, port) so a restarted worker finds the
+processes it started; the start time guards against a recycled pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from workers.engines.plan import Placement
+from workers.runtimes.base import InstanceRequest, ObservedInstance, RuntimeError_
+
+STOP_TIMEOUT = 15.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat, or None if the process is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+class ProcessRuntime:
+    name = "process"
+
+    def __init__(self, model_dir: str, state_dir: Path, venv: Path | None = None):
+        self.model_dir = model_dir.rstrip("/")
+        self.state_dir = Path(state_dir)
+        self.venv = venv
+
+    def placement(self) -> Placement:
+        return Placement(models_root=self.model_dir, host="127.0.0.1", port=free_port())
+
+    def _state_path(self, name: str) -> Path:
+        return self.state_dir / f"{name}.json"
+
+    def _log_path(self, name: str) -> Path:
+        return self.state_dir / f"{name}.log"
+
+    def _env(self, plan_env: dict[str, str]) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.venv:
+            env["PATH"] = f"{self.venv}/bin:{env.get('PATH', '')}"
+            env["VIRTUAL_ENV"] = str(self.venv)
+        return {**env, **plan_env}
+
+    def create(self, request: InstanceRequest) -> ObservedInstance:
+        plan = request.plan
+        for mount in plan.mounts:
+            if mount.kind == "model" and not Path(self.model_dir, mount.source).is_dir():
+                raise RuntimeError_(
+                    f"model {mount.source!r} is not in this node's model store ({self.model_dir})"
+                )
+        if self.venv and not (self.venv / "bin" / "python").exists():
+            raise RuntimeError_(f"no engine virtualenv at {self.venv}; run `make engines`")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self._log_path(request.name), "ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    plan.args, env=self._env(plan.env), stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.state_dir,
+                )  # fmt: skip
+            except OSError as exc:
+                raise RuntimeError_(f"cannot start {plan.args[0]}: {exc}") from exc
+        state = {
+            "service": request.service,
+            "name": request.name,
+            "spec_hash": request.spec_hash,
+            "pid": proc.pid,
+            "start_time": _proc_start_time(proc.pid),
+            "url": f"http://127.0.0.1:{plan.port}",
+            "health_path": plan.health_path,
+        }
+        tmp = self._state_path(request.name).with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self._state_path(request.name))
+        return self._observe(state)
+
+    def _observe(self, state: dict) -> ObservedInstance:
+        alive = state["start_time"] is not None and _proc_start_time(state["pid"]) == state[
+            "start_time"
+        ]
+        exit_code = None
+        if not alive:
+            try:  # our own child: reap it and learn how it ended
+                _, status = os.waitpid(state["pid"], os.WNOHANG)
+                exit_code = os.waitstatus_to_exitcode(status) if status else None
+            except ChildProcessError:
+                pass
+        return ObservedInstance(
+            service=state["service"],
+            name=state["name"],
+            spec_hash=state["spec_hash"],
+            running=alive,
+            url=state["url"],
+            health_path=state.get("health_path", "/health"),
+            exit_code=exit_code,
+        )
+
+    def list(self, service: str | None = None) -> list[ObservedInstance]:
+        observed = []
+        for path in sorted(self.state_dir.glob("*.json")):
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if service is None or state["service"] == service:
+                observed.append(self._observe(state))
+        return observed
+
+    def remove(self, name: str) -> None:
+        path = self._state_path(name)
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        if _proc_start_time(state["pid"]) == state["start_time"]:
+            self._stop_group(state["pid"])
+        path.unlink(missing_ok=True)
+        self._log_path(name).unlink(missing_ok=True)
+
+    @staticmethod
+    def _stop_group(pid: int) -> None:
+        """SIGTERM the whole group (vLLM's EngineCore is a second process), SIGKILL if slow."""
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                break
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+        else:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+    def logs(self, name: str, tail: int = 200) -> str:
+        try:
+            lines = self._log_path(name).read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-tail:])
