@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from contracts.env import envbool, envint, envstr, secret
 
@@ -126,9 +126,18 @@ LOGGING = {
 # The broker and the routing snapshot share one Redis. `make run` starts an embedded one and
 # sets REDIS_URL for every process it starts; a bare default points at a local server.
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
-CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", REDIS_URL)
-# Tests run tasks in the calling process (the same code, no broker round trip).
-CELERY_TASK_ALWAYS_EAGER = envbool("WHARF_TASKS_EAGER", False)
+
+
+def _broker_url(redis_url: str) -> str:
+    """Kombu spells redis-py's unix://PATH?db=N as redis+socket://PATH?virtual_host=N."""
+    if not redis_url.startswith("unix://"):
+        return redis_url
+    path, _, query = redis_url.removeprefix("unix://").partition("?")
+    db = parse_qs(query).get("db", ["0"])[0]
+    return f"redis+socket://{path}?virtual_host={db}"
+
+
+CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", _broker_url(REDIS_URL))
 
 # docker | process | "" (auto: docker when a daemon answers, else process).
 WHARF_RUNTIME = envstr("WHARF_RUNTIME", "")

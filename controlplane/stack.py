@@ -68,20 +68,30 @@ class Stack:
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 60) -> None:
+        """Until the API and gateway answer and the worker says it is ready."""
+        checks = {
+            "api": lambda: self._answers(f"{self.api_url}/api/v1/services"),
+            "gateway": lambda: self._answers(f"{self.gateway_url}/healthz"),
+            "worker": lambda: " ready." in (self.home / "logs" / "worker.log").read_text(),
+        }
         deadline = time.monotonic() + timeout
-        checks = {"api": f"{self.api_url}/api/v1/services", "gateway": f"{self.gateway_url}/healthz"}
         while checks:
-            for name, url in list(checks.items()):
-                if self.processes[name].poll() is not None:
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited; see {self.home}/logs/{name}.log")
-                try:
-                    if httpx.get(url, timeout=2).status_code in (200, 401, 403):
-                        del checks[name]
-                except httpx.HTTPError:
-                    pass
+            for name, check in list(checks.items()):
+                if check():
+                    del checks[name]
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{', '.join(checks)} did not start; see {self.home}/logs/")
             time.sleep(0.3)
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            return httpx.get(url, timeout=2).status_code in (200, 401, 403)
+        except httpx.HTTPError:
+            return False
 
     def stop(self) -> None:
         for proc in self.processes.values():

@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import copy
+from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging, extended to the gateway's own loggers (applied in every worker)."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["gateway"] = {
+        "handlers": ["default"],
+        "level": level.upper(),
+        "propagate": False,
+    }
+    return config
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -20,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        log_config=log_config(args.log_level),
         # Streams can be long; a graceful stop should not cut them instantly, nor wait forever.
         timeout_graceful_shutdown=30,
         server_header=False,

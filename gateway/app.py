@@ -103,7 +103,21 @@ async def predict(request: Request) -> Response:
         return denied
     assert service is not None
     body = await request.body()
-    return await _forward(request, service, request.path_params.get("path", ""), body)
+    return await _forward(request, service, _eas_tail(request), body)
+
+
+def _eas_tail(request: Request) -> str:
+    """The path after /api/predict/<service>, still percent-encoded as the client sent it.
+
+    Forwarding the raw form matters: decoding first would turn an encoded "/" in a segment
+    into a path separator the engine never intended.
+    """
+    raw_path: bytes | None = request.scope.get("raw_path")
+    if raw_path is None:
+        return request.path_params.get("path", "")
+    after_prefix = raw_path.decode("latin-1").removeprefix("/api/predict/")
+    _service, _, tail = after_prefix.partition("/")
+    return tail
 
 
 def _model_of(body: bytes) -> str | Response:

@@ -35,7 +35,8 @@ def load_settings() -> Settings:
     timeout = env.envfloat("WHARF_GATEWAY_UPSTREAM_TIMEOUT", 600.0)
     if poll <= 0 or timeout <= 0:
         raise ConfigError(
-            "WHARF_GATEWAY_SNAPSHOT_POLL and WHARF_GATEWAY_UPSTREAM_TIMEOUT must be positive seconds."
+            "WHARF_GATEWAY_SNAPSHOT_POLL and WHARF_GATEWAY_UPSTREAM_TIMEOUT must be positive "
+            "numbers of seconds."
         )
     return Settings(
         redis_url=env.envstr("REDIS_URL", "redis://127.0.0.1:6379/0"),

@@ -161,11 +161,11 @@ class ProxyResponse(Response):
             try:
                 await self._stream(upstream, instance, send)
             finally:
+                self.balancer.release(instance.url)
                 # Shielded: when the client left, this scope is cancelled, and the close is
                 # what tells the engine to abort.
                 with anyio.CancelScope(shield=True):
                     await upstream.aclose()
-                self.balancer.release(instance.url)
             return
         if isinstance(last_error, httpx.ConnectTimeout):
             response = errors.upstream_timeout(self.service.name, self.timeout)

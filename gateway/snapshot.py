@@ -109,7 +109,7 @@ class SnapshotWatcher:
                 await asyncio.sleep(self._poll)
 
     async def _follow_channel(self) -> None:
-        """Reload on each channel message, and after `poll` quiet seconds; returns only by raising."""
+        """Reload on each channel message and after `poll` quiet seconds; ends only by raising."""
         assert self._redis is not None
         pubsub = self._redis.pubsub()
         try:
@@ -126,13 +126,21 @@ class SnapshotWatcher:
                 await pubsub.aclose()
 
     def _mark_down(self, exc: BaseException) -> None:
-        if not self._redis_down:
-            self._redis_down = True
+        if self._redis_down:
+            return
+        self._redis_down = True
+        if self._loaded:
             log.warning(
                 "Redis unreachable (%s); serving the last routing snapshot (version %d) "
                 "until it is back",
                 exc,
                 self._snapshot.version,
+            )
+        else:
+            log.warning(
+                "Redis unreachable (%s); no routing loaded yet, so requests get 503 until it is "
+                "reachable. Check REDIS_URL.",
+                exc,
             )
 
     def _mark_up(self) -> None:

@@ -20,7 +20,8 @@ def test_vllm_command_is_rendered_from_the_llm_section():
     plan = render(spec(served_model_name="tiny", max_model_len=512, max_num_seqs=4))
     assert plan.args[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert flag(plan.args, "--model") == "/models/tiny-llama"
-    assert flag(plan.args, "--served-model-name") == "tiny"
+    i = plan.args.index("--served-model-name")
+    assert plan.args[i + 1 : i + 3] == ["tiny", "svc"]  # the engine answers to both names
     assert flag(plan.args, "--max-model-len") == "512"
     assert flag(plan.args, "--max-num-seqs") == "4"
     assert flag(plan.args, "--port") == "8000"

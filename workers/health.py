@@ -1,10 +1,21 @@
 from __future__ import annotations
 
+import socket
+from urllib.parse import urlsplit
+
 import httpx
 
 
 def is_healthy(url: str, path: str, timeout: float = 2.0) -> bool:
-    """An instance is ready when its engine's health endpoint answers 200."""
+    """Ready when the engine's health endpoint answers 200; with no health path (a custom
+    command), when its port accepts a connection, as EAS's default TCP check does."""
+    if not path:
+        parts = urlsplit(url)
+        try:
+            with socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout):
+                return True
+        except OSError:
+            return False
     try:
         return httpx.get(url.rstrip("/") + path, timeout=timeout).status_code == 200
     except httpx.HTTPError:

@@ -47,6 +47,9 @@ def publish_snapshot() -> None:
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
         with client:
+            current = client.get(SNAPSHOT_KEY)
+            if current and Snapshot.from_json(current).services == snapshot.services:
+                return  # unchanged: spare the gateways a reload
             client.set(SNAPSHOT_KEY, snapshot.to_json())
             client.publish(SNAPSHOT_CHANNEL, str(snapshot.version))
     except redis.RedisError as exc:

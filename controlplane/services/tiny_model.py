@@ -3,10 +3,12 @@
 No weights can be downloaded here, yet tests and the embedded default engine need a model
 whose shapes, tokens and timings are real. Its text is gibberish.
 
-Only numpy, safetensors.numpy and tokenizers are used, so the control plane's venv needs
-neither torch nor transformers. numpy has no bfloat16, so the weights are stored as float32
-and config.json asks for bfloat16: vLLM (and transformers) cast at load time, and bf16 is
-what vLLM's CPU backend runs best. The file is ~14 MB instead of ~7 MB; nothing else changes.
+Only numpy and tokenizers are used, so the control plane's venv needs neither torch nor
+transformers. The weights are bfloat16 because vLLM on CPU runs every model in bf16 (it
+downcasts a float32 config to bf16 and warns once per weight it has to cast). numpy has no
+bfloat16 and safetensors.numpy cannot write one, so _save_bf16_safetensors writes the
+(simple) safetensors format itself: an 8-byte little-endian header length, a JSON header,
+then the raw little-endian tensor bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 HIDDEN_SIZE = 256
@@ -109,6 +110,34 @@ def _weights(vocab_size: int, seed: int) -> dict[str, np.ndarray]:
     return tensors
 
 
+def _to_bf16(a: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (as uint16), rounding to nearest even like torch does."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits += 0x7FFF + ((bits >> 16) & 1)
+    return (bits >> 16).astype("<u2")
+
+
+def _save_bf16_safetensors(tensors: dict[str, np.ndarray], path: Path) -> None:
+    header: dict = {"__metadata__": {"format": "pt"}}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        data = _to_bf16(tensors[name]).tobytes()
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(tensors[name].shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        blobs.append(data)
+        offset += len(data)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the format pads the header so tensor data is 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for blob in blobs:
+            f.write(blob)
+
+
 def _config(vocab_size: int, bos_id: int, eos_id: int, pad_id: int) -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -168,7 +197,7 @@ def _write_files(out: Path, seed: int) -> None:
         out / "generation_config.json",
         {"bos_token_id": bos_id, "eos_token_id": eos_id, "pad_token_id": pad_id},
     )
-    save_file(_weights(vocab_size, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    _save_bf16_safetensors(_weights(vocab_size, seed), out / "model.safetensors")
 
 
 def write_tiny_model(target: Path, *, seed: int = 0) -> Path:
@@ -183,7 +212,8 @@ def write_tiny_model(target: Path, *, seed: int = 0) -> Path:
     old: Path | None = None
     try:
         _write_files(tmp, seed)
-        # mkdtemp (and safetensors) create owner-only files; an engine container's user must read them.
+        # mkdtemp makes an owner-only directory (and a strict umask owner-only files), but an
+        # engine container running as another user must read the model.
         os.chmod(tmp, 0o755)
         for f in tmp.iterdir():
             os.chmod(f, 0o644)

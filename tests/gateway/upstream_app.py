@@ -153,6 +153,7 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
                 "instance": name,
                 "method": request.method,
                 "path": request.url.path,
+                "raw_path": request.scope["raw_path"].decode(),
                 "query": request.url.query,
                 "headers": dict(request.headers),
                 "body": (await request.body()).decode(),

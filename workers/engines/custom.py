@@ -21,6 +21,6 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         args=["/bin/sh", "-c", shell],
         port=placement.port or port,
         env=env,
-        health_path="/health",
+        health_path="",  # unknown for a custom server: a TCP check
         metrics_path=None,
     )

@@ -28,7 +28,9 @@ def render(spec: ServiceSpec, placement: Placement, image: str | None = None) ->
         "--model", model_path,
         "--host", placement.host,
         "--port", str(port),
-        "--served-model-name", llm.served_model_name or spec.name,
+        # The gateway routes by either name and passes `model` through, so the engine answers
+        # to both.
+        "--served-model-name", *dict.fromkeys([llm.served_model_name or spec.name, spec.name]),
     ]  # fmt: skip
     if llm.tensor_parallel_size > 1:
         args += ["--tensor-parallel-size", str(llm.tensor_parallel_size)]

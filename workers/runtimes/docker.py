@@ -108,7 +108,7 @@ class DockerRuntime:
             spec_hash=labels.get(LABEL_SPEC_HASH, ""),
             running=state.get("Running", False) and not state.get("Restarting", False),
             url=url,
-            health_path=labels.get(LABEL_HEALTH_PATH, "/health"),
+            health_path=labels.get(LABEL_HEALTH_PATH, ""),
             exit_code=None if state.get("Running") else state.get("ExitCode"),
             restarts=container.attrs.get("RestartCount", 0),
         )

@@ -110,7 +110,7 @@ class ProcessRuntime:
             spec_hash=state["spec_hash"],
             running=alive,
             url=state["url"],
-            health_path=state.get("health_path", "/health"),
+            health_path=state.get("health_path", ""),
             exit_code=exit_code,
         )
 

@@ -1,0 +1,122 @@
+"""Choosing among instances, and answering for instances that fail."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import httpx
+import pytest
+from gateway_support import (
+    Engine,
+    Gateway,
+    free_port_refusing_connections,
+    make_token,
+    service,
+    snapshot,
+)
+
+from contracts.routing import RoutedInstance
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def complete(http: httpx.Client, gateway: Gateway, token: str, **extra: object) -> httpx.Response:
+    return http.post(
+        gateway.url + "/v1/completions",
+        json={"model": "svc", "prompt": "x", **extra},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+def test_spreads_requests_evenly_across_idle_instances(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    instances = [e.instance for e in engines]
+    gateway = start_gateway(snapshot(1, service("svc", instances, [digest])))
+    served = Counter(complete(http, gateway, token).headers["x-wharf-instance"] for _ in range(10))
+    assert served == {"engine-a": 5, "engine-b": 5}
+
+
+def test_sends_new_requests_to_the_instance_with_fewer_in_flight(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    gateway = start_gateway(snapshot(1, service("svc", [e.instance for e in engines], [digest])))
+    body = {"model": "svc", "prompt": "x", "stream": True, "max_tokens": 20, "chunk_delay": 0.05}
+    with http.stream(
+        "POST",
+        gateway.url + "/v1/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+    ) as busy:
+        # Kept referenced: a discarded, half-read iterator closes the connection.
+        chunks = busy.iter_raw()
+        next(chunks)
+        busy_instance = busy.headers["x-wharf-instance"]
+        served = {complete(http, gateway, token).headers["x-wharf-instance"] for _ in range(4)}
+        next(chunks)  # still streaming: it was in flight all along
+    assert served == {"engine-a", "engine-b"} - {busy_instance}
+
+
+def test_only_instance_refusing_connections_is_502(
+    start_gateway: Callable[..., Gateway], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    dead = RoutedInstance("dead", free_port_refusing_connections())
+    gateway = start_gateway(snapshot(1, service("svc", [dead], [digest])))
+    response = complete(http, gateway, token)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable", "upstream_unreachable")
+
+
+def test_retries_another_instance_when_one_refuses_connections(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    dead = RoutedInstance("dead", free_port_refusing_connections())
+    gateway = start_gateway(snapshot(1, service("svc", [dead, engines[1].instance], [digest])))
+    # Whichever the rotation tries first, every request ends up served by the live instance.
+    for _ in range(4):
+        response = complete(http, gateway, token)
+        assert response.status_code == 200
+        assert response.headers["x-wharf-instance"] == "engine-b"
+
+
+def test_instance_slower_than_upstream_timeout_is_504(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    gateway = start_gateway(
+        snapshot(1, service("svc", [engines[0].instance], [digest])), upstream_timeout=0.3
+    )
+    response = complete(http, gateway, token, delay=2)
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "upstream_timeout"
+    # A stream that keeps producing within the timeout is not cut, however long it lasts.
+    streamed = complete(http, gateway, token, stream=True, max_tokens=5, chunk_delay=0.15)
+    assert streamed.status_code == 200
+    assert streamed.text.endswith("data: [DONE]\n\n")
+
+
+def test_concurrent_requests_all_complete(
+    start_gateway: Callable[..., Gateway], engines: list[Engine]
+) -> None:
+    token, digest = make_token()
+    gateway = start_gateway(snapshot(1, service("svc", [e.instance for e in engines], [digest])))
+    results: list[int] = []
+
+    def call() -> None:
+        with httpx.Client(timeout=10, trust_env=False) as client:
+            body = {"stream": True, "max_tokens": 5, "chunk_delay": 0.05}
+            results.append(complete(client, gateway, token, **body).status_code)
+
+    threads = [threading.Thread(target=call) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [200] * 20

@@ -1,0 +1,115 @@
+"""Start the whole system (controlplane.stack) for a test, on a runtime of the test's choice.
+
+The database is PostgreSQL when DATABASE_URL is set (a fresh database per stack), else
+SQLite under the stack's home; Redis is the test Redis, on a database of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+
+from controlplane.stack import ROOT, Stack
+
+REDIS_DB = {"docker": 11, "process": 12}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def docker_available() -> bool:
+    from workers.runtimes.docker import DockerRuntime
+
+    return DockerRuntime.available()
+
+
+def require_runtime(runtime: str) -> None:
+    """Skip on a developer machine without Docker; CI must have every runtime."""
+    if runtime == "docker" and not docker_available():
+        if os.environ.get("CI"):
+            pytest.fail("dockerd is not reachable in CI; .ci/run should have started it")
+        pytest.skip("no Docker daemon here")
+
+
+def fresh_database(name: str) -> str:
+    """A new, empty PostgreSQL database beside DATABASE_URL's; '' for SQLite."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        return ""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def redis_db(redis_url: str, db: int) -> str:
+    if redis_url.startswith("unix://"):
+        return f"{redis_url.split('?')[0]}?db={db}"
+    parts = urlsplit(redis_url)
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+@dataclass
+class System:
+    stack: Stack
+    runtime: str
+    admin_token: str
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=f"{self.stack.api_url}/api/v1",
+            headers={"Authorization": f"Bearer {self.admin_token}"},
+            timeout=30,
+        )
+
+    def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        with self.api() as api:
+            while time.monotonic() < deadline:
+                response = api.get(f"/services/{name}")
+                body = response.json() if response.status_code == 200 else {"phase": "gone"}
+                if body["phase"] in phases:
+                    return body
+                time.sleep(1)
+            events = api.get(f"/services/{name}/events").json()
+        pytest.fail(f"{name} not in {phases} after {timeout} s; events: {events}")
+
+
+def start_system(runtime: str, home: Path, model_dir: Path, redis_url: str) -> System:
+    env = dict(os.environ)
+    env.update(
+        WHARF_HOME=str(home),
+        WHARF_RUNTIME=runtime,
+        WHARF_MODEL_DIR=str(model_dir),
+        WHARF_SECRET_KEY=secrets.token_urlsafe(32),
+        WHARF_RECONCILE_INTERVAL="5",
+        REDIS_URL=redis_db(redis_url, REDIS_DB[runtime]),
+        DATABASE_URL=fresh_database(f"wharf_e2e_{runtime}"),
+        DJANGO_SETTINGS_MODULE="controlplane.settings",
+    )
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
+    token = subprocess.run(
+        [*manage, "create_api_token", "--name", "e2e"],
+        env=env, check=True, cwd=ROOT, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    stack = Stack(home=home, env=env, api_port=free_port(), gateway_port=free_port())
+    stack.start_redis()
+    stack.start()
+    return System(stack=stack, runtime=runtime, admin_token=token)

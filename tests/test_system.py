@@ -1,0 +1,115 @@
+"""End to end, once per runtime: a spec in, a real vLLM answer out through the gateway,
+and nothing left behind after DELETE. Everything is real: API, Celery worker, Redis,
+the database, dockerd or local processes, vLLM's CPU build, the gateway, the openai client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import httpx
+import openai
+import pytest
+
+from controlplane.services.tiny_model import write_tiny_model
+from tests.system import require_runtime, start_system
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    write_tiny_model(root / "tiny-llama")
+    return root
+
+
+@pytest.fixture(scope="module", params=["process", "docker"])
+def system(request, tmp_path_factory, model_dir, redis_url):
+    require_runtime(request.param)
+    home = tmp_path_factory.mktemp(f"wharf-{request.param}")
+    system = start_system(request.param, home, model_dir, redis_url)
+    yield system
+    system.stack.stop()
+
+
+def tiny_spec(name: str) -> dict:
+    return {
+        "name": name,
+        "llm": {"engine": "vllm-cpu", "model": "tiny-llama", "served_model_name": f"{name}-model",
+                "max_model_len": 256, "max_num_seqs": 4},
+        "metadata": {"instance": 1, "shm_size": 1},
+    }  # fmt: skip
+
+
+def process_groups(system, name: str) -> set[str]:
+    """The process groups the process runtime started for the service (its state files)."""
+    states = (json.loads(p.read_text()) for p in (system.stack.home / "instances").glob("*.json"))
+    return {str(s["pid"]) for s in states if s["service"] == name}
+
+
+def leftovers(system, name: str, groups: set[str]) -> list[str]:
+    """Containers or processes of the service that still exist on this machine."""
+    if system.runtime == "docker":
+        import docker
+
+        labels = {"label": f"wharf.service={name}"}
+        return [c.name for c in docker.from_env().containers.list(all=True, filters=labels)]
+    ps = subprocess.run(["ps", "-eo", "pgid=,pid=,args="], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if line.split()[0] in groups]
+
+
+def test_tiny_vllm_spec_serves_completions_through_the_gateway(system):
+    name = f"e2e-{system.runtime}"
+    with system.api() as api:
+        created = api.post("/services", json=tiny_spec(name))
+        assert created.status_code == 201, created.text
+        token = created.json()["token"]
+        service = system.wait_phase(name, {"running", "failed"}, timeout=600)
+        assert service["phase"] == "running", api.get(f"/services/{name}/events").json()
+        (instance,) = api.get(f"/services/{name}/instances").json()
+        assert instance["state"] == "ready" and instance["runtime"] == system.runtime
+
+    gateway = system.stack.gateway_url
+    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key=token, max_retries=0)
+    completion = client.completions.create(
+        model=f"{name}-model", prompt="Hello, my name is", max_tokens=8, temperature=0
+    )
+    assert completion.usage.completion_tokens == 8 and completion.usage.prompt_tokens > 0
+    assert isinstance(completion.choices[0].text, str)
+
+    chunks = list(
+        client.completions.create(
+            model=name, prompt="Once upon a time", max_tokens=8, stream=True,
+            stream_options={"include_usage": True},
+        )
+    )  # fmt: skip
+    assert sum(1 for c in chunks if c.choices) >= 2  # streamed piece by piece
+    assert chunks[-1].usage.completion_tokens == 8
+
+    eas = httpx.post(
+        f"{gateway}/api/predict/{name}/v1/completions",
+        headers={"Authorization": token},  # EAS style: the bare token
+        json={"prompt": "Hi", "max_tokens": 4},
+        timeout=60,
+    )
+    assert eas.status_code == 200 and eas.json()["usage"]["completion_tokens"] == 4
+
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{gateway}/v1", api_key="wsk-wrong", max_retries=0).completions.create(
+            model=name, prompt="Hi", max_tokens=2
+        )
+
+    groups = process_groups(system, name) if system.runtime == "process" else set()
+    assert leftovers(system, name, groups)  # the check below can fail
+    with system.api() as api:
+        assert api.delete(f"/services/{name}").status_code == 202
+    system.wait_phase(name, {"gone"}, timeout=120)
+    deadline = time.monotonic() + 30
+    while leftovers(system, name, groups) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert leftovers(system, name, groups) == []
+    missing = httpx.post(f"{gateway}/api/predict/{name}/v1/completions", headers={"Authorization": token},
+                         json={"prompt": "Hi"}, timeout=10)  # fmt: skip
+    assert missing.status_code == 404
