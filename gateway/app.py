@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -74,7 +75,7 @@ def _check_access(
     return None
 
 
-async def _forward(request: Request, service: RoutedService, path: str, body: bytes) -> Response:
+def _forward(request: Request, service: RoutedService, path: str, body: bytes) -> Response:
     runtime = _runtime(request)
     return ProxyResponse(
         client=runtime.client,
@@ -103,7 +104,7 @@ async def predict(request: Request) -> Response:
         return denied
     assert service is not None
     body = await request.body()
-    return await _forward(request, service, _eas_tail(request), body)
+    return _forward(request, service, _eas_tail(request), body)
 
 
 def _eas_tail(request: Request) -> str:
@@ -120,7 +121,8 @@ def _eas_tail(request: Request) -> str:
     return tail
 
 
-def _model_of(body: bytes) -> str | Response:
+def _parse_body(body: bytes) -> tuple[str, dict[str, Any]] | Response:
+    """The JSON object and its `model`, or the 400 that says what is wrong with the body."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -139,16 +141,30 @@ def _model_of(body: bytes) -> str | Response:
             "The request body needs a 'model' field naming the service or one of its served "
             "model names; GET /v1/models lists the models your token can call.",
         )
-    return model
+    assert isinstance(data, dict)
+    return model, data
+
+
+def _engine_body(service: RoutedService, model: str, data: dict[str, Any], body: bytes) -> bytes:
+    """The body for the engine, whose model names are the served ones, not the service's name.
+
+    A client may pick the service by its name; the engine only knows its served model names
+    and would answer 404, so the name is swapped for the first served name. Otherwise the
+    body goes through byte for byte.
+    """
+    if not service.served_model_names or model in service.served_model_names:
+        return body
+    return json.dumps({**data, "model": service.served_model_names[0]}).encode()
 
 
 async def openai_route(request: Request) -> Response:
     """OpenAI form: the body's `model` picks the service; the path is forwarded unchanged."""
     runtime = _runtime(request)
     body = await request.body()
-    model = _model_of(body)
-    if isinstance(model, Response):
-        return model
+    parsed = _parse_body(body)
+    if isinstance(parsed, Response):
+        return parsed
+    model, data = parsed
     if not runtime.watcher.loaded:
         return errors.routing_not_loaded()
     service = runtime.watcher.current.find_by_model(model)
@@ -157,7 +173,9 @@ async def openai_route(request: Request) -> Response:
     denied = _check_access(request, runtime, service, model)
     if denied is not None:
         return denied
-    return await _forward(request, service, request.url.path, body)
+    return _forward(
+        request, service, request.url.path, _engine_body(service, model, data, body)
+    )
 
 
 def _callable_models(snapshot: Snapshot, digest: str) -> list[str]:

@@ -78,6 +78,20 @@ class System:
             timeout=30,
         )
 
+    def remove_instances(self) -> None:
+        from workers.runtimes.docker import DockerRuntime
+        from workers.runtimes.process import ProcessRuntime
+
+        if self.runtime == "docker":
+            runtime = DockerRuntime(model_dir="/nonexistent")
+        else:
+            runtime = ProcessRuntime("/nonexistent", self.stack.home / "instances")
+        with self.api() as api:
+            names = [s["name"] for s in api.get("/services").json()]
+        for name in names:
+            for instance in runtime.list(service=name):
+                runtime.remove(instance.name)
+
     def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict:
         deadline = time.monotonic() + timeout
         with self.api() as api:

@@ -82,7 +82,9 @@ def test_unknown_service_is_404(api):
 
 def test_update_bumps_the_generation(api):
     create(api)
-    response = api.put("/api/v1/services/tiny", {**SPEC, "metadata": {"instance": 2}}, format="json")
+    response = api.put(
+        "/api/v1/services/tiny", {**SPEC, "metadata": {"instance": 2}}, format="json"
+    )
     assert response.status_code == 200
     assert response.json()["generation"] == 2
     assert Service.objects.get(name="tiny").spec["metadata"] == {"instance": 2}

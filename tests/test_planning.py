@@ -20,7 +20,9 @@ def test_replaces_instances_of_an_old_spec():
 
 def test_removes_exited_and_surplus_instances():
     result = plan(
-        "svc", Desired(1, "h1"), [observed("svc-a"), observed("svc-b"), observed("svc-c", running=False)]
+        "svc",
+        Desired(1, "h1"),
+        [observed("svc-a"), observed("svc-b"), observed("svc-c", running=False)],
     )
     assert [o.name for o in result.keep] == ["svc-a"]
     assert sorted(o.name for o in result.remove) == ["svc-b", "svc-c"]

@@ -43,7 +43,9 @@ def test_rejects_port_that_is_not_a_number():
 
 
 def test_rejects_reserved_port():
-    errors = errors_of({"name": "svc", "containers": [{"image": "a", "command": "b", "port": 8080}]})
+    errors = errors_of(
+        {"name": "svc", "containers": [{"image": "a", "command": "b", "port": 8080}]}
+    )
     assert "reserved" in errors["containers[0].port"][0]
 
 

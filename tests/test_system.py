@@ -31,6 +31,7 @@ def system(request, tmp_path_factory, model_dir, redis_url):
     home = tmp_path_factory.mktemp(f"wharf-{request.param}")
     system = start_system(request.param, home, model_dir, redis_url)
     yield system
+    system.remove_instances()  # of services a failed test left behind
     system.stack.stop()
 
 
@@ -97,9 +98,9 @@ def test_tiny_vllm_spec_serves_completions_through_the_gateway(system):
     assert eas.status_code == 200 and eas.json()["usage"]["completion_tokens"] == 4
 
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=f"{gateway}/v1", api_key="wsk-wrong", max_retries=0).completions.create(
-            model=name, prompt="Hi", max_tokens=2
-        )
+        openai.OpenAI(
+            base_url=f"{gateway}/v1", api_key="wsk-wrong", max_retries=0
+        ).completions.create(model=name, prompt="Hi", max_tokens=2)
 
     groups = process_groups(system, name) if system.runtime == "process" else set()
     assert leftovers(system, name, groups)  # the check below can fail
@@ -110,6 +111,64 @@ def test_tiny_vllm_spec_serves_completions_through_the_gateway(system):
     while leftovers(system, name, groups) and time.monotonic() < deadline:
         time.sleep(1)
     assert leftovers(system, name, groups) == []
-    missing = httpx.post(f"{gateway}/api/predict/{name}/v1/completions", headers={"Authorization": token},
-                         json={"prompt": "Hi"}, timeout=10)  # fmt: skip
+    missing = httpx.post(
+        f"{gateway}/api/predict/{name}/v1/completions",
+        headers={"Authorization": token},
+        json={"prompt": "Hi"},
+        timeout=10,
+    )
     assert missing.status_code == 404
+
+
+def custom_spec(name: str, instances: int) -> dict:
+    # The engine image has Python; a static file server stands in for a custom engine.
+    return {
+        "name": name,
+        "containers": [{"image": "wharf/vllm-cpu:0.32.0", "port": 8001,
+                        "command": "exec python3 -m http.server $PORT --bind 0.0.0.0"}],
+        "metadata": {"instance": instances},
+    }  # fmt: skip
+
+
+def ready_instances(system, name: str) -> list[dict]:
+    with system.api() as api:
+        return [i for i in api.get(f"/services/{name}/instances").json() if i["state"] == "ready"]
+
+
+def test_custom_service_scales_stops_and_starts(system):
+    name = f"custom-{system.runtime}"
+    with system.api() as api:
+        assert api.post("/services", json=custom_spec(name, 2)).status_code == 201
+        system.wait_phase(name, {"running"}, timeout=120)
+        assert len(ready_instances(system, name)) == 2
+
+        assert api.put(f"/services/{name}", json=custom_spec(name, 1)).status_code == 200
+        service = system.wait_phase(name, {"running"}, timeout=120)
+        assert service["observed_generation"] == 2
+        assert len(ready_instances(system, name)) == 1
+
+        api.post(f"/services/{name}/stop")
+        system.wait_phase(name, {"stopped"}, timeout=120)
+        assert api.get(f"/services/{name}/instances").json() == []
+
+        api.post(f"/services/{name}/start")
+        system.wait_phase(name, {"running"}, timeout=120)
+        reasons = [e["reason"] for e in api.get(f"/services/{name}/events").json()]
+        assert {"Created", "InstanceCreated", "InstanceReady", "Running", "Stopped"} <= set(reasons)
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=120)
+
+
+def test_missing_model_fails_with_an_event_naming_it(system):
+    name = f"nomodel-{system.runtime}"
+    spec = {"name": name, "llm": {"engine": "vllm-cpu", "model": "no-such-model"}}
+    with system.api() as api:
+        assert api.post("/services", json=spec).status_code == 201
+        service = system.wait_phase(name, {"failed"}, timeout=60)
+        assert "no-such-model" in service["last_error"]
+        events = api.get(f"/services/{name}/events").json()
+        assert any(
+            e["reason"] == "InstanceFailed" and "model store" in e["message"] for e in events
+        )
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=60)

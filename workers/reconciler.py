@@ -22,7 +22,7 @@ from controlplane.services.spec import SpecError
 from workers import planning
 from workers.engines import render
 from workers.health import is_healthy
-from workers.runtimes import InstanceRequest, ObservedInstance, Runtime, RuntimeError_
+from workers.runtimes import InstanceError, InstanceRequest, ObservedInstance, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def reconcile(name: str, runtime: Runtime) -> bool:
             request = InstanceRequest(name, instance_name, desired.spec_hash, plan)
             created.append(runtime.create(request))
             record(service, "InstanceCreated", f"instance created on {runtime.name}", instance_name)
-        except RuntimeError_ as exc:
+        except InstanceError as exc:
             error = str(exc)
             record(service, "InstanceFailed", error, instance_name)
             break
@@ -72,7 +72,10 @@ def _expire_if_stuck(service: Service, observed: ObservedInstance, ready: set[st
     if not observed.running or observed.name in ready:
         return observed
     row = service.instances.filter(name=observed.name).first()
-    if row is None or (timezone.now() - row.created_at).total_seconds() < settings.WHARF_HEALTH_TIMEOUT:
+    if (
+        row is None
+        or (timezone.now() - row.created_at).total_seconds() < settings.WHARF_HEALTH_TIMEOUT
+    ):
         return observed
     return replace(observed, running=False, stuck=True)
 
@@ -104,7 +107,9 @@ def _exits_since_intent(service: Service) -> int:
 def _remove(service: Service, runtime: Runtime, instance: ObservedInstance) -> None:
     if instance.stuck:
         timeout = settings.WHARF_HEALTH_TIMEOUT
-        record(service, "InstanceExited", f"not ready within {timeout} s; replacing it", instance.name)
+        record(
+            service, "InstanceExited", f"not ready within {timeout} s; replacing it", instance.name
+        )
     elif not instance.running:
         tail = runtime.logs(instance.name, tail=15).strip()
         code = "" if instance.exit_code is None else f" with code {instance.exit_code}"
@@ -132,7 +137,9 @@ def _sync_instances(service, runtime, live, ready) -> None:
         else:
             continue
         if state == InstanceState.READY:
-            record(service, "InstanceReady", f"health check passed at {observed.url}", observed.name)
+            record(
+                service, "InstanceReady", f"health check passed at {observed.url}", observed.name
+            )
         elif row is not None and row.state == InstanceState.READY:
             record(service, "InstanceUnhealthy", "health check failing", observed.name)
     Instance.objects.filter(pk__in=[r.pk for r in rows.values()]).delete()

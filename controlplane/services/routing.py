@@ -8,7 +8,13 @@ import time
 import redis
 from django.conf import settings
 
-from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY, RoutedInstance, RoutedService, Snapshot
+from contracts.routing import (
+    SNAPSHOT_CHANNEL,
+    SNAPSHOT_KEY,
+    RoutedInstance,
+    RoutedService,
+    Snapshot,
+)
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.models import Service
 

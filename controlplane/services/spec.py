@@ -112,7 +112,9 @@ class StorageEntry(_Eas):
             raise ValueError("give exactly one of empty_dir, oss, obs, s3, nfs")
         for scheme in OBJECT_STORAGE_SCHEMES:
             entry = getattr(self, scheme)
-            if entry and not re.match(rf"^{scheme}://[a-z0-9][a-z0-9.-]{{1,62}}(/.*)?$", entry.path):
+            if entry and not re.match(
+                rf"^{scheme}://[a-z0-9][a-z0-9.-]{{1,62}}(/.*)?$", entry.path
+            ):
                 raise ValueError(f"{scheme}.path must look like {scheme}://bucket/prefix/")
         return self
 

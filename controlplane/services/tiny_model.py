@@ -55,7 +55,7 @@ _CORPUS = [
     "user: What is the capital of France? assistant: The capital of France is Paris.",
     "Tokens per second, time to first token and queue length are measured for each request.",
     "def main():\n    print('hello')\n    return 0\n",
-    "0 1 2 3 4 5 6 7 8 9 10 100 1000 {\"key\": \"value\", \"list\": [1, 2, 3]}",
+    '0 1 2 3 4 5 6 7 8 9 10 100 1000 {"key": "value", "list": [1, 2, 3]}',
 ]
 
 
@@ -176,22 +176,23 @@ def _write_json(path: Path, data: dict) -> None:
 def _write_files(out: Path, seed: int) -> None:
     tok = _train_tokenizer()
     vocab_size = tok.get_vocab_size()
-    bos_id, eos_id, pad_id = (tok.token_to_id(t) for t in SPECIAL_TOKENS)
+    bos_id, eos_id, pad_id = range(len(SPECIAL_TOKENS))  # the trainer numbers them first
+    assert [tok.token_to_id(t) for t in SPECIAL_TOKENS] == [bos_id, eos_id, pad_id]
+
+    special = {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD}
 
     tok.save(str(out / "tokenizer.json"))
     _write_json(
         out / "tokenizer_config.json",
         {
             "tokenizer_class": "PreTrainedTokenizerFast",
-            "bos_token": BOS,
-            "eos_token": EOS,
-            "pad_token": PAD,
+            **special,
             "model_max_length": MAX_POSITIONS,
             "clean_up_tokenization_spaces": False,
             "chat_template": CHAT_TEMPLATE,
         },
     )
-    _write_json(out / "special_tokens_map.json", {"bos_token": BOS, "eos_token": EOS, "pad_token": PAD})
+    _write_json(out / "special_tokens_map.json", special)
     _write_json(out / "config.json", _config(vocab_size, bos_id, eos_id, pad_id))
     _write_json(
         out / "generation_config.json",

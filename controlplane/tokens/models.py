@@ -13,9 +13,7 @@ def digest(token: str) -> str:
 class ServiceToken(models.Model):
     """The token an application presents to call one service through the gateway."""
 
-    service = models.ForeignKey(
-        "services.Service", on_delete=models.CASCADE, related_name="tokens"
-    )
+    service = models.ForeignKey("services.Service", on_delete=models.CASCADE, related_name="tokens")
     digest = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=12, help_text="the token's first characters")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -55,6 +55,8 @@ def test_model_names_service_by_served_name_or_service_name(
     assert response.status_code == 200
     assert response.headers["x-wharf-instance"] == "engine-a"
     assert response.headers["content-type"] == "application/json"
+    # The engine knows only served names: a service name is swapped for the first of them.
+    assert response.json()["model"] == {"tiny-svc": "tiny"}.get(model, model)
 
 
 def test_eas_path_forwards_path_query_and_body_but_not_the_token(

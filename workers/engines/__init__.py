@@ -34,7 +34,9 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan) -> ContainerPlan:
         if entry.mount_path.rstrip("/") == "/dev/shm":
             shm = size or shm
         elif entry.empty_dir.medium == "memory":
-            mounts.append(Mount(kind="tmpfs", target=entry.mount_path, size_bytes=size, read_only=False))
+            mounts.append(
+                Mount(kind="tmpfs", target=entry.mount_path, size_bytes=size, read_only=False)
+            )
     return ContainerPlan(
         image=plan.image,
         args=plan.args,

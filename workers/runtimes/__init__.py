@@ -6,9 +6,9 @@ import functools
 
 from django.conf import settings
 
-from workers.runtimes.base import InstanceRequest, ObservedInstance, Runtime, RuntimeError_
+from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance, Runtime
 
-__all__ = ["InstanceRequest", "ObservedInstance", "Runtime", "RuntimeError_", "get_runtime"]
+__all__ = ["InstanceRequest", "ObservedInstance", "Runtime", "InstanceError", "get_runtime"]
 
 
 @functools.cache

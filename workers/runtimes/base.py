@@ -13,7 +13,7 @@ LABEL_INSTANCE = "wharf.instance"
 LABEL_SPEC_HASH = "wharf.spec-hash"
 
 
-class RuntimeError_(Exception):
+class InstanceError(Exception):
     """A failure the user can act on (missing image, missing model); shown as an event."""
 
 

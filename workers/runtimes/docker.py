@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import Mount as DockerMount
@@ -11,9 +14,9 @@ from workers.runtimes.base import (
     LABEL_INSTANCE,
     LABEL_SERVICE,
     LABEL_SPEC_HASH,
+    InstanceError,
     InstanceRequest,
     ObservedInstance,
-    RuntimeError_,
 )
 
 LABEL_HEALTH_PATH = "wharf.health-path"
@@ -42,6 +45,10 @@ class DockerRuntime:
     def _mounts(self, request: InstanceRequest) -> list[DockerMount]:
         mounts = []
         for m in request.plan.mounts:
+            if m.kind == "model" and not os.path.isdir(f"{self.model_dir}/{m.source}"):
+                raise InstanceError(
+                    f"model {m.source!r} is not in this node's model store ({self.model_dir})"
+                )
             if m.kind == "model":
                 # Only the node's own model store is bind-mounted, read-only; users never
                 # name host paths.
@@ -56,7 +63,7 @@ class DockerRuntime:
         try:
             self.client.images.get(plan.image)
         except ImageNotFound:
-            raise RuntimeError_(
+            raise InstanceError(
                 f"image {plan.image} is not on this node; build or load it first"
             ) from None
         labels = {
@@ -87,7 +94,7 @@ class DockerRuntime:
                 **kwargs,
             )
         except APIError as exc:
-            raise RuntimeError_(f"docker refused the container: {exc.explanation or exc}") from exc
+            raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
         container.reload()
         return self._observe(container)
 
@@ -124,14 +131,10 @@ class DockerRuntime:
         except NotFound:
             return
         # vLLM takes a while to drain on SIGTERM; ten seconds, then SIGKILL.
-        try:
+        with contextlib.suppress(APIError):
             container.stop(timeout=10)
-        except APIError:
-            pass
-        try:
+        with contextlib.suppress(NotFound):
             container.remove(force=True)
-        except NotFound:
-            pass
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:

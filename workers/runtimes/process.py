@@ -7,6 +7,7 @@ processes it started; the start time guards against a recycled pid.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 from workers.engines.plan import Placement
-from workers.runtimes.base import InstanceRequest, ObservedInstance, RuntimeError_
+from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance
 
 STOP_TIMEOUT = 15.0
 
@@ -65,11 +66,11 @@ class ProcessRuntime:
         plan = request.plan
         for mount in plan.mounts:
             if mount.kind == "model" and not Path(self.model_dir, mount.source).is_dir():
-                raise RuntimeError_(
+                raise InstanceError(
                     f"model {mount.source!r} is not in this node's model store ({self.model_dir})"
                 )
         if self.venv and not (self.venv / "bin" / "python").exists():
-            raise RuntimeError_(f"no engine virtualenv at {self.venv}; run `make engines`")
+            raise InstanceError(f"no engine virtualenv at {self.venv}; run `make engines`")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_path(request.name), "ab") as log:
             try:
@@ -78,7 +79,7 @@ class ProcessRuntime:
                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.state_dir,
                 )  # fmt: skip
             except OSError as exc:
-                raise RuntimeError_(f"cannot start {plan.args[0]}: {exc}") from exc
+                raise InstanceError(f"cannot start {plan.args[0]}: {exc}") from exc
         state = {
             "service": request.service,
             "name": request.name,
@@ -94,9 +95,10 @@ class ProcessRuntime:
         return self._observe(state)
 
     def _observe(self, state: dict) -> ObservedInstance:
-        alive = state["start_time"] is not None and _proc_start_time(state["pid"]) == state[
-            "start_time"
-        ]
+        alive = (
+            state["start_time"] is not None
+            and _proc_start_time(state["pid"]) == state["start_time"]
+        )
         exit_code = None
         if not alive:
             try:  # our own child: reap it and learn how it ended
@@ -149,20 +151,14 @@ class ProcessRuntime:
                 os.killpg(pid, 0)
             except ProcessLookupError:
                 break
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
             time.sleep(0.2)
         else:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:

@@ -16,7 +16,9 @@ class SpecInvalid(exceptions.ValidationError):
 def exception_handler(exc, context):
     if isinstance(exc, SpecInvalid):
         count = sum(len(v) for v in exc.errors.values())
-        detail = f"The spec is invalid ({count} error{'s' if count != 1 else ''}); nothing was saved."
+        detail = (
+            f"The spec is invalid ({count} error{'s' if count != 1 else ''}); nothing was saved."
+        )
         return Response({"detail": detail, "errors": exc.errors}, status=400)
     response = drf_exception_handler(exc, context)
     if response is not None and not (isinstance(response.data, dict) and "detail" in response.data):

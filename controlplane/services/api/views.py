@@ -40,7 +40,9 @@ def _on_commit_reconcile(name: str) -> None:
 
 
 def _live_service(name: str) -> Service:
-    service = get_object_or_404(Service.objects.exclude(desired_state=DesiredState.DELETED), name=name)
+    service = get_object_or_404(
+        Service.objects.exclude(desired_state=DesiredState.DELETED), name=name
+    )
     return service
 
 
@@ -160,5 +162,3 @@ class SpecPreview(APIView):
         plan = render(spec)
         return Response({"name": spec.name, "instances": spec.metadata.instance,
                          "containers": [plan.preview()]})  # fmt: skip
-
-

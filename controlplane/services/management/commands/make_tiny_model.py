@@ -1,4 +1,4 @@
-"""`manage.py make_tiny_model DIR [--seed N]`: write the tiny random-weight Llama that vLLM serves."""
+"""`manage.py make_tiny_model DIR [--seed N]`: write the tiny Llama that vLLM serves."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ class Command(BaseCommand):
         stack = Stack(home=settings.WHARF_HOME, env=self.child_env(runtime),
                       api_port=api_port, gateway_port=gateway_port)  # fmt: skip
         self.step("redis: " + stack.start_redis().split("?")[0])
-        self.step("starting API, gateway and worker (logs in %s/logs)" % settings.WHARF_HOME)
+        self.step(f"starting API, gateway and worker (logs in {settings.WHARF_HOME}/logs)")
         stack.start()
         try:
             token = None if no_demo else self.deploy_demo(stack, api_token)
@@ -65,8 +65,8 @@ class Command(BaseCommand):
 
     def admin_token(self) -> str:
         self.step("admin API token")
-        User = get_user_model()
-        admin, _ = User.objects.get_or_create(
+        user_model = get_user_model()
+        admin, _ = user_model.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True}
         )
         token = envstr("WHARF_BOOTSTRAP_TOKEN")
@@ -157,7 +157,7 @@ class Command(BaseCommand):
             out("Call the demo model:")
             out(f"  curl {stack.gateway_url}/v1/completions -H 'Authorization: Bearer {token}' \\")
             out("    -H 'Content-Type: application/json' \\")
-            out("    -d '{\"model\": \"tiny\", \"prompt\": \"Hello\", \"max_tokens\": 16}'")
+            out('    -d \'{"model": "tiny", "prompt": "Hello", "max_tokens": 16}\'')
         out("")
         out("Press Ctrl-C to stop.")
 

@@ -12,8 +12,8 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="cli")
 
     def handle(self, *args, user: str, name: str, **options):
-        User = get_user_model()
-        account, created = User.objects.get_or_create(
+        user_model = get_user_model()
+        account, created = user_model.objects.get_or_create(
             username=user, defaults={"is_staff": True, "is_superuser": True}
         )
         if not account.is_active:
