@@ -120,6 +120,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("WHARF_LOG_LEVEL", "INFO")},
+    "loggers": {"httpx": {"level": "WARNING"}},  # one line per request drowns everything else
 }
 
 # --- Wharf ---------------------------------------------------------------------------------

@@ -173,9 +173,7 @@ async def openai_route(request: Request) -> Response:
     denied = _check_access(request, runtime, service, model)
     if denied is not None:
         return denied
-    return _forward(
-        request, service, request.url.path, _engine_body(service, model, data, body)
-    )
+    return _forward(request, service, request.url.path, _engine_body(service, model, data, body))
 
 
 def _callable_models(snapshot: Snapshot, digest: str) -> list[str]:

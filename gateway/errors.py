@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from starlette.responses import JSONResponse
 
 INVALID_REQUEST = "invalid_request_error"
@@ -15,7 +17,7 @@ def error_response(
     error_type: str,
     code: str,
     message: str,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)

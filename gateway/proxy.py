@@ -107,7 +107,7 @@ class ProxyResponse(Response):
         self.path = path if path.startswith("/") else "/" + path
         self.query = query
         self.forward_headers = headers
-        self.body = body
+        self.request_body = body
         self.timeout = timeout
         self.status_code = 0  # known once the engine answers
         self.background = None
@@ -175,7 +175,10 @@ class ProxyResponse(Response):
 
     async def _open(self, instance: RoutedInstance) -> httpx.Response:
         request = self.client.build_request(
-            self.method, self._url(instance), headers=self.forward_headers, content=self.body
+            self.method,
+            self._url(instance),
+            headers=self.forward_headers,
+            content=self.request_body,
         )
         return await self.client.send(request, stream=True)
 

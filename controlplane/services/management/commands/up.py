@@ -37,12 +37,11 @@ class Command(BaseCommand):
         parser.add_argument("--api-port", type=int, default=8000)
         parser.add_argument("--gateway-port", type=int, default=9000)
         parser.add_argument("--no-demo", action="store_true")
-        parser.add_argument("--detach", action="store_true", help="start, deploy, print, exit")
 
     def step(self, message: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(f"==> {message}"))
 
-    def handle(self, *args, api_port: int, gateway_port: int, no_demo: bool, detach: bool, **_):
+    def handle(self, *args, api_port: int, gateway_port: int, no_demo: bool, **_):
         self.step("database")
         call_command("migrate", interactive=False, verbosity=0)
         api_token = self.admin_token()
@@ -55,13 +54,12 @@ class Command(BaseCommand):
         try:
             token = None if no_demo else self.deploy_demo(stack, api_token)
             self.summary(stack, api_token, token)
-            if not detach:
-                self.wait_for_signal()
+            self.wait_for_signal()
         finally:
-            if not detach:
-                self.step("stopping")
-                stack.stop()
-                self.remove_instances()
+            self.step("stopping")
+            stack.stop()
+            self.remove_instances()
+            self.stdout.write("stopped; `make run` brings the services back")
 
     def admin_token(self) -> str:
         self.step("admin API token")
