@@ -92,3 +92,12 @@ def test_memory_empty_dir_becomes_a_tmpfs():
     )  # fmt: skip
     (mount,) = plan.mounts
     assert (mount.kind, mount.target, mount.size_bytes) == ("tmpfs", "/cache", 1024**3)
+
+
+def test_vllm_gets_a_gigabyte_of_shared_memory_unless_the_spec_says_otherwise():
+    plan = render(parse_spec({"name": "s", "llm": {"engine": "vllm-cpu", "model": "m"}}))
+    assert plan.shm_size_bytes == 1024**3
+
+
+def test_vllm_never_reaches_for_a_model_hub():
+    assert render(spec()).env["HF_HUB_OFFLINE"] == "1"

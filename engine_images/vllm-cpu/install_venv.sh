@@ -52,7 +52,7 @@ rm -rf "$VENV".stale-*
 
 echo "creating venv $VENV with $PYTHON"
 "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check)
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
 echo "installing $TORCH"
 "${PIP[@]}" --no-deps "$TORCH"
 echo "installing the locked dependencies"

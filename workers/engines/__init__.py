@@ -26,7 +26,7 @@ def render(spec: ServiceSpec, placement: Placement | None = None) -> ContainerPl
 def _with_resources(spec: ServiceSpec, plan: ContainerPlan) -> ContainerPlan:
     meta = spec.metadata
     mounts = list(plan.mounts)
-    shm = meta.shm_size * GB if meta.shm_size else None
+    shm = meta.shm_size * GB if meta.shm_size else plan.shm_size_bytes
     for entry in spec.storage:
         if entry.empty_dir is None:
             continue

@@ -6,6 +6,7 @@ from controlplane.services.spec import ServiceSpec
 from workers.engines.plan import ContainerPlan, Mount, Placement
 
 DEFAULT_PORT = 8000
+SHM_DEFAULT = 1024**3
 IMAGES = {"vllm": "vllm/vllm-openai:v0.32.0", "vllm-cpu": "wharf/vllm-cpu:0.32.0"}
 
 
@@ -42,7 +43,10 @@ def render(spec: ServiceSpec, placement: Placement, image: str | None = None) ->
         args += ["--max-num-seqs", str(llm.max_num_seqs)]
     if llm.dtype:
         args += ["--dtype", llm.dtype]
-    env = {e.name: e.value for e in (container.env if container else [])}
+    # Models come from the node's model store or a mount, never from a hub; and no engine
+    # phones home.
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env.update({e.name: e.value for e in (container.env if container else [])})
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
         if "--enforce-eager" not in llm.extra_args:
@@ -57,4 +61,6 @@ def render(spec: ServiceSpec, placement: Placement, image: str | None = None) ->
         mounts=mounts,
         health_path="/health",
         metrics_path="/metrics",
+        # vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).
+        shm_size_bytes=SHM_DEFAULT,
     )
