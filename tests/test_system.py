@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from controlplane.services.tiny_model import write_tiny_model
+from tests.moto_support import KEY_ID, SECRET
 from tests.system import require_runtime, start_system
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -22,14 +23,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 def model_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     write_tiny_model(root / "tiny-llama")
+    write_tiny_model(root / "tiny-llama-draft")  # the same weights: drafts are mostly accepted
     return root
 
 
 @pytest.fixture(scope="module", params=["process", "docker"])
-def system(request, tmp_path_factory, model_dir, redis_url):
+def system(request, tmp_path_factory, model_dir, redis_url, moto):
     require_runtime(request.param)
     home = tmp_path_factory.mktemp(f"wharf-{request.param}")
-    system = start_system(request.param, home, model_dir, redis_url)
+    # The worker stages s3:// models from a real S3-compatible server (moto) on loopback.
+    storage = {"WHARF_S3_ENDPOINT": moto.url, "WHARF_S3_ACCESS_KEY_ID": KEY_ID,
+               "WHARF_S3_ACCESS_KEY_SECRET": SECRET}  # fmt: skip
+    system = start_system(request.param, home, model_dir, redis_url, storage)
     yield system
     system.remove_instances()  # of services a failed test left behind
     system.stack.stop()
@@ -176,3 +181,116 @@ def test_missing_model_fails_with_an_event_naming_it(system):
         )
         api.delete(f"/services/{name}")
     system.wait_phase(name, {"gone"}, timeout=60)
+
+
+def spec_decode_counters(url: str) -> dict[str, float]:
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    return {
+        line.split("{")[0].split(" ")[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("vllm:spec_decode_") and "_total" in line
+    }
+
+
+def test_speculative_decoding_with_a_draft_model(system):
+    if system.runtime != "docker":
+        pytest.skip("one runtime is enough: the engine flags are the same on both")
+    name = "e2e-speculative"
+    spec = tiny_spec(name)
+    spec["llm"]["speculative"] = {"model": "tiny-llama-draft", "num_speculative_tokens": 3}
+    with system.api() as api:
+        created = api.post("/services", json=spec)
+        assert created.status_code == 201, created.text
+        token = created.json()["token"]
+        service = system.wait_phase(name, {"running", "failed"}, timeout=600)
+        assert service["phase"] == "running", api.get(f"/services/{name}/events").json()
+        (instance,) = api.get(f"/services/{name}/instances").json()
+    before = spec_decode_counters(instance["url"])
+    client = openai.OpenAI(base_url=f"{system.stack.gateway_url}/v1", api_key=token)
+    completion = client.completions.create(
+        model=name, prompt="Speculate about this", max_tokens=24, temperature=0,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    assert completion.usage.completion_tokens == 24
+    after = spec_decode_counters(instance["url"])
+    drafted = "vllm:spec_decode_num_draft_tokens_total"
+    assert after[drafted] > before.get(drafted, 0), after
+    with system.api() as api:
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=120)
+
+
+def test_more_cards_than_the_node_has_stays_pending_with_an_event(system):
+    name = f"needs-gpu-{system.runtime}"
+    spec = {"name": name, "llm": {"engine": "vllm", "model": "tiny-llama"}, "metadata": {"gpu": 1}}
+    with system.api() as api:
+        assert api.post("/services", json=spec).status_code == 201
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [
+            e
+            for e in api.get(f"/services/{name}/events").json()
+            if e["reason"] == "InsufficientDevices"
+        ]:
+            time.sleep(1)
+        time.sleep(3)  # and it stays there, without failing
+        service = api.get(f"/services/{name}").json()
+        assert service["phase"] == "pending", service
+        assert "GPU" in service["progress"] and "GPU" in service["last_error"]
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=60)
+
+
+def upload_folder(s3, folder, bucket: str, prefix: str) -> None:
+    s3.create_bucket(Bucket=bucket)
+    for path in folder.rglob("*"):
+        if path.is_file():
+            s3.upload_file(str(path), bucket, f"{prefix}{path.relative_to(folder)}")
+
+
+def test_model_from_object_storage_is_staged_and_mounted_read_only(system, s3, model_dir):
+    if system.runtime != "docker":
+        pytest.skip("staging is runtime-independent; docker adds the read-only mount")
+    upload_folder(s3, model_dir / "tiny-llama", "models", "tiny/")
+    name = "e2e-staged"
+    spec = tiny_spec(name)
+    spec["llm"]["model"] = "s3://models/tiny/"
+    with system.api() as api:
+        created = api.post("/services", json=spec)
+        assert created.status_code == 201, created.text
+        token = created.json()["token"]
+        service = system.wait_phase(name, {"running", "failed"}, timeout=600)
+        assert service["phase"] == "running", api.get(f"/services/{name}/events").json()
+        (instance,) = api.get(f"/services/{name}/instances").json()
+    import docker
+
+    (mount,) = [
+        m for m in docker.from_env().containers.get(instance["name"]).attrs["Mounts"]
+        if m["Destination"] == "/models/s3/models/tiny"
+    ]  # fmt: skip
+    assert mount["RW"] is False and mount["Source"].startswith(str(system.stack.home / "cache"))
+    client = openai.OpenAI(base_url=f"{system.stack.gateway_url}/v1", api_key=token)
+    answer = client.completions.create(model=name, prompt="Hi", max_tokens=4,
+                                       extra_body={"ignore_eos": True})  # fmt: skip
+    assert answer.usage.completion_tokens == 4
+    with system.api() as api:
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=120)
+
+
+def test_missing_bucket_fails_with_an_event_and_stages_nothing(system):
+    name = f"nobucket-{system.runtime}"
+    spec = {"name": name, "llm": {"engine": "vllm-cpu", "model": "s3://no-such-bucket/m/"}}
+    with system.api() as api:
+        assert api.post("/services", json=spec).status_code == 201
+        service = system.wait_phase(name, {"failed"}, timeout=60)
+        assert "no-such-bucket" in service["last_error"]
+        events = api.get(f"/services/{name}/events").json()
+        assert any(e["reason"] == "InstanceFailed" and "no-such-bucket" in e["message"]
+                   for e in events)  # fmt: skip
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=60)
+    cache = system.stack.home / "cache"
+    leftovers = (
+        [p.name for p in cache.iterdir() if not p.name.endswith(".lock")] if cache.exists() else []
+    )
+    assert leftovers == []

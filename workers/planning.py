@@ -55,6 +55,7 @@ def status(
     running: int,
     previous_phase: str,
     failed: bool,
+    waiting: str | None = None,
 ) -> Status:
     """The service phase from counts alone, so it can be recomputed on any pass."""
     if desired_state == "deleted":
@@ -66,6 +67,8 @@ def status(
     counts = f"{ready}/{replicas} instances ready"
     if failed:
         return Status("failed", counts)
+    if waiting and ready < replicas:
+        return Status("pending", f"{counts}; waiting: {waiting}")
     if ready >= replicas:
         return Status("running", counts)
     if previous_phase in ("running", "degraded") and ready < replicas:

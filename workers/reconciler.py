@@ -19,12 +19,16 @@ from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.spec import SpecError
-from workers import planning
+from workers import devices, planning, provisioning, sizing
 from workers.engines import render
 from workers.health import is_healthy
+from workers.locks import node_lock
 from workers.runtimes import InstanceError, InstanceRequest, ObservedInstance, Runtime
 
 log = logging.getLogger(__name__)
+
+# Cards change rarely and nvidia-smi is slow; a short-lived cache per worker process.
+CARDS = devices.DeviceCache()
 
 # Events that mark a fresh user intent; exits before the latest of them are forgiven.
 INTENT_REASONS = ("Created", "Updated", "StartRequested")
@@ -45,12 +49,16 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     for instance in result.remove:
         _remove(service, runtime, instance)
     created: list[ObservedInstance] = []
+    waiting = None
     for instance_name in result.create:
         try:
-            plan = render(spec, runtime.placement())
-            request = InstanceRequest(name, instance_name, desired.spec_hash, plan)
-            created.append(runtime.create(request))
+            created.append(_create(service, runtime, spec, instance_name, desired.spec_hash))
             record(service, "InstanceCreated", f"instance created on {runtime.name}", instance_name)
+        except devices.InsufficientDevices as exc:
+            waiting = str(exc)  # not a failure: it starts once cards are free
+            if service.last_error != waiting:
+                record(service, "InsufficientDevices", waiting, instance_name)
+            break
         except InstanceError as exc:
             error = str(exc)
             record(service, "InstanceFailed", error, instance_name)
@@ -59,12 +67,60 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     live = result.keep + created
     ready &= {o.name for o in live}
     _sync_instances(service, runtime, live, ready)
-    settled = _write_status(service, desired, len(ready), len(live), error)
+    settled = _write_status(service, desired, len(ready), len(live), error, waiting)
     if service.desired_state == DesiredState.DELETED and not live:
         record(service, "Deleted", "every instance removed; service deleted")
         service.delete()
     publish_snapshot()
     return not settled
+
+
+def _create(service: Service, runtime: Runtime, spec, name: str, spec_hash: str):
+    """Stage models, check the model store, take cards, render, and start one instance."""
+
+    def report(progress: str) -> None:
+        Service.objects.filter(pk=service.pk).update(progress=progress[:200])
+
+    staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report)
+    provisioning.check_model_store(spec, settings.WHARF_MODEL_DIR)
+    kind, count = provisioning.device_need(spec)
+    # Cards are taken under a node-wide lock, so two services never get the same card.
+    with node_lock("devices"):
+        indexes: tuple[int, ...] = ()
+        if count:
+            in_use = provisioning.cards_in_use(runtime.list(), kind)
+            indexes = devices.allocate(kind, count, CARDS.get(), in_use)
+        placement = replace(runtime.placement(), devices=indexes, staged=staged)
+        _warn_if_it_cannot_fit(service, spec, placement)
+        report(f"starting instance {name}")
+        allocation = devices.encode_allocation(kind, indexes) if indexes else ""
+        return runtime.create(
+            InstanceRequest(service.name, name, spec_hash, render(spec, placement), allocation)
+        )
+
+
+def _warn_if_it_cannot_fit(service: Service, spec, placement) -> None:
+    """A deploy-time warning, never a refusal: the estimate is only an estimate."""
+    config = provisioning.model_config(spec, placement)
+    kind, _ = provisioning.device_need(spec)
+    cards = [d for d in CARDS.get() if d.kind == kind and d.index in placement.devices]
+    if config is None or not cards or spec.llm is None:
+        return
+    try:
+        estimate = sizing.estimate(
+            config,
+            dtype=spec.llm.quantization or spec.llm.dtype or "auto",
+            kv_cache_dtype=spec.llm.kv_cache_dtype or "auto",
+            card_memory_gb=min(d.memory_mb for d in cards) / 1024,
+            utilization=spec.llm.gpu_memory_utilization or 0.9,
+            cards=len(cards),
+            max_model_len=spec.llm.max_model_len,
+        )
+    except ValueError as exc:  # a config the estimator does not understand: say nothing
+        log.info("no fit estimate for %s: %s", service.name, exc)
+        return
+    if not estimate.fits and not _events_since_intent(service, ("WontFit",)):
+        record(service, "WontFit", f"this spec may not fit: {estimate.reason}")
 
 
 def _expire_if_stuck(service: Service, observed: ObservedInstance, ready: set[str]):
@@ -88,7 +144,7 @@ def _desired(service: Service):
         spec = service.parsed_spec()
     except SpecError as exc:  # stored before a validation rule tightened
         return planning.Desired(0, "", allow_create=False), None, f"invalid spec: {exc}"
-    exits = _exits_since_intent(service)
+    exits = _events_since_intent(service, ("InstanceExited", "InstanceFailed"))
     error = None
     if exits >= planning.MAX_EXITS:
         error = f"instances exited {exits} times; fix the spec and update or start the service"
@@ -96,12 +152,13 @@ def _desired(service: Service):
     return desired, spec, error
 
 
-def _exits_since_intent(service: Service) -> int:
+def _events_since_intent(service: Service, reasons: tuple[str, ...]) -> int:
+    """How many such events since the user last created, updated or started the service."""
     intent = service.events.filter(reason__in=INTENT_REASONS).order_by("-id").first()
-    exits = service.events.filter(reason__in=("InstanceExited", "InstanceFailed"))
+    events = service.events.filter(reason__in=reasons)
     if intent:
-        exits = exits.filter(id__gt=intent.id)
-    return exits.count()
+        events = events.filter(id__gt=intent.id)
+    return events.count()
 
 
 def _remove(service: Service, runtime: Runtime, instance: ObservedInstance) -> None:
@@ -145,21 +202,22 @@ def _sync_instances(service, runtime, live, ready) -> None:
     Instance.objects.filter(pk__in=[r.pk for r in rows.values()]).delete()
 
 
-def _write_status(service: Service, desired, ready: int, live: int, error: str | None) -> bool:
+def _write_status(service, desired, ready: int, live: int, error: str | None, waiting=None) -> bool:
     """Write the observed status if the spec has not changed meanwhile; True when settled."""
     status = planning.status(
-        service.desired_state, desired.replicas, ready, live, service.phase, failed=bool(error)
-    )
+        service.desired_state, desired.replicas, ready, live, service.phase, failed=bool(error),
+        waiting=waiting,
+    )  # fmt: skip
     with transaction.atomic():
         updated = Service.objects.filter(pk=service.pk, generation=service.generation).update(
             phase=status.phase,
             progress=status.progress,
             ready_instances=ready,
             observed_generation=service.generation,
-            last_error=error or "",
+            last_error=error or waiting or "",
         )
         if updated and status.phase != service.phase:
             record(service, status.phase.capitalize(), status.progress)
     if error and error != service.last_error:
         log.warning("service %s failed: %s", service.name, error)
-    return status.phase in ("running", "stopped", "failed", "degraded")
+    return status.phase in ("running", "stopped", "failed", "degraded", "pending")

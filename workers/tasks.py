@@ -2,21 +2,14 @@ from __future__ import annotations
 
 import logging
 
-import redis
-from django.conf import settings
-
 from controlplane.services.models import Service
 from workers.celery import app
+from workers.locks import LOCK_TTL, client
 from workers.reconciler import reconcile
 from workers.runtimes import get_runtime
 
 log = logging.getLogger(__name__)
 REQUEUE_DELAY = 2.0  # seconds between passes while a service is still moving
-LOCK_TTL = 600  # seconds; longer than any pass (removing a container waits up to ~10 s each)
-
-
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
 
 
 def _pending_key(name: str) -> str:
@@ -26,16 +19,16 @@ def _pending_key(name: str) -> str:
 def enqueue_reconcile(name: str, countdown: float = 0) -> None:
     """Queue one pass unless one is already queued: triggers coalesce instead of piling up.
     The marker expires, so a pass lost with a dead worker is retried by the periodic pass."""
-    if _redis().set(_pending_key(name), "1", nx=True, ex=60):
+    if client().set(_pending_key(name), "1", nx=True, ex=60):
         reconcile_service.apply_async(args=[name], countdown=countdown)
 
 
 @app.task(name="workers.tasks.reconcile_service")
 def reconcile_service(name: str) -> None:
-    _redis().delete(_pending_key(name))  # changes from now on need a pass after this one
+    client().delete(_pending_key(name))  # changes from now on need a pass after this one
     # One pass per service at a time; a trigger that finds the lock taken comes back shortly,
     # so an update made during a pass is never lost.
-    lock = _redis().lock(f"wharf:reconcile:{name}", timeout=LOCK_TTL, blocking_timeout=0)
+    lock = client().lock(f"wharf:reconcile:{name}", timeout=LOCK_TTL, blocking_timeout=0)
     if not lock.acquire():
         enqueue_reconcile(name, countdown=REQUEUE_DELAY)
         return

@@ -18,11 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
 RESERVED_PORTS = frozenset({8080, 9090})
-ENGINES = ("vllm", "vllm-cpu")
+# Each has an adapter in workers/engines/ (custom: the given image and command, verbatim).
+ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "bladellm", "tgi", "paddlenlp", "custom")
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 # A model in the node's model store: `tiny-llama` or `org/model`; never `..`.
 MODEL_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
 OBJECT_STORAGE_SCHEMES = ("oss", "obs", "s3")
+OBJECT_URI = re.compile(r"^(oss|obs|s3)://[a-z0-9][a-z0-9.-]{1,62}(/.*)?$")
+REDACTED = "******"
 
 
 class SpecError(ValueError):
@@ -82,6 +85,10 @@ class EmptyDir(_Eas):
 class ObjectStorage(_Eas):
     path: str
     endpoint: str | None = None
+    # Optional per-entry credentials; else WHARF_<SCHEME>_ACCESS_KEY_ID/_SECRET from the
+    # worker's environment. The secret is never echoed by the API (see REDACTED).
+    access_key_id: str | None = None
+    access_key_secret: str | None = None
 
 
 class Nfs(_Eas):
@@ -135,16 +142,76 @@ class Metadata(_Eas):
     rpc: Rpc | None = None
 
 
+def _model_reference(value: str) -> str:
+    """A model in the node's model store, an absolute path in the container, or an
+    object-storage URI that the worker stages into the node's cache."""
+    if value.startswith("/"):
+        if ".." in value.split("/"):
+            raise ValueError("a model path must not contain '..'")
+        return value
+    scheme, sep, _ = value.partition("://")
+    if sep:
+        if scheme not in OBJECT_STORAGE_SCHEMES:
+            raise ValueError(f"unknown storage scheme {scheme!r}; use oss://, obs:// or s3://")
+        if not OBJECT_URI.match(value):
+            raise ValueError(f"an object-storage model looks like {scheme}://bucket/prefix/")
+        return value
+    if not MODEL_STORE_NAME.match(value) or ".." in value:
+        raise ValueError(
+            "give a model in the node's model store (e.g. 'tiny-llama'), an absolute path "
+            "inside the container, or an oss://, obs:// or s3:// URI"
+        )
+    return value
+
+
+class Speculative(_Strict):
+    """Speculative decoding: a draft model (or method) proposes tokens the main model checks."""
+
+    model: str | None = None  # the draft model; not needed by ngram/mtp-style methods
+    num_speculative_tokens: int = Field(default=4, ge=1, le=32)
+    method: Literal["draft_model", "ngram", "eagle", "eagle3", "medusa", "mtp"] = "draft_model"
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        return None if value is None else _model_reference(value)
+
+    @model_validator(mode="after")
+    def _draft_needed(self) -> Speculative:
+        if self.method in ("draft_model", "eagle", "eagle3", "medusa") and not self.model:
+            raise ValueError(f"method {self.method} needs a draft model in speculative.model")
+        return self
+
+
+OptionValue = str | int | float | bool
+
+
 class Llm(_Strict):
     engine: str
-    model: str
+    model: str | None = None
     served_model_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][\w./:-]{0,127}$")
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
     max_model_len: int | None = Field(default=None, ge=16)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    enable_chunked_prefill: bool | None = None
+    chunked_prefill_size: int | None = Field(default=None, ge=1)
+    quantization: str | None = Field(default=None, min_length=1)
+    kv_cache_dtype: str | None = Field(default=None, min_length=1)
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
+    speculative: Speculative | None = None
+    # Engine flags Wharf has no field for: {"--block-size": 16, "--enable-prefix-caching": true}
+    options: dict[str, OptionValue] = {}
     extra_args: list[str] = []
+
+    @field_validator("options")
+    @classmethod
+    def _flags(cls, value: dict[str, OptionValue]) -> dict[str, OptionValue]:
+        bad = [k for k in value if not re.match(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$", k)]
+        if bad:
+            raise ValueError(f"option names are flags like --block-size; not {', '.join(bad)}")
+        return value
 
     @field_validator("engine")
     @classmethod
@@ -155,22 +222,8 @@ class Llm(_Strict):
 
     @field_validator("model")
     @classmethod
-    def _model(cls, value: str) -> str:
-        if value.startswith("/"):
-            if ".." in value.split("/"):
-                raise ValueError("a model path must not contain '..'")
-            return value  # a path inside the container, provided by a storage mount
-        if value.split("://")[0] in OBJECT_STORAGE_SCHEMES and "://" in value:
-            raise ValueError(
-                "object-storage models are not staged yet; mount them with storage[] "
-                "and give the mount path here"
-            )
-        if not MODEL_STORE_NAME.match(value) or ".." in value:
-            raise ValueError(
-                "give a model in the node's model store (e.g. 'tiny-llama') or an absolute "
-                "path inside the container"
-            )
-        return value
+    def _model(cls, value: str | None) -> str | None:
+        return None if value is None else _model_reference(value)
 
 
 class ServiceSpec(_Eas):
@@ -229,6 +282,8 @@ def _cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
                 errors[f"containers[{i}].command"] = [
                     "a command or script is required without an llm section"
                 ]
+    if spec.llm is not None:
+        errors.update(_llm_checks(spec))
     if len(spec.containers) > 1:
         errors.setdefault("containers", []).append("one container per instance is supported")
     mounts = [entry.mount_path.rstrip("/") or "/" for entry in spec.storage]
@@ -237,6 +292,36 @@ def _cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
             errors[f"storage[{i}].mount_path"] = [f"{mount} is mounted twice"]
     if spec.metadata.shm_size and "/dev/shm" in mounts:
         errors["metadata.shm_size"] = ["shared memory is set twice: here and as /dev/shm storage"]
+    return errors
+
+
+GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
+
+
+def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
+    llm = spec.llm
+    assert llm is not None
+    errors: dict[str, list[str]] = {}
+    container = spec.containers[0] if spec.containers else None
+    custom_command = bool(container and (container.command or container.script))
+    if not llm.model and not custom_command and llm.engine != "custom":
+        need = "a draft model needs a main model: " if llm.speculative else ""
+        errors["llm.model"] = [f"{need}give the model to serve"]
+    if llm.engine == "custom" and not custom_command:
+        errors["containers[0].command"] = ["the custom engine runs the given image and command"]
+    cards, kind = (spec.metadata.npu, "npu") if llm.engine == "vllm-ascend" else (
+        spec.metadata.gpu, "gpu"
+    )  # fmt: skip
+    if llm.engine in GPU_ENGINES + ("vllm-ascend",) and cards < 1:
+        alt = "; or use engine vllm-cpu" if llm.engine == "vllm" else ""
+        errors[f"metadata.{kind}"] = [
+            f"engine {llm.engine} runs on {kind.upper()}s: set at least 1{alt}"
+        ]
+    elif llm.tensor_parallel_size > max(cards, 1) and llm.engine != "vllm-cpu":
+        errors["llm.tensor_parallel_size"] = [
+            f"tensor parallelism {llm.tensor_parallel_size} needs as many cards; "
+            f"metadata.{kind} is {cards}"
+        ]
     return errors
 
 

@@ -1,42 +1,73 @@
-"""Engine adapters: pure functions from a service spec to a container plan."""
+"""Engine adapters: pure functions from a service spec to a container plan.
+
+Each engine has a module here with `render(spec, placement) -> ContainerPlan` and
+`validate(spec) -> {field: [errors]}` (rules only that engine knows, e.g. its quantization
+choices). `render` below adds what every engine shares: resources, shared memory, storage.
+"""
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from controlplane.services.spec import ServiceSpec
-from workers.engines import custom, vllm
 from workers.engines.plan import ContainerPlan, Mount, Placement
 
-__all__ = ["ContainerPlan", "Mount", "Placement", "render"]
+__all__ = ["ContainerPlan", "Mount", "Placement", "render", "validate"]
 
 GB = 1024**3
 MB = 1024**2
+MODULES = {
+    "vllm": "vllm",
+    "vllm-cpu": "vllm",
+    "vllm-ascend": "vllm_ascend",
+    "bladellm": "bladellm",
+    "tgi": "tgi",
+    "paddlenlp": "paddlenlp",
+    "custom": "custom",
+}
+
+
+def adapter(spec: ServiceSpec) -> ModuleType:
+    """The engine that renders `spec`: a given command is always run verbatim (custom)."""
+    container = spec.containers[0] if spec.containers else None
+    if spec.llm is None or (container and (container.command or container.script)):
+        name = "custom"
+    else:
+        name = MODULES[spec.llm.engine]
+    return importlib.import_module(f"workers.engines.{name}")
+
+
+def validate(spec: ServiceSpec) -> dict[str, list[str]]:
+    check = getattr(adapter(spec), "validate", None)
+    return check(spec) if check else {}
 
 
 def render(spec: ServiceSpec, placement: Placement | None = None) -> ContainerPlan:
-    """The container of one instance of `spec`: the engine's command, or the user's verbatim."""
+    """The container of one instance of `spec`."""
     placement = placement or Placement()
-    container = spec.containers[0] if spec.containers else None
-    if spec.llm and not (container and (container.command or container.script)):
-        plan = vllm.render(spec, placement)
-    else:
-        plan = custom.render(spec, placement)
-    return _with_resources(spec, plan)
+    return _with_resources(spec, adapter(spec).render(spec, placement), placement)
 
 
-def _with_resources(spec: ServiceSpec, plan: ContainerPlan) -> ContainerPlan:
+def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement) -> ContainerPlan:
     meta = spec.metadata
     mounts = list(plan.mounts)
     shm = meta.shm_size * GB if meta.shm_size else plan.shm_size_bytes
     for entry in spec.storage:
-        if entry.empty_dir is None:
-            continue
-        size = entry.empty_dir.size_limit * GB if entry.empty_dir.size_limit else None
-        if entry.mount_path.rstrip("/") == "/dev/shm":
-            shm = size or shm
-        elif entry.empty_dir.medium == "memory":
-            mounts.append(
-                Mount(kind="tmpfs", target=entry.mount_path, size_bytes=size, read_only=False)
-            )
+        if entry.empty_dir is not None:
+            size = entry.empty_dir.size_limit * GB if entry.empty_dir.size_limit else None
+            if entry.mount_path.rstrip("/") == "/dev/shm":
+                shm = size or shm
+            elif entry.empty_dir.medium == "memory":
+                mounts.append(Mount("tmpfs", entry.mount_path, size_bytes=size, read_only=False))
+        elif entry.nfs is not None:
+            source = f"{entry.nfs.server}:{entry.nfs.path}"
+            mounts.append(Mount("nfs", entry.mount_path, source, read_only=entry.nfs.readOnly))
+        else:
+            store = entry.oss or entry.obs or entry.s3
+            assert store is not None
+            host_dir = placement.staged.get(store.path, f"<staged {store.path}>")
+            mounts.append(Mount("bind", entry.mount_path, host_dir))
     return ContainerPlan(
         image=plan.image,
         args=plan.args,
@@ -48,4 +79,6 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan) -> ContainerPlan:
         shm_size_bytes=shm,
         cpus=meta.cpu,
         memory_bytes=meta.memory * MB if meta.memory else None,
+        gpus=plan.gpus,
+        device_paths=plan.device_paths,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from controlplane.services.spec import ServiceSpec
 from workers.engines.plan import ContainerPlan, Placement
+from workers.engines.vllm_ascend import driver_mounts, npu_devices
 
 DEFAULT_PORT = 8000
 
@@ -16,11 +17,25 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     # The command is a shell line in EAS's format; PORT tells a process-runtime instance which
     # port it was given when the spec's own port cannot be used.
     env.setdefault("PORT", str(placement.port or port))
+    # The command still needs the cards the instance was given (EAS runs BladeLLM this way).
+    npu = spec.metadata.npu > 0 and placement.in_container
     return ContainerPlan(
         image=container.image or "",
         args=["/bin/sh", "-c", shell],
         port=placement.port or port,
         env=env,
+        mounts=driver_mounts() if npu else [],
         health_path="",  # unknown for a custom server: a TCP check
         metrics_path=None,
+        gpus=placement.devices if spec.metadata.gpu else (),
+        device_paths=npu_devices(placement) if npu else (),
     )
+
+
+def validate(spec: ServiceSpec) -> dict[str, list[str]]:
+    if spec.llm and spec.llm.speculative:
+        return {"llm.speculative": [
+            "a given command runs verbatim; put the draft model in the command, or drop the "
+            "command to let the engine adapter map llm.speculative"
+        ]}  # fmt: skip
+    return {}

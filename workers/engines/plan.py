@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
 class Mount:
-    """A read-only model from the node's model store, or a tmpfs (`empty_dir` in memory)."""
+    """A filesystem an instance sees. Users never name host paths: `bind` sources are chosen
+    by the platform (the node's model store, the object-storage cache, NPU driver files)."""
 
-    kind: str  # "model" | "tmpfs"
+    kind: str  # "bind" (read-only host path) | "tmpfs" | "nfs"
     target: str
-    source: str = ""  # model store name for kind "model"
-    size_bytes: int | None = None
+    source: str = ""  # bind: host path; nfs: "server:/export/path"
+    size_bytes: int | None = None  # tmpfs
     read_only: bool = True
 
 
@@ -20,13 +21,21 @@ class Mount:
 class Placement:
     """Where an instance will run, as far as its command line cares.
 
-    Docker instances see models under /models and listen on all interfaces of their own
-    network namespace; local processes see the host's model store and share the host's ports.
+    Docker instances see the model store under /models and listen on all interfaces of their
+    own network namespace. Local processes see host paths and share the host's ports.
     """
 
-    models_root: str = "/models"
+    in_container: bool = True
+    model_store: str = "/var/lib/wharf/models"  # the node's model store, a host path
     host: str = "0.0.0.0"
-    port: int | None = None  # None: the spec's (or engine's default) port
+    port: int | None = None  # None: the spec's (or the engine's default) port
+    devices: tuple[int, ...] = ()  # card indexes (GPU or NPU) allocated to this instance
+    # Object-storage URI -> host directory where the worker staged it.
+    staged: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def models_root(self) -> str:
+        return "/models" if self.in_container else self.model_store
 
 
 @dataclass(frozen=True)
@@ -36,23 +45,16 @@ class ContainerPlan:
     port: int
     env: dict[str, str] = field(default_factory=dict)
     mounts: list[Mount] = field(default_factory=list)
-    health_path: str = "/health"
+    health_path: str = "/health"  # "" for a TCP check
     metrics_path: str | None = "/metrics"
     shm_size_bytes: int | None = None
     cpus: float | None = None
     memory_bytes: int | None = None
+    gpus: tuple[int, ...] = ()  # NVIDIA cards, as Docker device requests
+    device_paths: tuple[str, ...] = ()  # host devices passed through (/dev/davinci0, ...)
 
     def preview(self) -> dict:
         """The plan as the preview API and the console show it."""
-        return {
-            "image": self.image,
-            "command": self.args,
-            "port": self.port,
-            "env": dict(self.env),
-            "mounts": [m.__dict__ for m in self.mounts],
-            "health_path": self.health_path,
-            "metrics_path": self.metrics_path,
-            "shm_size_bytes": self.shm_size_bytes,
-            "cpus": self.cpus,
-            "memory_bytes": self.memory_bytes,
-        }
+        out = asdict(self)
+        out["command"] = out.pop("args")
+        return out

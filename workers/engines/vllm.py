@@ -1,29 +1,83 @@
-"""vLLM's OpenAI-compatible server: `vllm` (CUDA image) and `vllm-cpu` (its CPU build)."""
+"""vLLM's OpenAI-compatible server: `vllm` (CUDA image) and `vllm-cpu` (its CPU build).
+
+`server_args` is shared with vllm_ascend (the same server with the Ascend plugin). The small
+spec helpers above it (port, image, env, options, shared memory) serve every engine adapter.
+"""
 
 from __future__ import annotations
 
-from controlplane.services.spec import ServiceSpec
-from workers.engines.plan import ContainerPlan, Mount, Placement
+import json
+
+from controlplane.services.spec import Llm, ServiceSpec, Speculative
+from workers.engines.common import (
+    GIB,
+    OFFLINE_ENV,
+    engine_image,
+    engine_port,
+    locate_draft,
+    merge_mounts,
+    option_args,
+    shm_size,
+    user_env,
+)
+from workers.engines.models import locate_model
+from workers.engines.plan import ContainerPlan, Placement
 
 DEFAULT_PORT = 8000
-SHM_DEFAULT = 1024**3
+# vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).
+SHM_DEFAULT = GIB
 IMAGES = {"vllm": "vllm/vllm-openai:v0.32.0", "vllm-cpu": "wharf/vllm-cpu:0.32.0"}
+# vLLM's --quantization choices (vllm/model_executor/layers/quantization). The list grows with
+# each release, so the error message points at llm.extra_args for newer ones.
+QUANTIZATIONS = frozenset(
+    {
+        "auto-round", "awq", "awq_marlin", "bitblas", "bitsandbytes", "compressed-tensors",
+        "experts_int8", "fbgemm_fp8", "fp8", "gguf", "gptq", "gptq_bitblas", "gptq_marlin",
+        "gptq_marlin_24", "hqq", "inc", "ipex", "modelopt", "modelopt_fp4", "moe_wna16",
+        "mxfp4", "ptpc_fp8", "quark", "rtn", "torchao",
+    }
+)  # fmt: skip
+KV_CACHE_DTYPES = frozenset({"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"})
 
 
-def model_location(model: str, placement: Placement) -> tuple[str, list[Mount]]:
-    """The model path the engine reads, and the mount that puts the model there."""
-    if model.startswith("/"):
-        return model, []  # provided by one of the spec's storage mounts
-    target = f"{placement.models_root.rstrip('/')}/{model}"
-    return target, [Mount(kind="model", source=model, target=f"/models/{model}")]
+def speculative_config(speculative: Speculative, draft_path: str | None) -> str:
+    """vLLM's --speculative-config. ngram and mtp need no model: ngram matches the prompt
+    (prompt_lookup_max keeps vLLM's default), mtp reuses the main model's own MTP layers."""
+    config: dict[str, str | int] = {}
+    if draft_path is not None:
+        config["model"] = draft_path
+    config["num_speculative_tokens"] = speculative.num_speculative_tokens
+    config["method"] = speculative.method
+    return json.dumps(config)
 
 
-def render(spec: ServiceSpec, placement: Placement, image: str | None = None) -> ContainerPlan:
+def batched_tokens(llm: Llm) -> int | None:
+    # vLLM has no chunk-size flag: with chunked prefill, --max-num-batched-tokens is the token
+    # budget of one scheduler step, so it caps the prefill chunk. validate() refuses the two
+    # fields disagreeing.
+    return llm.max_num_batched_tokens or llm.chunked_prefill_size
+
+
+def chunked_prefill_args(llm: Llm) -> list[str]:
+    if llm.enable_chunked_prefill is False:
+        return ["--no-enable-chunked-prefill"]
+    if llm.enable_chunked_prefill or llm.chunked_prefill_size:
+        return ["--enable-chunked-prefill"]
+    return []
+
+
+def server_args(
+    spec: ServiceSpec,
+    placement: Placement,
+    *,
+    port: int,
+    model_path: str,
+    draft_path: str | None,
+    quantization: list[str],
+) -> list[str]:
+    """The api_server command line up to, not including, llm.extra_args."""
     llm = spec.llm
     assert llm is not None
-    container = spec.containers[0] if spec.containers else None
-    port = placement.port or (container.port if container and container.port else DEFAULT_PORT)
-    model_path, mounts = model_location(llm.model, placement)
     args = [
         "python", "-m", "vllm.entrypoints.openai.api_server",
         "--model", model_path,
@@ -37,30 +91,83 @@ def render(spec: ServiceSpec, placement: Placement, image: str | None = None) ->
         args += ["--tensor-parallel-size", str(llm.tensor_parallel_size)]
     if llm.max_model_len:
         args += ["--max-model-len", str(llm.max_model_len)]
-    if llm.gpu_memory_utilization and llm.engine == "vllm":
+    if llm.gpu_memory_utilization and llm.engine != "vllm-cpu":
         args += ["--gpu-memory-utilization", str(llm.gpu_memory_utilization)]
     if llm.max_num_seqs:
         args += ["--max-num-seqs", str(llm.max_num_seqs)]
+    if tokens := batched_tokens(llm):
+        args += ["--max-num-batched-tokens", str(tokens)]
+    args += chunked_prefill_args(llm)
+    args += quantization
     if llm.dtype:
         args += ["--dtype", llm.dtype]
-    # Models come from the node's model store or a mount, never from a hub; and no engine
-    # phones home.
-    env = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    env.update({e.name: e.value for e in (container.env if container else [])})
+    if llm.speculative:
+        args += ["--speculative-config", speculative_config(llm.speculative, draft_path)]
+    return args + option_args(llm.options)
+
+
+def chunked_prefill_errors(llm: Llm) -> dict[str, list[str]]:
+    """One knob in vLLM (and BladeLLM) carries both the step budget and the chunk size."""
+    size, budget = llm.chunked_prefill_size, llm.max_num_batched_tokens
+    if size and llm.enable_chunked_prefill is False:
+        return {"llm.chunked_prefill_size": [
+            "chunked prefill is off (llm.enable_chunked_prefill is false); drop the size or "
+            "turn it on"
+        ]}  # fmt: skip
+    if size and budget and size != budget:
+        return {"llm.chunked_prefill_size": [
+            f"{llm.engine} caps the prefill chunk with its batched-token budget, and "
+            f"llm.max_num_batched_tokens ({budget}) differs; give only one of them"
+        ]}  # fmt: skip
+    return {}
+
+
+def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
+    llm = spec.llm
+    assert llm is not None and llm.model is not None
+    port = engine_port(spec, placement, DEFAULT_PORT)
+    model_path, mounts = locate_model(llm.model, placement)
+    draft_path, draft_mounts = locate_draft(llm, placement)
+    quantization = ["--quantization", llm.quantization] if llm.quantization else []
+    if llm.kv_cache_dtype:
+        quantization += ["--kv-cache-dtype", llm.kv_cache_dtype]
+    args = server_args(
+        spec, placement, port=port, model_path=model_path, draft_path=draft_path,
+        quantization=quantization,
+    )  # fmt: skip
+    env = {**OFFLINE_ENV, **user_env(spec)}
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
-        if "--enforce-eager" not in llm.extra_args:
+        if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):
             args.append("--enforce-eager")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default of 4 is too much here
     args += llm.extra_args
+    cuda = llm.engine == "vllm"
     return ContainerPlan(
-        image=image or (container.image if container and container.image else IMAGES[llm.engine]),
+        image=engine_image(spec, IMAGES[llm.engine]),
         args=args,
         port=port,
         env=env,
-        mounts=mounts,
+        mounts=merge_mounts(mounts, draft_mounts),
         health_path="/health",
         metrics_path="/metrics",
-        # vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).
-        shm_size_bytes=SHM_DEFAULT,
+        shm_size_bytes=shm_size(spec.metadata.gpu if cuda else 0, SHM_DEFAULT),
+        gpus=placement.devices if cuda else (),
     )
+
+
+def validate(spec: ServiceSpec) -> dict[str, list[str]]:
+    llm = spec.llm
+    assert llm is not None
+    errors = chunked_prefill_errors(llm)
+    if llm.quantization and llm.quantization not in QUANTIZATIONS:
+        errors["llm.quantization"] = [
+            f"vLLM has no quantization {llm.quantization!r}; choose one of "
+            f"{', '.join(sorted(QUANTIZATIONS))} (a newer one goes in llm.extra_args)"
+        ]
+    if llm.kv_cache_dtype and llm.kv_cache_dtype not in KV_CACHE_DTYPES:
+        errors["llm.kv_cache_dtype"] = [
+            f"vLLM has no KV-cache dtype {llm.kv_cache_dtype!r}; choose one of "
+            f"{', '.join(sorted(KV_CACHE_DTYPES))}"
+        ]
+    return errors

@@ -11,10 +11,20 @@ from workers.engines.plan import ContainerPlan, Placement
 LABEL_SERVICE = "wharf.service"
 LABEL_INSTANCE = "wharf.instance"
 LABEL_SPEC_HASH = "wharf.spec-hash"
+LABEL_DEVICES = "wharf.devices"  # workers.devices.encode_allocation, e.g. "gpu:0,1"
 
 
 class InstanceError(Exception):
     """A failure the user can act on (missing image, missing model); shown as an event."""
+
+
+def missing_bind_source(source: str, model_store: str) -> str:
+    """The message for a bind mount whose host path is not there."""
+    store = model_store.rstrip("/") + "/"
+    if source.startswith(store):
+        name = source.removeprefix(store)
+        return f"model {name!r} is not in this node's model store ({model_store})"
+    return f"{source} does not exist on this node"
 
 
 @dataclass(frozen=True)
@@ -23,6 +33,7 @@ class InstanceRequest:
     name: str
     spec_hash: str
     plan: ContainerPlan
+    devices: str = ""  # the cards this instance holds, encoded (workers.devices)
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,7 @@ class ObservedInstance:
     exit_code: int | None = None
     restarts: int = 0
     stuck: bool = False  # running, but never became ready in time
+    devices: str = ""
 
 
 class Runtime(Protocol):

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
+from docker.types import DeviceRequest, DriverConfig
 from docker.types import Mount as DockerMount
 
 from workers.engines.plan import Placement
 from workers.runtimes.base import (
+    LABEL_DEVICES,
     LABEL_INSTANCE,
     LABEL_SERVICE,
     LABEL_SPEC_HASH,
     InstanceError,
     InstanceRequest,
     ObservedInstance,
+    missing_bind_source,
 )
 
 LABEL_HEALTH_PATH = "wharf.health-path"
@@ -40,23 +44,35 @@ class DockerRuntime:
             return False
 
     def placement(self) -> Placement:
-        return Placement()  # /models inside the container, the spec's own port
+        # The spec's own port inside the container; Docker publishes it on a free host port.
+        return Placement(in_container=True, model_store=self.model_dir)
 
     def _mounts(self, request: InstanceRequest) -> list[DockerMount]:
         mounts = []
         for m in request.plan.mounts:
-            if m.kind == "model" and not os.path.isdir(f"{self.model_dir}/{m.source}"):
-                raise InstanceError(
-                    f"model {m.source!r} is not in this node's model store ({self.model_dir})"
-                )
-            if m.kind == "model":
-                # Only the node's own model store is bind-mounted, read-only; users never
-                # name host paths.
-                mounts.append(DockerMount(m.target, f"{self.model_dir}/{m.source}", type="bind",
-                                          read_only=True))  # fmt: skip
+            if m.kind == "bind":
+                # Bind sources are platform paths (model store, staging cache, NPU driver);
+                # users never name host paths.
+                if not os.path.exists(m.source):
+                    raise InstanceError(missing_bind_source(m.source, self.model_dir))
+                mounts.append(DockerMount(m.target, m.source, type="bind", read_only=m.read_only))
             elif m.kind == "tmpfs":
                 mounts.append(DockerMount(m.target, None, type="tmpfs", tmpfs_size=m.size_bytes))
+            elif m.kind == "nfs":
+                mounts.append(self._nfs_mount(m))
         return mounts
+
+    @staticmethod
+    def _nfs_mount(mount) -> DockerMount:
+        """NFS through Docker's local volume driver; the volume is named after its export."""
+        server, _, path = mount.source.partition(":")
+        name = "wharf-nfs-" + hashlib.sha256(mount.source.encode()).hexdigest()[:12]
+        options = {"type": "nfs", "o": f"addr={server}" + (",ro" if mount.read_only else ""),
+                   "device": f":{path}"}  # fmt: skip
+        return DockerMount(
+            mount.target, name, type="volume", read_only=mount.read_only,
+            driver_config=DriverConfig("local", options),
+        )  # fmt: skip
 
     def create(self, request: InstanceRequest) -> ObservedInstance:
         plan = request.plan
@@ -72,8 +88,14 @@ class DockerRuntime:
             LABEL_SPEC_HASH: request.spec_hash,
             LABEL_HEALTH_PATH: plan.health_path,
             LABEL_PORT: str(plan.port),
+            LABEL_DEVICES: request.devices,
         }
         kwargs: dict = {}
+        if plan.gpus:
+            ids = [str(i) for i in plan.gpus]
+            kwargs["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+        if plan.device_paths:
+            kwargs["devices"] = [f"{path}:{path}:rwm" for path in plan.device_paths]
         if plan.cpus:
             kwargs["nano_cpus"] = int(plan.cpus * 1e9)
         if plan.memory_bytes:
@@ -81,7 +103,10 @@ class DockerRuntime:
         try:
             container = self.client.containers.run(
                 plan.image,
-                command=plan.args,
+                # Plans are whole command lines: replace the image's entrypoint (vLLM's and
+                # TGI's images have one) rather than appending to it.
+                entrypoint=plan.args[:1],
+                command=plan.args[1:],
                 name=request.name,
                 detach=True,
                 labels=labels,
@@ -118,6 +143,7 @@ class DockerRuntime:
             health_path=labels.get(LABEL_HEALTH_PATH, ""),
             exit_code=None if state.get("Running") else state.get("ExitCode"),
             restarts=container.attrs.get("RestartCount", 0),
+            devices=labels.get(LABEL_DEVICES, ""),
         )
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:

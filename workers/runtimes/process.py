@@ -47,7 +47,9 @@ class ProcessRuntime:
         self.venv = venv
 
     def placement(self) -> Placement:
-        return Placement(models_root=self.model_dir, host="127.0.0.1", port=free_port())
+        return Placement(
+            in_container=False, model_store=self.model_dir, host="127.0.0.1", port=free_port()
+        )
 
     def _state_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.json"
@@ -55,27 +57,31 @@ class ProcessRuntime:
     def _log_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.log"
 
-    def _env(self, plan_env: dict[str, str]) -> dict[str, str]:
+    def _env(self, plan) -> dict[str, str]:
         env = dict(os.environ)
+        if plan.gpus:  # a process cannot get device requests; CUDA honours this instead
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in plan.gpus)
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # so the indexes mean nvidia-smi's
         if self.venv:
             env["PATH"] = f"{self.venv}/bin:{env.get('PATH', '')}"
             env["VIRTUAL_ENV"] = str(self.venv)
-        return {**env, **plan_env}
+        return {**env, **plan.env}
 
     def create(self, request: InstanceRequest) -> ObservedInstance:
         plan = request.plan
-        for mount in plan.mounts:
-            if mount.kind == "model" and not Path(self.model_dir, mount.source).is_dir():
-                raise InstanceError(
-                    f"model {mount.source!r} is not in this node's model store ({self.model_dir})"
-                )
+        if plan.mounts:
+            targets = ", ".join(m.target for m in plan.mounts)
+            raise InstanceError(
+                f"storage mounts ({targets}) need the docker runtime; local processes see host "
+                "paths only (give llm.model as a model-store name or an object-storage URI)"
+            )
         if self.venv and not (self.venv / "bin" / "python").exists():
             raise InstanceError(f"no engine virtualenv at {self.venv}; run `make engines`")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_path(request.name), "ab") as log:
             try:
                 proc = subprocess.Popen(
-                    plan.args, env=self._env(plan.env), stdout=log, stderr=subprocess.STDOUT,
+                    plan.args, env=self._env(plan), stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.state_dir,
                 )  # fmt: skip
             except OSError as exc:
@@ -88,6 +94,7 @@ class ProcessRuntime:
             "start_time": _proc_start_time(proc.pid),
             "url": f"http://127.0.0.1:{plan.port}",
             "health_path": plan.health_path,
+            "devices": request.devices,
         }
         tmp = self._state_path(request.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -114,6 +121,7 @@ class ProcessRuntime:
             url=state["url"],
             health_path=state.get("health_path", ""),
             exit_code=exit_code,
+            devices=state.get("devices", ""),
         )
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:

@@ -4,6 +4,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from controlplane.services.models import Event, Instance, Service
+from controlplane.services.secrets import redact
 
 
 class InstanceSerializer(serializers.ModelSerializer):
@@ -20,6 +21,7 @@ class EventSerializer(serializers.ModelSerializer):
 
 
 class ServiceSerializer(serializers.ModelSerializer):
+    spec = serializers.SerializerMethodField()
     instances = serializers.SerializerMethodField()
     endpoints = serializers.SerializerMethodField()
 
@@ -28,6 +30,9 @@ class ServiceSerializer(serializers.ModelSerializer):
         fields = ["name", "desired_state", "phase", "progress", "last_error", "generation",
                   "observed_generation", "ready_instances", "instances", "endpoints", "spec",
                   "created_at", "updated_at"]  # fmt: skip
+
+    def get_spec(self, service: Service) -> dict:
+        return redact(service.spec)
 
     def get_instances(self, service: Service) -> int:
         return service.spec.get("metadata", {}).get("instance", 1)

@@ -1,8 +1,10 @@
 from django.urls import path
 
 from controlplane.services.api import views
+from controlplane.services.api.estimate import Estimate
 
 urlpatterns = [
+    path("estimate", Estimate.as_view()),
     path("services", views.ServiceList.as_view()),
     path("services/preview", views.SpecPreview.as_view()),
     path("services/<str:name>", views.ServiceDetail.as_view()),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.shortcuts import get_object_or_404
@@ -20,15 +21,23 @@ from controlplane.services.api.serializers import (
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
 from controlplane.services.models import Service
+from controlplane.services.secrets import keep_secrets
 from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
 from controlplane.tokens.models import ServiceToken
 
 
 def _validated(data) -> ServiceSpec:
+    """The spec, checked by the schema and then by its engine; every error at once."""
+    from workers.engines import validate
+
     try:
-        return parse_spec(data)
+        spec = parse_spec(data)
     except SpecError as exc:
         raise SpecInvalid(exc.errors) from None
+    errors = validate(spec)
+    if errors:
+        raise SpecInvalid(errors)
+    return spec
 
 
 def _on_commit_reconcile(name: str) -> None:
@@ -85,9 +94,10 @@ class ServiceDetail(APIView):
         if isinstance(request.data, dict) and request.data.get("name", name) != name:
             raise SpecInvalid({"name": ["a service cannot be renamed; create a new service"]})
         data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
-        _validated(data)
         with transaction.atomic():
             service = _live_service(name)
+            data = keep_secrets(data, service.spec)
+            _validated(data)
             Service.objects.filter(pk=service.pk).update(
                 spec=data, generation=F("generation") + 1, phase=Phase.UPDATING
             )
@@ -156,9 +166,12 @@ class SpecPreview(APIView):
     """POST /services/preview: the containers a spec would create, without creating them."""
 
     def post(self, request: Request) -> Response:
-        from workers.engines import render
+        from workers.engines import Placement, render
+        from workers.provisioning import device_need
 
         spec = _validated(request.data)
-        plan = render(spec)
+        _, cards = device_need(spec)
+        plan = render(spec, Placement(model_store=str(settings.WHARF_MODEL_DIR),
+                                      devices=tuple(range(cards))))  # fmt: skip
         return Response({"name": spec.name, "instances": spec.metadata.instance,
                          "containers": [plan.preview()]})  # fmt: skip

@@ -1,0 +1,62 @@
+"""Pieces every engine adapter shares: ports, images, env, flags, mounts, shared memory."""
+
+from __future__ import annotations
+
+from controlplane.services.spec import Container, Llm, OptionValue, ServiceSpec
+from workers.engines.models import locate_model
+from workers.engines.plan import Mount, Placement
+
+GIB = 1024**3
+# EAS gives multi-card instances 64 GB of /dev/shm by default: tensor-parallel workers and
+# NCCL/HCCL exchange activations through it.
+SHM_MULTI_CARD = 64 * GIB
+# Models come from the node's model store or a mount, never from a hub; and no engine
+# phones home.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def first_container(spec: ServiceSpec) -> Container | None:
+    return spec.containers[0] if spec.containers else None
+
+
+def engine_port(spec: ServiceSpec, placement: Placement, default: int) -> int:
+    """The placement's port (local processes), else the spec's, else the engine's default."""
+    container = first_container(spec)
+    return placement.port or (container.port if container and container.port else default)
+
+
+def engine_image(spec: ServiceSpec, default: str) -> str:
+    container = first_container(spec)
+    return container.image if container and container.image else default
+
+
+def user_env(spec: ServiceSpec) -> dict[str, str]:
+    container = first_container(spec)
+    return {e.name: e.value for e in (container.env if container else [])}
+
+
+def option_args(options: dict[str, OptionValue]) -> list[str]:
+    """`llm.options` as flags: True is a bare flag, False leaves the flag out."""
+    args: list[str] = []
+    for flag, value in options.items():
+        if value is True:
+            args.append(flag)
+        elif value is not False:
+            args += [flag, str(value)]
+    return args
+
+
+def shm_size(cards: int, single_card: int | None) -> int | None:
+    return SHM_MULTI_CARD if cards > 1 else single_card
+
+
+def merge_mounts(*groups: list[Mount]) -> list[Mount]:
+    """One mount per target: a draft model may be the main model, or share its store."""
+    return list({m.target: m for group in groups for m in group}.values())
+
+
+def locate_draft(llm: Llm, placement: Placement) -> tuple[str | None, list[Mount]]:
+    """Where the engine reads the speculative draft model, found like the main model."""
+    if llm.speculative is None or llm.speculative.model is None:
+        return None, []
+    return locate_model(llm.speculative.model, placement)
