@@ -16,7 +16,18 @@ Snapshot JSON::
           "token_digests": ["<hex>"],      # contracts.tokens.token_digest of each valid token
           "instances": [                   # only instances that passed their health check
             {"name": "<instance name>", "url": "http://127.0.0.1:32768"}
-          ]
+          ],
+          "rate_limit": 100,               # requests/s for the whole service (metadata.rpc)
+          "max_queue_size": 64,            # requests waiting per instance; null: no bound
+          "timeout": 600.0                 # seconds per request (metadata.rpc.keepalive); null
+        }
+      },
+      "keys": {                            # API keys, by token digest
+        "<hex digest>": {
+          "id": "k7",                      # public id: usage and limit counters use it
+          "services": ["qwen"],            # null: every service
+          "expires_at": 1795000000.0,      # epoch seconds; null: never
+          "rpm": 600, "tpm": 100000, "max_concurrency": 8   # null: unlimited
         }
       }
     }
@@ -37,18 +48,41 @@ class RoutedInstance:
     url: str
 
 
+DEFAULT_RATE_LIMIT = 100  # requests/s per service, as ModelArts defaults
+
+
 @dataclass(frozen=True)
 class RoutedService:
     name: str
     served_model_names: tuple[str, ...] = ()
     token_digests: frozenset[str] = frozenset()
     instances: tuple[RoutedInstance, ...] = ()
+    rate_limit: int = DEFAULT_RATE_LIMIT
+    max_queue_size: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class RoutedKey:
+    """An API key: which services it may call, until when, and its own limits."""
+
+    id: str
+    services: frozenset[str] | None = None
+    expires_at: float | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+
+    def allows(self, service: str, now: float) -> bool:
+        unexpired = self.expires_at is None or now < self.expires_at
+        return unexpired and (self.services is None or service in self.services)
 
 
 @dataclass(frozen=True)
 class Snapshot:
     version: int = 0
     services: dict[str, RoutedService] = field(default_factory=dict)
+    keys: dict[str, RoutedKey] = field(default_factory=dict)  # by token digest
 
     def to_json(self) -> str:
         return json.dumps(
@@ -59,8 +93,22 @@ class Snapshot:
                         "served_model_names": list(svc.served_model_names),
                         "token_digests": sorted(svc.token_digests),
                         "instances": [{"name": i.name, "url": i.url} for i in svc.instances],
+                        "rate_limit": svc.rate_limit,
+                        "max_queue_size": svc.max_queue_size,
+                        "timeout": svc.timeout,
                     }
                     for name, svc in sorted(self.services.items())
+                },
+                "keys": {
+                    digest: {
+                        "id": key.id,
+                        "services": None if key.services is None else sorted(key.services),
+                        "expires_at": key.expires_at,
+                        "rpm": key.rpm,
+                        "tpm": key.tpm,
+                        "max_concurrency": key.max_concurrency,
+                    }
+                    for digest, key in sorted(self.keys.items())
                 },
             }
         )
@@ -76,10 +124,24 @@ class Snapshot:
                 instances=tuple(
                     RoutedInstance(name=i["name"], url=i["url"]) for i in svc.get("instances", ())
                 ),
+                rate_limit=int(svc.get("rate_limit", DEFAULT_RATE_LIMIT)),
+                max_queue_size=svc.get("max_queue_size"),
+                timeout=svc.get("timeout"),
             )
             for name, svc in data.get("services", {}).items()
         }
-        return cls(version=int(data.get("version", 0)), services=services)
+        keys = {
+            digest: RoutedKey(
+                id=str(key["id"]),
+                services=None if key.get("services") is None else frozenset(key["services"]),
+                expires_at=key.get("expires_at"),
+                rpm=key.get("rpm"),
+                tpm=key.get("tpm"),
+                max_concurrency=key.get("max_concurrency"),
+            )
+            for digest, key in data.get("keys", {}).items()
+        }
+        return cls(version=int(data.get("version", 0)), services=services, keys=keys)
 
     def find_by_model(self, model: str) -> RoutedService | None:
         """The service a `model` value names: its service name first, else a served model name."""

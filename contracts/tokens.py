@@ -8,6 +8,7 @@ import secrets
 
 SERVICE_TOKEN_PREFIX = "wsk-"
 API_TOKEN_PREFIX = "wat-"
+API_KEY_PREFIX = "wak-"  # API keys: call models through the gateway, with their own limits
 
 
 def new_token(prefix: str) -> str:

@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "controlplane.services",
     "controlplane.tokens",
+    "controlplane.usage",
     "frontend",
 ]
 

@@ -23,7 +23,9 @@ app.conf.update(
         "reconcile-all": {
             "task": "workers.tasks.reconcile_all",
             "schedule": float(settings.WHARF_RECONCILE_INTERVAL),
-        }
+        },
+        # Usage counted in Redis reaches the database at most a minute and 15 s late.
+        "flush-usage": {"task": "workers.tasks.flush_usage", "schedule": 15.0},
     },
 )
 app.autodiscover_tasks(["workers"])

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from controlplane.services.models import Service
+from controlplane.usage import flush
 from workers.celery import app
 from workers.locks import LOCK_TTL, client
 from workers.reconciler import reconcile
@@ -50,3 +52,11 @@ def reconcile_all() -> None:
             get_runtime().remove(observed.name)
     for name in names:
         enqueue_reconcile(name)
+
+
+@app.task(name="workers.tasks.flush_usage")
+def flush_usage() -> None:
+    """Move the gateways' usage counts for finished minutes from Redis into the database."""
+    flushed = flush.flush_usage(client(), time.time())
+    if flushed:
+        log.debug("flushed %d minute(s) of usage", flushed)

@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 
-from contracts.tokens import API_TOKEN_PREFIX, SERVICE_TOKEN_PREFIX, new_token, token_digest
+from contracts.tokens import (
+    API_KEY_PREFIX,
+    API_TOKEN_PREFIX,
+    SERVICE_TOKEN_PREFIX,
+    new_token,
+    token_digest,
+)
 
 
 def digest(token: str) -> str:
@@ -43,3 +51,48 @@ class ApiToken(models.Model):
         token = token or new_token(API_TOKEN_PREFIX)
         cls.objects.create(user=user, name=name, digest=digest(token), hint=token[:10])
         return token
+
+
+class ApiKeyQuerySet(models.QuerySet):
+    def active(self, now: datetime) -> ApiKeyQuerySet:
+        """Keys the gateway honours at `now`: not revoked and not yet expired."""
+        unexpired = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        return self.filter(unexpired, revoked_at__isnull=True)
+
+
+class ApiKey(models.Model):
+    """A key an application presents to the gateway: scoped to some services (or all), with
+    an optional expiry and its own request, token and concurrency limits."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=12, help_text="the key's first characters")
+    services = models.JSONField(null=True, blank=True, help_text="service names; null: all")
+    expires_at = models.DateTimeField(null=True, blank=True)
+    rpm = models.PositiveIntegerField(null=True, blank=True, help_text="requests per minute")
+    tpm = models.PositiveIntegerField(null=True, blank=True, help_text="tokens per minute")
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ApiKeyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    @property
+    def public_id(self) -> str:
+        """The id users, usage records and the gateway's counters know the key by."""
+        return f"k{self.pk}"
+
+    @classmethod
+    def issue(cls, owner, name: str, **fields) -> tuple[ApiKey, str]:
+        """Create a key and return it with its plaintext, which is never stored."""
+        key = new_token(API_KEY_PREFIX)
+        api_key = cls.objects.create(
+            owner=owner, name=name, digest=digest(key), hint=key[:10], **fields
+        )
+        return api_key, key

@@ -27,6 +27,72 @@ LABEL_HEALTH_PATH = "wharf.health-path"
 LABEL_PORT = "wharf.port"
 
 
+def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) -> dict:
+    """The container's options for docker-py's containers.run: pure, so it is tested
+    without a daemon (devices and mounts can't be exercised on a machine without cards)."""
+    plan = request.plan
+    labels = {
+        LABEL_SERVICE: request.service,
+        LABEL_INSTANCE: request.name,
+        LABEL_SPEC_HASH: request.spec_hash,
+        LABEL_HEALTH_PATH: plan.health_path,
+        LABEL_PORT: str(plan.port),
+        LABEL_DEVICES: request.devices,
+    }
+    options: dict = {
+        # Plans are whole command lines: replace the image's entrypoint (vLLM's and TGI's
+        # images have one) rather than appending to it.
+        "entrypoint": plan.args[:1],
+        "command": plan.args[1:],
+        "name": request.name,
+        "labels": labels,
+        "environment": plan.env,
+        # Published on the node's loopback (or WHARF_NODE_ADDRESS) at a port Docker picks.
+        "ports": {f"{plan.port}/tcp": (bind_address, None)},
+        "mounts": _mounts(request, model_dir),
+        "shm_size": plan.shm_size_bytes,
+        "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
+    }
+    if plan.gpus:
+        ids = [str(i) for i in plan.gpus]
+        options["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
+    if plan.device_paths:
+        options["devices"] = [f"{path}:{path}:rwm" for path in plan.device_paths]
+    if plan.cpus:
+        options["nano_cpus"] = int(plan.cpus * 1e9)
+    if plan.memory_bytes:
+        options["mem_limit"] = plan.memory_bytes
+    return options
+
+
+def _mounts(request: InstanceRequest, model_dir: str) -> list[DockerMount]:
+    mounts = []
+    for m in request.plan.mounts:
+        if m.kind == "bind":
+            # Bind sources are platform paths (model store, staging cache, NPU driver);
+            # users never name host paths.
+            if not os.path.exists(m.source):
+                raise InstanceError(missing_bind_source(m.source, model_dir))
+            mounts.append(DockerMount(m.target, m.source, type="bind", read_only=m.read_only))
+        elif m.kind == "tmpfs":
+            mounts.append(DockerMount(m.target, None, type="tmpfs", tmpfs_size=m.size_bytes))
+        elif m.kind == "nfs":
+            mounts.append(_nfs_mount(m))
+    return mounts
+
+
+def _nfs_mount(mount) -> DockerMount:
+    """NFS through Docker's local volume driver; the volume is named after its export."""
+    server, _, path = mount.source.partition(":")
+    name = "wharf-nfs-" + hashlib.sha256(mount.source.encode()).hexdigest()[:12]
+    options = {"type": "nfs", "o": f"addr={server}" + (",ro" if mount.read_only else ""),
+               "device": f":{path}"}  # fmt: skip
+    return DockerMount(
+        mount.target, name, type="volume", read_only=mount.read_only,
+        driver_config=DriverConfig("local", options),
+    )  # fmt: skip
+
+
 class DockerRuntime:
     name = "docker"
 
@@ -47,33 +113,6 @@ class DockerRuntime:
         # The spec's own port inside the container; Docker publishes it on a free host port.
         return Placement(in_container=True, model_store=self.model_dir)
 
-    def _mounts(self, request: InstanceRequest) -> list[DockerMount]:
-        mounts = []
-        for m in request.plan.mounts:
-            if m.kind == "bind":
-                # Bind sources are platform paths (model store, staging cache, NPU driver);
-                # users never name host paths.
-                if not os.path.exists(m.source):
-                    raise InstanceError(missing_bind_source(m.source, self.model_dir))
-                mounts.append(DockerMount(m.target, m.source, type="bind", read_only=m.read_only))
-            elif m.kind == "tmpfs":
-                mounts.append(DockerMount(m.target, None, type="tmpfs", tmpfs_size=m.size_bytes))
-            elif m.kind == "nfs":
-                mounts.append(self._nfs_mount(m))
-        return mounts
-
-    @staticmethod
-    def _nfs_mount(mount) -> DockerMount:
-        """NFS through Docker's local volume driver; the volume is named after its export."""
-        server, _, path = mount.source.partition(":")
-        name = "wharf-nfs-" + hashlib.sha256(mount.source.encode()).hexdigest()[:12]
-        options = {"type": "nfs", "o": f"addr={server}" + (",ro" if mount.read_only else ""),
-                   "device": f":{path}"}  # fmt: skip
-        return DockerMount(
-            mount.target, name, type="volume", read_only=mount.read_only,
-            driver_config=DriverConfig("local", options),
-        )  # fmt: skip
-
     def create(self, request: InstanceRequest) -> ObservedInstance:
         plan = request.plan
         try:
@@ -82,41 +121,11 @@ class DockerRuntime:
             raise InstanceError(
                 f"image {plan.image} is not on this node; build or load it first"
             ) from None
-        labels = {
-            LABEL_SERVICE: request.service,
-            LABEL_INSTANCE: request.name,
-            LABEL_SPEC_HASH: request.spec_hash,
-            LABEL_HEALTH_PATH: plan.health_path,
-            LABEL_PORT: str(plan.port),
-            LABEL_DEVICES: request.devices,
-        }
-        kwargs: dict = {}
-        if plan.gpus:
-            ids = [str(i) for i in plan.gpus]
-            kwargs["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
-        if plan.device_paths:
-            kwargs["devices"] = [f"{path}:{path}:rwm" for path in plan.device_paths]
-        if plan.cpus:
-            kwargs["nano_cpus"] = int(plan.cpus * 1e9)
-        if plan.memory_bytes:
-            kwargs["mem_limit"] = plan.memory_bytes
         try:
             container = self.client.containers.run(
                 plan.image,
-                # Plans are whole command lines: replace the image's entrypoint (vLLM's and
-                # TGI's images have one) rather than appending to it.
-                entrypoint=plan.args[:1],
-                command=plan.args[1:],
-                name=request.name,
                 detach=True,
-                labels=labels,
-                environment=plan.env,
-                # Published on the node's loopback (or WHARF_NODE_ADDRESS) at a port Docker picks.
-                ports={f"{plan.port}/tcp": (self._bind_address(), None)},
-                mounts=self._mounts(request),
-                shm_size=plan.shm_size_bytes,
-                restart_policy={"Name": "on-failure", "MaximumRetryCount": 5},
-                **kwargs,
+                **run_options(request, model_dir=self.model_dir, bind_address=self._bind_address()),
             )
         except APIError as exc:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc

@@ -1,0 +1,109 @@
+"""Checks a request to create an API key, collecting every bad field before answering."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+
+from controlplane.services.choices import DesiredState
+from controlplane.services.models import Service
+from controlplane.tokens.api.errors import Invalid
+
+MAX_INT = 2**31 - 1  # the ceiling of a PositiveIntegerField on every database Django supports
+LIMITS = ("rpm", "tpm", "max_concurrency")
+FIELDS = frozenset({"name", "services", "expires_at", "expires_in", *LIMITS})
+
+
+def positive_int(value: Any) -> int:
+    # bool is an int in Python, but `true` is never a limit anyone meant
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
+        raise ValueError(f"must be a whole number from 1 to {MAX_INT}")
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("required: a short name that says what the key is for")
+    if len(value.strip()) > 100:
+        raise ValueError("at most 100 characters")
+    return value.strip()
+
+
+def _services(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ValueError("a non-empty list of service names, or null for every service")
+    names = list(dict.fromkeys(value))
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED)
+    known = set(live.filter(name__in=names).values_list("name", flat=True))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"no such service: {', '.join(unknown)}")
+    return names
+
+
+def timestamp(value: Any) -> datetime:
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well formed but impossible, e.g. February 30th
+        parsed = None
+    if parsed is None:
+        raise ValueError("an ISO 8601 date and time, e.g. 2030-01-31T00:00:00Z")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # naive times are UTC
+
+
+class OtherFieldError(ValueError):
+    """An error that belongs to another field than the one being checked."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _expires_at(data: dict, now: datetime) -> datetime | None:
+    at, within = data.get("expires_at"), data.get("expires_in")
+    if within is None:
+        return None if at is None else _future(timestamp(at), now)
+    if at is not None:
+        raise OtherFieldError("expires_in", "give expires_at or expires_in, not both")
+    try:
+        return now + timedelta(seconds=positive_int(within))
+    except ValueError as exc:
+        raise OtherFieldError("expires_in", f"{exc} (seconds)") from None
+
+
+def _future(when: datetime, now: datetime) -> datetime:
+    if when <= now:
+        raise ValueError("must be in the future")
+    return when
+
+
+def parse_key_request(data: Any, now: datetime) -> dict[str, Any]:
+    """The ApiKey fields the request asks for; Invalid naming every bad field otherwise."""
+    if not isinstance(data, dict):
+        raise Invalid("key", {"body": ["expected a JSON object"]}, "; nothing was saved")
+    checks: dict[str, Callable[[], Any]] = {
+        "name": lambda: _name(data.get("name")),
+        "services": lambda: _services(data.get("services")),
+        "expires_at": lambda: _expires_at(data, now),
+        **{limit: _optional(data.get(limit)) for limit in LIMITS},
+    }
+    fields, errors = {}, {f: ["unknown field"] for f in sorted(set(data) - FIELDS)}
+    for field, check in checks.items():
+        try:
+            fields[field] = check()
+        except OtherFieldError as exc:
+            errors[exc.field] = [str(exc)]
+        except ValueError as exc:
+            errors[field] = [str(exc)]
+    if errors:
+        raise Invalid("key", errors, "; nothing was saved")
+    return fields
+
+
+def _optional(value: Any) -> Callable[[], int | None]:
+    return lambda: None if value is None else positive_int(value)

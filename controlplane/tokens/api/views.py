@@ -1,0 +1,68 @@
+"""The API keys REST API. Every change republishes the routing snapshot once it commits, so
+a revoked key stops working at the gateways within a second (they reload on pub/sub)."""
+
+from __future__ import annotations
+
+import re
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from rest_framework import status
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.services.routing import publish_snapshot
+from controlplane.tokens.api.serializers import ApiKeySerializer
+from controlplane.tokens.api.validation import parse_key_request
+from controlplane.tokens.models import ApiKey
+
+
+def visible_keys(request: Request) -> QuerySet[ApiKey]:
+    """Staff see every key; anyone else only their own (another's key is a 404, not a 403,
+    so ids do not reveal which keys exist)."""
+    keys = ApiKey.objects.select_related("owner")
+    return keys if request.user.is_staff else keys.filter(owner=request.user)
+
+
+def _publish_on_commit() -> None:
+    # robust: a Redis outage must not fail a request whose change is saved; publish_snapshot
+    # logs it, and the next publish (any change, any reconcile pass) carries the change.
+    transaction.on_commit(publish_snapshot, robust=True)
+
+
+def _key(request: Request, key_id: str) -> ApiKey:
+    match = re.fullmatch(r"k?(\d+)", key_id)  # the public id "k7", or plainly 7
+    if match is None:
+        raise NotFound("no such key")
+    return get_object_or_404(visible_keys(request), pk=int(match[1]))
+
+
+class KeyList(APIView):
+    def get(self, request: Request) -> Response:
+        return Response(ApiKeySerializer(visible_keys(request), many=True).data)
+
+    def post(self, request: Request) -> Response:
+        with transaction.atomic():
+            fields = parse_key_request(request.data, timezone.now())
+            api_key, key = ApiKey.issue(request.user, **fields)
+            _publish_on_commit()
+        body = ApiKeySerializer(api_key).data
+        body["key"] = key  # shown once; only its digest is kept
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class KeyDetail(APIView):
+    def get(self, request: Request, key_id: str) -> Response:
+        return Response(ApiKeySerializer(_key(request, key_id)).data)
+
+    def delete(self, request: Request, key_id: str) -> Response:
+        """Revoke: the row stays, so its usage keeps a name and its id is never reused."""
+        with transaction.atomic():
+            unrevoked = ApiKey.objects.filter(pk=_key(request, key_id).pk, revoked_at=None)
+            if unrevoked.update(revoked_at=timezone.now()):  # revoking twice changes nothing
+                _publish_on_commit()
+        return Response(status=status.HTTP_204_NO_CONTENT)

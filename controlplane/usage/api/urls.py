@@ -1,0 +1,7 @@
+from django.urls import path
+
+from controlplane.usage.api import views
+
+urlpatterns = [
+    path("usage", views.Usage.as_view()),
+]

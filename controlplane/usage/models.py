@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class UsageRecord(models.Model):
+    """What one key (or a service's own token: contracts.usage.SERVICE_TOKEN_ID) used of one
+    service in one minute, as the gateways counted it."""
+
+    minute = models.DateTimeField(help_text="the minute's start, UTC")
+    service = models.CharField(max_length=63)
+    key_id = models.CharField(max_length=32, help_text="ApiKey.public_id, or '-'")
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    requests = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        # The unique index leads with `minute`, so it also serves the API's time-range
+        # queries; a separate index on `minute` would only slow the flush down.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "service", "key_id"], name="usage_one_row_per_minute"
+            )
+        ]
+        ordering = ["minute", "service", "key_id"]

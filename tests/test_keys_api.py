@@ -1,0 +1,193 @@
+"""API keys: the REST API, and the routing snapshot that carries them to the gateways (real
+Redis, the configured database)."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from contracts.routing import DEFAULT_RATE_LIMIT, SNAPSHOT_KEY, Snapshot
+from controlplane.services.models import Service
+from controlplane.services.routing import build_snapshot, publish_snapshot
+from controlplane.tokens.models import ApiKey, ApiToken, digest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def store(settings, redis_url):
+    """The Redis the control plane publishes to, without a snapshot from an earlier test."""
+    settings.REDIS_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    client.delete(SNAPSHOT_KEY)
+    yield client
+    client.delete(SNAPSHOT_KEY)
+
+
+def published(store) -> Snapshot:
+    return Snapshot.from_json(store.get(SNAPSHOT_KEY))
+
+
+def client_for(username: str, staff: bool = False) -> APIClient:
+    user = get_user_model().objects.create_user(username, is_staff=staff)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
+    return client
+
+
+@pytest.fixture
+def alice() -> APIClient:
+    return client_for("alice")
+
+
+@pytest.fixture
+def services() -> None:
+    Service.objects.create(name="qwen", spec={"name": "qwen"})
+    Service.objects.create(name="llama", spec={"name": "llama"})
+
+
+def create(api, **body):
+    return api.post("/api/v1/keys", {"name": "app", **body}, format="json")
+
+
+def test_requires_authentication():
+    assert APIClient().get("/api/v1/keys").status_code == 401
+
+
+def test_create_returns_the_key_once_and_stores_only_its_digest(alice, services):
+    response = create(alice, services=["qwen"], rpm=600, tpm=100_000, max_concurrency=8)
+    assert response.status_code == 201
+    body = response.json()
+    key = body.pop("key")
+    assert key.startswith("wak-")
+    stored = ApiKey.objects.get()
+    assert stored.digest == digest(key) and stored.hint == key[:10]
+    assert body["id"] == f"k{stored.pk}" and body["state"] == "active"
+    assert (body["services"], body["rpm"], body["tpm"], body["max_concurrency"]) == (
+        ["qwen"], 600, 100_000, 8,
+    )  # fmt: skip
+    again = alice.get(f"/api/v1/keys/{body['id']}").json()
+    listed = alice.get("/api/v1/keys").json()
+    assert again == body and listed == [body]
+    assert stored.digest.encode() not in response.content
+    for path in ("/api/v1/keys", f"/api/v1/keys/{body['id']}"):
+        text = alice.get(path).content
+        assert stored.digest.encode() not in text and key.encode() not in text
+
+
+def test_every_bad_field_is_named_and_nothing_is_saved(alice, services):
+    response = alice.post(
+        "/api/v1/keys",
+        {"name": " ", "services": ["qwen", "nope"], "expires_at": "2001-01-01T00:00:00Z",
+         "rpm": 0, "tpm": "many", "max_concurrency": True, "colour": "red"},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body["errors"]) == {
+        "name", "services", "expires_at", "rpm", "tpm", "max_concurrency", "colour",
+    }  # fmt: skip
+    assert body["errors"]["services"] == ["no such service: nope"]
+    assert body["detail"].startswith("The key is invalid (7 errors)")
+    assert ApiKey.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"expires_at": "next tuesday"}, "expires_at"),
+        ({"expires_at": "2030-02-30T00:00:00Z"}, "expires_at"),
+        ({"expires_in": -5}, "expires_in"),
+        ({"expires_in": 60, "expires_at": "2100-01-01T00:00:00Z"}, "expires_in"),
+        ({"services": []}, "services"),
+        ({"services": "qwen"}, "services"),
+        ({"rpm": 2**31}, "rpm"),
+    ],
+)
+def test_bad_expiry_scope_and_limits(alice, services, body, field):
+    response = create(alice, **body)
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {field}
+
+
+def test_expiry_from_expires_in_or_expires_at(alice):
+    before = datetime.now(UTC)
+    within = create(alice, expires_in=3600).json()
+    expires = datetime.fromisoformat(within["expires_at"])
+    assert before + timedelta(seconds=3600) <= expires <= datetime.now(UTC) + timedelta(hours=1)
+    at = create(alice, expires_at="2100-01-01T00:00:00").json()  # naive: UTC
+    assert datetime.fromisoformat(at["expires_at"]) == datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def test_a_revoked_key_leaves_the_published_snapshot(
+    alice, services, store, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        created = create(alice, services=["qwen"], rpm=60).json()
+    routed = published(store).keys[digest(created["key"])]
+    assert (routed.id, routed.services, routed.rpm, routed.tpm) == (
+        created["id"], frozenset({"qwen"}), 60, None,
+    )  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        assert alice.delete(f"/api/v1/keys/{created['id']}").status_code == 204
+    assert digest(created["key"]) not in published(store).keys
+    assert alice.get(f"/api/v1/keys/{created['id']}").json()["state"] == "revoked"
+    assert alice.delete(f"/api/v1/keys/{created['id']}").status_code == 204  # idempotent
+
+
+def test_expired_keys_are_left_out_of_the_snapshot(alice):
+    owner = get_user_model().objects.get(username="alice")
+    now = datetime.now(UTC)
+    expired, _ = ApiKey.issue(owner, "old", expires_at=now - timedelta(seconds=1))
+    later, _ = ApiKey.issue(owner, "later", expires_at=now + timedelta(hours=1))
+    keys = build_snapshot().keys
+    assert set(keys) == {later.digest}
+    assert keys[later.digest].expires_at == pytest.approx(later.expires_at.timestamp())
+    assert alice.get(f"/api/v1/keys/k{expired.pk}").json()["state"] == "expired"
+
+
+def test_keys_are_scoped_by_service(alice, services):
+    scoped = create(alice, services=["qwen", "qwen"]).json()
+    everything = create(alice).json()
+    keys = build_snapshot().keys
+    qwen_only, every = keys[digest(scoped["key"])], keys[digest(everything["key"])]
+    assert scoped["services"] == ["qwen"] and every.services is None
+    assert qwen_only.allows("qwen", now=0) and not qwen_only.allows("llama", now=0)
+    assert every.allows("llama", now=0)
+
+
+def test_others_keys_are_invisible_and_irrevocable_but_staff_see_all(alice):
+    key_id = create(alice).json()["id"]
+    bob = client_for("bob")
+    assert bob.get("/api/v1/keys").json() == []
+    assert bob.get(f"/api/v1/keys/{key_id}").status_code == 404
+    assert bob.delete(f"/api/v1/keys/{key_id}").status_code == 404
+    assert ApiKey.objects.get().revoked_at is None
+    staff = client_for("root", staff=True)
+    assert [k["owner"] for k in staff.get("/api/v1/keys").json()] == ["alice"]
+    assert staff.delete(f"/api/v1/keys/{key_id}").status_code == 204
+    assert alice.get("/api/v1/keys/nonsense").status_code == 404
+
+
+def test_publish_skips_an_unchanged_snapshot_but_not_a_new_key(alice, store):
+    publish_snapshot()
+    first = published(store).version
+    publish_snapshot()
+    assert published(store).version == first
+    create(alice)  # not yet published: on_commit callbacks are not run here
+    publish_snapshot()
+    assert published(store).version != first and len(published(store).keys) == 1
+
+
+def test_services_carry_their_rpc_settings():
+    rpc = {"rate_limit": 5, "max_queue_size": 16, "keepalive": 1500}
+    Service.objects.create(name="limited", spec={"name": "limited", "metadata": {"rpc": rpc}})
+    Service.objects.create(name="plain", spec={"name": "plain"})
+    services = build_snapshot().services
+    limited, plain = services["limited"], services["plain"]
+    assert (limited.rate_limit, limited.max_queue_size, limited.timeout) == (5, 16, 1.5)
+    assert (plain.rate_limit, plain.max_queue_size, plain.timeout) == (
+        DEFAULT_RATE_LIMIT, None, None,
+    )  # fmt: skip
