@@ -12,7 +12,9 @@ from __future__ import annotations
 USAGE_PREFIX = "wharf:usage:"
 FLUSHING_SUFFIX = ":flushing"
 SERVICE_TOKEN_ID = "-"
-KINDS = ("prompt", "completion", "requests")
+# latency_ms and ttft_ms are sums over the minute's requests (averages = sum / requests),
+# so the console can chart latency and time to first token without a metrics store.
+KINDS = ("prompt", "completion", "requests", "latency_ms", "ttft_ms")
 
 
 def usage_key(epoch_seconds: float) -> str:

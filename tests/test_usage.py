@@ -133,6 +133,7 @@ def test_totals_and_an_hourly_series_of_ones_own_keys(usage):
     body = alice.get("/api/v1/usage", {**RANGE, "group": "hour"}).json()
     assert body["totals"] == {
         "requests": 4, "prompt_tokens": 111, "completion_tokens": 222, "total_tokens": 333,
+        "avg_latency_ms": 0.0, "avg_ttft_ms": 0.0,
     }  # fmt: skip
     assert [(p["time"], p["requests"], p["total_tokens"]) for p in body["series"]] == [
         ("2025-02-19T21:00:00Z", 3, 33),  # MINUTE is 21:20
@@ -185,3 +186,15 @@ def test_bad_parameters_are_named(usage, params, fields):
     assert response.status_code == 400
     assert set(response.json()["errors"]) == fields
     assert response.json()["detail"].startswith("The query is invalid")
+
+
+def test_latency_sums_become_averages(store):
+    key = usage_key(MINUTE * 60)
+    for kind, value in (("requests", 4), ("latency_ms", 400), ("ttft_ms", 80)):
+        store.hincrby(key, usage_field("llama", "-", kind), value)
+    flush_usage(store, (MINUTE + 2) * 60)
+    row = UsageRecord.objects.get()
+    assert (row.requests, row.latency_ms, row.ttft_ms) == (4, 400, 80)
+    staff, _ = client_for("root", staff=True)
+    totals = staff.get("/api/v1/usage", RANGE).json()["totals"]
+    assert (totals["avg_latency_ms"], totals["avg_ttft_ms"]) == (100.0, 20.0)

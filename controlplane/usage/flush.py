@@ -26,7 +26,13 @@ log = logging.getLogger(__name__)
 LOCK_KEY = "wharf:lock:usage-flush"
 LOCK_TTL = 300  # seconds; far longer than a pass, short enough that a dead worker's lapses
 # contracts.usage.KINDS -> UsageRecord columns
-COLUMNS = {"prompt": "prompt_tokens", "completion": "completion_tokens", "requests": "requests"}
+COLUMNS = {
+    "prompt": "prompt_tokens",
+    "completion": "completion_tokens",
+    "requests": "requests",
+    "latency_ms": "latency_ms",
+    "ttft_ms": "ttft_ms",
+}
 
 Counts = dict[tuple[str, str], dict[str, int]]  # (service, key id) -> {column: count}
 

@@ -13,6 +13,8 @@ class UsageRecord(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     requests = models.PositiveBigIntegerField(default=0)
+    latency_ms = models.PositiveBigIntegerField(default=0, help_text="sum over the requests")
+    ttft_ms = models.PositiveBigIntegerField(default=0, help_text="sum of time to first byte")
 
     class Meta:
         # The unique index leads with `minute`, so it also serves the API's time-range

@@ -31,6 +31,8 @@ SUMS = {
     "requests": Coalesce(Sum("requests"), 0),
     "prompt_tokens": Coalesce(Sum("prompt_tokens"), 0),
     "completion_tokens": Coalesce(Sum("completion_tokens"), 0),
+    "latency_ms": Coalesce(Sum("latency_ms"), 0),
+    "ttft_ms": Coalesce(Sum("ttft_ms"), 0),
 }
 
 
@@ -83,7 +85,14 @@ def visible_usage(request: Request) -> QuerySet[UsageRecord]:
 
 
 def _with_total(row: dict) -> dict:
-    return {**row, "total_tokens": row["prompt_tokens"] + row["completion_tokens"]}
+    """Totals and averages; the latency sums stay internal."""
+    requests = row["requests"] or 1
+    return {
+        **{k: v for k, v in row.items() if k not in ("latency_ms", "ttft_ms")},
+        "total_tokens": row["prompt_tokens"] + row["completion_tokens"],
+        "avg_latency_ms": round(row["latency_ms"] / requests, 1),
+        "avg_ttft_ms": round(row["ttft_ms"] / requests, 1),
+    }
 
 
 class Usage(APIView):
