@@ -36,7 +36,7 @@ Snapshot JSON::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 SNAPSHOT_KEY = "wharf:routing:snapshot"
 SNAPSHOT_CHANNEL = "wharf:routing:changed"
@@ -46,6 +46,21 @@ SNAPSHOT_CHANNEL = "wharf:routing:changed"
 class RoutedInstance:
     name: str
     url: str
+    role: str = ""  # "prefill" | "decode" in a prefill/decode-separated service
+
+
+@dataclass(frozen=True)
+class PdRouting:
+    """How the gateway routes a prefill/decode-separated service: prefill first (max_tokens=1),
+    then decode, streamed back."""
+
+    connector: str
+    prefill_policy: str = "least_outstanding"  # | "round_robin"
+    decode_policy: str = "least_outstanding"
+    on_prefill_failure: str = "fail"  # | "decode_only"
+    # What the connector needs of the router (workers.engines.pd.router_hints), e.g.
+    # {"kv_transfer_params": true} or {"request_id": "p2p_nccl"}.
+    hints: dict = field(default_factory=dict)
 
 
 DEFAULT_RATE_LIMIT = 100  # requests/s per service, as ModelArts defaults
@@ -60,6 +75,7 @@ class RoutedService:
     rate_limit: int = DEFAULT_RATE_LIMIT
     max_queue_size: int | None = None
     timeout: float | None = None
+    pd: PdRouting | None = None
 
 
 @dataclass(frozen=True)
@@ -92,10 +108,13 @@ class Snapshot:
                     name: {
                         "served_model_names": list(svc.served_model_names),
                         "token_digests": sorted(svc.token_digests),
-                        "instances": [{"name": i.name, "url": i.url} for i in svc.instances],
+                        "instances": [
+                            {"name": i.name, "url": i.url, "role": i.role} for i in svc.instances
+                        ],
                         "rate_limit": svc.rate_limit,
                         "max_queue_size": svc.max_queue_size,
                         "timeout": svc.timeout,
+                        "pd": None if svc.pd is None else asdict(svc.pd),
                     }
                     for name, svc in sorted(self.services.items())
                 },
@@ -122,11 +141,13 @@ class Snapshot:
                 served_model_names=tuple(svc.get("served_model_names", ())),
                 token_digests=frozenset(svc.get("token_digests", ())),
                 instances=tuple(
-                    RoutedInstance(name=i["name"], url=i["url"]) for i in svc.get("instances", ())
+                    RoutedInstance(name=i["name"], url=i["url"], role=i.get("role", ""))
+                    for i in svc.get("instances", ())
                 ),
                 rate_limit=int(svc.get("rate_limit", DEFAULT_RATE_LIMIT)),
                 max_queue_size=svc.get("max_queue_size"),
                 timeout=svc.get("timeout"),
+                pd=PdRouting(**svc["pd"]) if svc.get("pd") else None,
             )
             for name, svc in data.get("services", {}).items()
         }

@@ -16,8 +16,13 @@ from workers.storage import ObjectSource, StagingError, source_from_env, stage
 GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
 
 
-def device_need(spec: ServiceSpec) -> tuple[str, int]:
-    """The kind and number of cards one instance holds exclusively."""
+def device_need(spec: ServiceSpec, role: str = "") -> tuple[str, int]:
+    """The kind and number of cards one instance (of `role`) holds exclusively."""
+    if role and spec.llm and spec.llm.pd:
+        pd_role = spec.llm.pd.role(role)
+        if spec.llm.engine == "vllm-ascend":
+            return "npu", pd_role.npu
+        return "gpu", pd_role.gpu
     if spec.llm and spec.llm.engine == "vllm-ascend":
         return "npu", spec.metadata.npu
     if spec.metadata.npu and not spec.metadata.gpu:

@@ -8,6 +8,7 @@ task then runs it again shortly) and False once it has settled.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import replace
 
 from django.conf import settings
@@ -50,9 +51,11 @@ def reconcile(name: str, runtime: Runtime) -> bool:
         _remove(service, runtime, instance)
     created: list[ObservedInstance] = []
     waiting = None
-    for instance_name in result.create:
+    for role, instance_name in result.create:
         try:
-            created.append(_create(service, runtime, spec, instance_name, desired.spec_hash))
+            created.append(
+                _create(service, runtime, spec, role, instance_name, desired.spec_hash)
+            )
             record(service, "InstanceCreated", f"instance created on {runtime.name}", instance_name)
         except devices.InsufficientDevices as exc:
             waiting = str(exc)  # not a failure: it starts once cards are free
@@ -67,7 +70,8 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     live = result.keep + created
     ready &= {o.name for o in live}
     _sync_instances(service, runtime, live, ready)
-    settled = _write_status(service, desired, len(ready), len(live), error, waiting)
+    ready_by_role = Counter(o.role for o in live if o.name in ready)
+    settled = _write_status(service, desired, ready_by_role, len(live), error, waiting)
     if service.desired_state == DesiredState.DELETED and not live:
         record(service, "Deleted", "every instance removed; service deleted")
         service.delete()
@@ -75,7 +79,7 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     return not settled
 
 
-def _create(service: Service, runtime: Runtime, spec, name: str, spec_hash: str):
+def _create(service: Service, runtime: Runtime, spec, role: str, name: str, spec_hash: str):
     """Stage models, check the model store, take cards, render, and start one instance."""
 
     def report(progress: str) -> None:
@@ -83,19 +87,23 @@ def _create(service: Service, runtime: Runtime, spec, name: str, spec_hash: str)
 
     staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report)
     provisioning.check_model_store(spec, settings.WHARF_MODEL_DIR)
-    kind, count = provisioning.device_need(spec)
+    kind, count = provisioning.device_need(spec, role)
     # Cards are taken under a node-wide lock, so two services never get the same card.
     with node_lock("devices"):
         indexes: tuple[int, ...] = ()
         if count:
             in_use = provisioning.cards_in_use(runtime.list(), kind)
             indexes = devices.allocate(kind, count, CARDS.get(), in_use)
-        placement = replace(runtime.placement(), devices=indexes, staged=staged)
+        placement = replace(
+            runtime.placement(), devices=indexes, staged=staged, role=role, service=service.name,
+            kv_dir=str(settings.WHARF_HOME / "kv" / service.name) if role else "",
+        )  # fmt: skip
         _warn_if_it_cannot_fit(service, spec, placement)
         report(f"starting instance {name}")
         allocation = devices.encode_allocation(kind, indexes) if indexes else ""
+        plan = render(spec, placement)
         return runtime.create(
-            InstanceRequest(service.name, name, spec_hash, render(spec, placement), allocation)
+            InstanceRequest(service.name, name, spec_hash, plan, allocation, role=role)
         )
 
 
@@ -137,19 +145,25 @@ def _expire_if_stuck(service: Service, observed: ObservedInstance, ready: set[st
 
 
 def _desired(service: Service):
-    """Replicas and spec hash to converge on, and an error that forbids creating instances."""
+    """Replicas per role and the spec hash to converge on, and an error that forbids creating
+    instances."""
     if service.desired_state != DesiredState.RUNNING:
-        return planning.Desired(replicas=0, spec_hash=""), None, None
+        return planning.Desired({"": 0}, spec_hash=""), None, None
     try:
         spec = service.parsed_spec()
     except SpecError as exc:  # stored before a validation rule tightened
-        return planning.Desired(0, "", allow_create=False), None, f"invalid spec: {exc}"
+        return planning.Desired({"": 0}, "", allow_create=False), None, f"invalid spec: {exc}"
     exits = _events_since_intent(service, ("InstanceExited", "InstanceFailed"))
     error = None
     if exits >= planning.MAX_EXITS:
         error = f"instances exited {exits} times; fix the spec and update or start the service"
-    desired = planning.Desired(spec.metadata.instance, spec.spec_hash(), error is None)
-    return desired, spec, error
+    pd = spec.llm.pd if spec.llm else None
+    replicas = (
+        {"prefill": pd.prefill.instance, "decode": pd.decode.instance}
+        if pd
+        else {"": spec.metadata.instance}
+    )
+    return planning.Desired(replicas, spec.spec_hash(), error is None), spec, error
 
 
 def _events_since_intent(service: Service, reasons: tuple[str, ...]) -> int:
@@ -185,7 +199,7 @@ def _sync_instances(service, runtime, live, ready) -> None:
         row = rows.pop(observed.name, None)
         if row is None:
             Instance.objects.create(
-                service=service, name=observed.name, runtime=runtime.name,
+                service=service, name=observed.name, role=observed.role, runtime=runtime.name,
                 node=settings.WHARF_NODE_ADDRESS, spec_hash=observed.spec_hash,
                 state=state, url=observed.url or "",
             )  # fmt: skip
@@ -202,17 +216,17 @@ def _sync_instances(service, runtime, live, ready) -> None:
     Instance.objects.filter(pk__in=[r.pk for r in rows.values()]).delete()
 
 
-def _write_status(service, desired, ready: int, live: int, error: str | None, waiting=None) -> bool:
+def _write_status(service, desired, ready: Counter, live: int, error, waiting=None) -> bool:
     """Write the observed status if the spec has not changed meanwhile; True when settled."""
     status = planning.status(
-        service.desired_state, desired.replicas, ready, live, service.phase, failed=bool(error),
-        waiting=waiting,
+        service.desired_state, desired.replicas, dict(ready), live, service.phase,
+        failed=bool(error), waiting=waiting,
     )  # fmt: skip
     with transaction.atomic():
         updated = Service.objects.filter(pk=service.pk, generation=service.generation).update(
             phase=status.phase,
             progress=status.progress,
-            ready_instances=ready,
+            ready_instances=sum(ready.values()),
             observed_generation=service.generation,
             last_error=error or waiting or "",
         )

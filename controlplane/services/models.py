@@ -43,6 +43,7 @@ class Instance(models.Model):
 
     service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="instances")
     name = models.CharField(max_length=128, unique=True)
+    role = models.CharField(max_length=16, blank=True, help_text="prefill | decode | ''")
     runtime = models.CharField(max_length=16)
     node = models.CharField(max_length=128)
     spec_hash = models.CharField(max_length=16)

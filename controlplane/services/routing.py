@@ -13,6 +13,7 @@ from contracts.routing import (
     DEFAULT_RATE_LIMIT,
     SNAPSHOT_CHANNEL,
     SNAPSHOT_KEY,
+    PdRouting,
     RoutedInstance,
     RoutedKey,
     RoutedService,
@@ -45,7 +46,7 @@ def _routed_services() -> dict[str, RoutedService]:
 
 def _routed_service(service: Service) -> RoutedService:
     ready = [
-        RoutedInstance(name=i.name, url=i.url)
+        RoutedInstance(name=i.name, url=i.url, role=i.role)
         for i in service.instances.all()
         if i.state == InstanceState.READY and i.url
     ]
@@ -65,6 +66,24 @@ def _routed_service(service: Service) -> RoutedService:
         rate_limit=int(rpc.get("rate_limit") or DEFAULT_RATE_LIMIT),
         max_queue_size=rpc.get("max_queue_size"),
         timeout=keepalive / 1000 if keepalive else None,  # EAS gives it in milliseconds
+        pd=_pd_routing(llm.get("pd")),
+    )
+
+
+def _pd_routing(pd: dict | None) -> PdRouting | None:
+    """What the gateway needs to route a prefill/decode-separated service."""
+    if not pd:
+        return None
+    from workers.engines.pd import router_hints  # pure: what each connector asks of the router
+
+    connector = pd.get("kv_connector", "ExampleConnector")
+    router = pd.get("router") or {}
+    return PdRouting(
+        connector=connector,
+        prefill_policy=router.get("prefill_policy", "least_outstanding"),
+        decode_policy=router.get("decode_policy", "least_outstanding"),
+        on_prefill_failure=pd.get("on_prefill_failure", "fail"),
+        hints=router_hints(connector),
     )
 
 

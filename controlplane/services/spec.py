@@ -184,6 +184,39 @@ class Speculative(_Strict):
 
 
 OptionValue = str | int | float | bool
+PD_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
+ROLES = ("prefill", "decode")
+
+
+class PdRole(_Strict):
+    """One side of a prefill/decode-separated service."""
+
+    instance: int = Field(default=1, ge=1, le=64)
+    gpu: int = Field(default=0, ge=0)
+    npu: int = Field(default=0, ge=0)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+
+
+class PdRouter(_Strict):
+    """How the gateway, which is the router, picks an instance of each role."""
+
+    prefill_policy: Literal["round_robin", "least_outstanding"] = "least_outstanding"
+    decode_policy: Literal["round_robin", "least_outstanding"] = "least_outstanding"
+
+
+class Pd(_Strict):
+    prefill: PdRole
+    decode: PdRole
+    # Which KV-cache transfer the engines use; each engine adapter knows its own.
+    kv_connector: str = "ExampleConnector"
+    router: PdRouter = PdRouter()
+    # When no prefill instance can serve: fail the request (503) or let decode do it all.
+    on_prefill_failure: Literal["fail", "decode_only"] = "fail"
+    # vllm-ascend only: the rank-table deployment of ModelArts (seeds/000).
+    rank_table: bool = False
+
+    def role(self, name: str) -> PdRole:
+        return self.prefill if name == "prefill" else self.decode
 
 
 class Llm(_Strict):
@@ -201,6 +234,7 @@ class Llm(_Strict):
     kv_cache_dtype: str | None = Field(default=None, min_length=1)
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
     speculative: Speculative | None = None
+    pd: Pd | None = None
     # Engine flags Wharf has no field for: {"--block-size": 16, "--enable-prefix-caching": true}
     options: dict[str, OptionValue] = {}
     extra_args: list[str] = []
@@ -309,6 +343,9 @@ def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
         errors["llm.model"] = [f"{need}give the model to serve"]
     if llm.engine == "custom" and not custom_command:
         errors["containers[0].command"] = ["the custom engine runs the given image and command"]
+    if llm.pd is not None:
+        errors.update(_pd_checks(llm))
+        return errors
     cards, kind = (spec.metadata.npu, "npu") if llm.engine == "vllm-ascend" else (
         spec.metadata.gpu, "gpu"
     )  # fmt: skip
@@ -322,6 +359,36 @@ def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
             f"tensor parallelism {llm.tensor_parallel_size} needs as many cards; "
             f"metadata.{kind} is {cards}"
         ]
+    return errors
+
+
+def _pd_checks(llm: Llm) -> dict[str, list[str]]:
+    """Cards and parallelism are per role in a prefill/decode-separated service."""
+    assert llm.pd is not None
+    errors: dict[str, list[str]] = {}
+    if llm.engine not in PD_ENGINES:
+        errors["llm.pd"] = [
+            f"engine {llm.engine} does not support prefill/decode separation; "
+            f"use one of {', '.join(PD_ENGINES)}, or remove llm.pd"
+        ]
+        return errors
+    if llm.pd.rank_table and llm.engine != "vllm-ascend":
+        errors["llm.pd.rank_table"] = [
+            "rank tables describe Ascend NPUs: they need engine vllm-ascend on NPU hosts"
+        ]
+    kind = "npu" if llm.engine == "vllm-ascend" else "gpu"
+    for name in ROLES:
+        role = llm.pd.role(name)
+        cards = getattr(role, kind)
+        if llm.engine != "vllm-cpu" and cards < 1:
+            errors[f"llm.pd.{name}.{kind}"] = [
+                f"each {name} instance of engine {llm.engine} needs at least 1 {kind.upper()}"
+            ]
+        elif llm.engine != "vllm-cpu" and role.tensor_parallel_size > cards:
+            errors[f"llm.pd.{name}.tensor_parallel_size"] = [
+                f"tensor parallelism {role.tensor_parallel_size} needs as many cards; "
+                f"llm.pd.{name}.{kind} is {cards}"
+            ]
     return errors
 
 

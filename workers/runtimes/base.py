@@ -12,6 +12,7 @@ LABEL_SERVICE = "wharf.service"
 LABEL_INSTANCE = "wharf.instance"
 LABEL_SPEC_HASH = "wharf.spec-hash"
 LABEL_DEVICES = "wharf.devices"  # workers.devices.encode_allocation, e.g. "gpu:0,1"
+LABEL_ROLE = "wharf.role"  # "prefill" | "decode" in a prefill/decode-separated service
 
 
 class InstanceError(Exception):
@@ -34,6 +35,7 @@ class InstanceRequest:
     spec_hash: str
     plan: ContainerPlan
     devices: str = ""  # the cards this instance holds, encoded (workers.devices)
+    role: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class ObservedInstance:
     restarts: int = 0
     stuck: bool = False  # running, but never became ready in time
     devices: str = ""
+    role: str = ""
 
 
 class Runtime(Protocol):

@@ -15,6 +15,7 @@ from workers.engines.plan import Placement
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
+    LABEL_ROLE,
     LABEL_SERVICE,
     LABEL_SPEC_HASH,
     InstanceError,
@@ -38,6 +39,7 @@ def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) 
         LABEL_HEALTH_PATH: plan.health_path,
         LABEL_PORT: str(plan.port),
         LABEL_DEVICES: request.devices,
+        LABEL_ROLE: request.role,
     }
     options: dict = {
         # Plans are whole command lines: replace the image's entrypoint (vLLM's and TGI's
@@ -153,6 +155,7 @@ class DockerRuntime:
             exit_code=None if state.get("Running") else state.get("ExitCode"),
             restarts=container.attrs.get("RestartCount", 0),
             devices=labels.get(LABEL_DEVICES, ""),
+            role=labels.get(LABEL_ROLE, ""),
         )
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:

@@ -95,6 +95,7 @@ class ProcessRuntime:
             "url": f"http://127.0.0.1:{plan.port}",
             "health_path": plan.health_path,
             "devices": request.devices,
+            "role": request.role,
         }
         tmp = self._state_path(request.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -122,6 +123,7 @@ class ProcessRuntime:
             health_path=state.get("health_path", ""),
             exit_code=exit_code,
             devices=state.get("devices", ""),
+            role=state.get("role", ""),
         )
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:

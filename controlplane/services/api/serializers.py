@@ -10,7 +10,7 @@ from controlplane.services.secrets import redact
 class InstanceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Instance
-        fields = ["name", "state", "runtime", "node", "url", "spec_hash", "message",
+        fields = ["name", "role", "state", "runtime", "node", "url", "spec_hash", "message",
                   "created_at", "updated_at"]  # fmt: skip
 
 

@@ -163,15 +163,26 @@ class ServiceEvents(APIView):
 
 
 class SpecPreview(APIView):
-    """POST /services/preview: the containers a spec would create, without creating them."""
+    """POST /services/preview: the containers a spec would create, without creating them: one
+    per role for a prefill/decode-separated service, with example card indexes."""
 
     def post(self, request: Request) -> Response:
         from workers.engines import Placement, render
         from workers.provisioning import device_need
 
         spec = _validated(request.data)
-        _, cards = device_need(spec)
-        plan = render(spec, Placement(model_store=str(settings.WHARF_MODEL_DIR),
-                                      devices=tuple(range(cards))))  # fmt: skip
-        return Response({"name": spec.name, "instances": spec.metadata.instance,
-                         "containers": [plan.preview()]})  # fmt: skip
+        pd = spec.llm.pd if spec.llm else None
+        roles = {"prefill": pd.prefill.instance, "decode": pd.decode.instance} if pd else {
+            "": spec.metadata.instance
+        }  # fmt: skip
+        containers = []
+        for role, instances in roles.items():
+            _, cards = device_need(spec, role)
+            placement = Placement(
+                model_store=str(settings.WHARF_MODEL_DIR), devices=tuple(range(cards)),
+                role=role, service=spec.name,
+            )  # fmt: skip
+            containers.append({"role": role, "instances": instances,
+                               **render(spec, placement).preview()})  # fmt: skip
+        return Response({"name": spec.name, "instances": sum(roles.values()),
+                         "containers": containers})  # fmt: skip
