@@ -81,4 +81,5 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement
         memory_bytes=meta.memory * MB if meta.memory else None,
         gpus=plan.gpus,
         device_paths=plan.device_paths,
+        files=plan.files,
     )

@@ -10,9 +10,9 @@ class Mount:
     """A filesystem an instance sees. Users never name host paths: `bind` sources are chosen
     by the platform (the node's model store, the object-storage cache, NPU driver files)."""
 
-    kind: str  # "bind" (read-only host path) | "tmpfs" | "nfs"
+    kind: str  # "bind" (read-only host path) | "tmpfs" | "nfs" | "volume" (named, shared)
     target: str
-    source: str = ""  # bind: host path; nfs: "server:/export/path"
+    source: str = ""  # bind: host path; nfs: "server:/export/path"; volume: its name
     size_bytes: int | None = None  # tmpfs
     read_only: bool = True
 
@@ -32,6 +32,12 @@ class Placement:
     devices: tuple[int, ...] = ()  # card indexes (GPU or NPU) allocated to this instance
     # Object-storage URI -> host directory where the worker staged it.
     staged: dict[str, str] = field(default_factory=dict)
+    # Prefill/decode separation: this instance's role ("prefill" | "decode"; "" otherwise),
+    # the service's name (for per-service shared volumes) and, for local processes, a host
+    # directory both roles share (the CPU path's KV-cache exchange folder).
+    role: str = ""
+    service: str = ""
+    kv_dir: str = ""
 
     @property
     def models_root(self) -> str:
@@ -52,6 +58,9 @@ class ContainerPlan:
     memory_bytes: int | None = None
     gpus: tuple[int, ...] = ()  # NVIDIA cards, as Docker device requests
     device_paths: tuple[str, ...] = ()  # host devices passed through (/dev/davinci0, ...)
+    # Generated files the engine reads (rank tables): container path -> content. The runtime
+    # writes them on the node and mounts them read-only.
+    files: dict[str, str] = field(default_factory=dict)
 
     def preview(self) -> dict:
         """The plan as the preview API and the console show it."""
