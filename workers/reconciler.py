@@ -53,9 +53,7 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     waiting = None
     for role, instance_name in result.create:
         try:
-            created.append(
-                _create(service, runtime, spec, role, instance_name, desired.spec_hash)
-            )
+            created.append(_create(service, runtime, spec, role, instance_name, desired.spec_hash))
             record(service, "InstanceCreated", f"instance created on {runtime.name}", instance_name)
         except devices.InsufficientDevices as exc:
             waiting = str(exc)  # not a failure: it starts once cards are free
@@ -74,6 +72,7 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     settled = _write_status(service, desired, ready_by_role, len(live), error, waiting)
     if service.desired_state == DesiredState.DELETED and not live:
         record(service, "Deleted", "every instance removed; service deleted")
+        runtime.forget(service.name)
         service.delete()
     publish_snapshot()
     return not settled
@@ -96,7 +95,7 @@ def _create(service: Service, runtime: Runtime, spec, role: str, name: str, spec
             indexes = devices.allocate(kind, count, CARDS.get(), in_use)
         placement = replace(
             runtime.placement(), devices=indexes, staged=staged, role=role, service=service.name,
-            kv_dir=str(settings.WHARF_HOME / "kv" / service.name) if role else "",
+            kv_dir=_kv_dir(service.name) if role else "",
         )  # fmt: skip
         _warn_if_it_cannot_fit(service, spec, placement)
         report(f"starting instance {name}")
@@ -105,6 +104,13 @@ def _create(service: Service, runtime: Runtime, spec, role: str, name: str, spec
         return runtime.create(
             InstanceRequest(service.name, name, spec_hash, plan, allocation, role=role)
         )
+
+
+def _kv_dir(service: str) -> str:
+    """The folder a local prefill and decode instance exchange KV cache through."""
+    path = settings.WHARF_INSTANCE_LOG_DIR.parent / "kv" / service
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
 
 
 def _warn_if_it_cannot_fit(service: Service, spec, placement) -> None:

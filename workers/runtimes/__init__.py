@@ -19,7 +19,10 @@ def get_runtime() -> Runtime:
 
     choice = settings.WHARF_RUNTIME or ("docker" if DockerRuntime.available() else "process")
     if choice == "docker":
-        return DockerRuntime(str(settings.WHARF_MODEL_DIR), settings.WHARF_NODE_ADDRESS)
+        return DockerRuntime(
+            str(settings.WHARF_MODEL_DIR), settings.WHARF_NODE_ADDRESS,
+            settings.WHARF_INSTANCE_LOG_DIR,
+        )  # fmt: skip
     if choice == "process":
         return ProcessRuntime(
             str(settings.WHARF_MODEL_DIR), settings.WHARF_INSTANCE_LOG_DIR, settings.WHARF_VLLM_VENV

@@ -5,13 +5,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, DriverConfig
 from docker.types import Mount as DockerMount
 
-from workers.engines.plan import Placement
+from workers.engines.plan import Mount, Placement
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
@@ -80,6 +84,8 @@ def _mounts(request: InstanceRequest, model_dir: str) -> list[DockerMount]:
             mounts.append(DockerMount(m.target, None, type="tmpfs", tmpfs_size=m.size_bytes))
         elif m.kind == "nfs":
             mounts.append(_nfs_mount(m))
+        elif m.kind == "volume":  # shared by the instances of a service (the KV exchange)
+            mounts.append(DockerMount(m.target, m.source, type="volume", read_only=m.read_only))
     return mounts
 
 
@@ -98,10 +104,14 @@ def _nfs_mount(mount) -> DockerMount:
 class DockerRuntime:
     name = "docker"
 
-    def __init__(self, model_dir: str, node_address: str = "127.0.0.1", client=None):
-        self.client = client or docker.from_env()
+    def __init__(
+        self, model_dir: str, node_address: str = "127.0.0.1", files_dir: Path | None = None
+    ):
+        self.client = docker.from_env()
         self.model_dir = model_dir.rstrip("/")
         self.node_address = node_address
+        # Generated files (rank tables) are written here and bind-mounted read-only.
+        self.files_dir = files_dir or Path(tempfile.gettempdir()) / "wharf-files"
 
     @staticmethod
     def available() -> bool:
@@ -123,6 +133,10 @@ class DockerRuntime:
             raise InstanceError(
                 f"image {plan.image} is not on this node; build or load it first"
             ) from None
+        if plan.files:
+            request = replace(
+                request, plan=replace(plan, mounts=plan.mounts + self._files(request))
+            )
         try:
             container = self.client.containers.run(
                 plan.image,
@@ -133,6 +147,21 @@ class DockerRuntime:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
         container.reload()
         return self._observe(container)
+
+    def _files(self, request: InstanceRequest) -> list[Mount]:
+        root = self.files_dir / request.name
+        mounts = []
+        for i, (target, content) in enumerate(sorted(request.plan.files.items())):
+            path = root / f"{i}-{Path(target).name}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+            mounts.append(Mount("bind", target, str(path)))
+        return mounts
+
+    def forget(self, service: str) -> None:
+        """Remove what a deleted service shared between its instances (the KV volume)."""
+        with contextlib.suppress(NotFound, APIError):
+            self.client.volumes.get(f"wharf-kv-{service}").remove(force=True)
 
     def _bind_address(self) -> str:
         return "127.0.0.1" if self.node_address in ("127.0.0.1", "localhost") else "0.0.0.0"
@@ -164,6 +193,7 @@ class DockerRuntime:
         return [self._observe(c) for c in containers]
 
     def remove(self, name: str) -> None:
+        shutil.rmtree(self.files_dir / name, ignore_errors=True)
         try:
             container = self.client.containers.get(name)
         except NotFound:

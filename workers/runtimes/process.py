@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -74,6 +75,10 @@ class ProcessRuntime:
             raise InstanceError(
                 f"storage mounts ({targets}) need the docker runtime; local processes see host "
                 "paths only (give llm.model as a model-store name or an object-storage URI)"
+            )
+        if plan.files:
+            raise InstanceError(
+                f"generated files ({', '.join(plan.files)}) need the docker runtime"
             )
         if self.venv and not (self.venv / "bin" / "python").exists():
             raise InstanceError(f"no engine virtualenv at {self.venv}; run `make engines`")
@@ -169,6 +174,10 @@ class ProcessRuntime:
                 os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+
+    def forget(self, service: str) -> None:
+        """Remove what a deleted service shared between its instances (the KV folder)."""
+        shutil.rmtree(self.state_dir.parent / "kv" / service, ignore_errors=True)
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:
