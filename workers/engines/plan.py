@@ -18,6 +18,20 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class PdMember:
+    """One instance of a prefill/decode-separated service, as the rank tables list it."""
+
+    role: str  # "prefill" | "decode"
+    index: int  # its place within its role, from 0
+    host_ip: str  # the node it runs on
+    device_ids: tuple[int, ...]  # physical NPU ids on that node
+    port: int  # where its engine serves
+    # Each card's RoCE address (`hccn_tool -i <id> -ip -g`), in device_ids' order; () when the
+    # worker has not read them (the preview): the rank tables then show how to get them.
+    device_ips: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where an instance will run, as far as its command line cares.
 
@@ -38,6 +52,15 @@ class Placement:
     role: str = ""
     service: str = ""
     kv_dir: str = ""
+    # Also for prefill/decode separation: this instance's index within its role (its KV engine
+    # id, its entry in the rank tables), every instance of the service (the rank tables; the
+    # preview makes one up when empty), the address other instances reach this one's KV side
+    # channels at (empty: `host`), and the router's address (the gateway: the rank tables'
+    # scheduler group, P2pNcclConnector's proxy; empty: localhost).
+    pd_index: int = 0
+    pd_layout: tuple[PdMember, ...] = ()
+    node_ip: str = ""
+    router_ip: str = ""
 
     @property
     def models_root(self) -> str:

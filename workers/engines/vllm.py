@@ -21,6 +21,14 @@ from workers.engines.common import (
     user_env,
 )
 from workers.engines.models import locate_model
+from workers.engines.pd import (
+    pd_args,
+    pd_connector,
+    pd_wiring,
+    role_cards,
+    tensor_parallel_size,
+    validate_pd,
+)
 from workers.engines.plan import ContainerPlan, Placement
 
 DEFAULT_PORT = 8000
@@ -75,7 +83,8 @@ def server_args(
     draft_path: str | None,
     quantization: list[str],
 ) -> list[str]:
-    """The api_server command line up to, not including, llm.extra_args."""
+    """The api_server command line up to, not including, llm.extra_args. A prefill or decode
+    instance takes its role's tensor parallelism and its KV transfer wiring."""
     llm = spec.llm
     assert llm is not None
     args = [
@@ -87,8 +96,8 @@ def server_args(
         # to both.
         "--served-model-name", *dict.fromkeys([llm.served_model_name or spec.name, spec.name]),
     ]  # fmt: skip
-    if llm.tensor_parallel_size > 1:
-        args += ["--tensor-parallel-size", str(llm.tensor_parallel_size)]
+    if (tp := tensor_parallel_size(spec, placement)) > 1:
+        args += ["--tensor-parallel-size", str(tp)]
     if llm.max_model_len:
         args += ["--max-model-len", str(llm.max_model_len)]
     if llm.gpu_memory_utilization and llm.engine != "vllm-cpu":
@@ -103,6 +112,8 @@ def server_args(
         args += ["--dtype", llm.dtype]
     if llm.speculative:
         args += ["--speculative-config", speculative_config(llm.speculative, draft_path)]
+    if connector := pd_connector(spec, placement):
+        args += pd_args(connector, placement, llm, port)
     return args + option_args(llm.options)
 
 
@@ -135,7 +146,8 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         spec, placement, port=port, model_path=model_path, draft_path=draft_path,
         quantization=quantization,
     )  # fmt: skip
-    env = {**OFFLINE_ENV, **user_env(spec)}
+    kv_env, kv_mounts = pd_wiring(spec, placement, port)
+    env = {**OFFLINE_ENV, **kv_env, **user_env(spec)}
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
         if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):
@@ -148,10 +160,10 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         args=args,
         port=port,
         env=env,
-        mounts=merge_mounts(mounts, draft_mounts),
+        mounts=merge_mounts(mounts, draft_mounts, kv_mounts),
         health_path="/health",
         metrics_path="/metrics",
-        shm_size_bytes=shm_size(spec.metadata.gpu if cuda else 0, SHM_DEFAULT),
+        shm_size_bytes=shm_size(role_cards(spec, placement, "gpu") if cuda else 0, SHM_DEFAULT),
         gpus=placement.devices if cuda else (),
     )
 
@@ -159,7 +171,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:
     llm = spec.llm
     assert llm is not None
-    errors = chunked_prefill_errors(llm)
+    errors = {**chunked_prefill_errors(llm), **validate_pd(spec)}
     if llm.quantization and llm.quantization not in QUANTIZATIONS:
         errors["llm.quantization"] = [
             f"vLLM has no quantization {llm.quantization!r}; choose one of "

@@ -7,6 +7,8 @@ ModelArts starts its vLLM containers (`docker run --device=/dev/davinci4 ... -v
 
 from __future__ import annotations
 
+import json
+
 from controlplane.services.spec import Llm, ServiceSpec
 from workers.engines.common import (
     OFFLINE_ENV,
@@ -18,7 +20,14 @@ from workers.engines.common import (
     user_env,
 )
 from workers.engines.models import locate_model
-from workers.engines.plan import ContainerPlan, Mount, Placement
+from workers.engines.pd import pd_wiring, role_cards, validate_pd
+from workers.engines.plan import ContainerPlan, Mount, PdMember, Placement
+from workers.engines.rank_table import (
+    global_rank_table,
+    local_rank_table,
+    node_ports,
+    preview_layout,
+)
 from workers.engines.vllm import (
     SHM_DEFAULT,
     chunked_prefill_errors,
@@ -55,6 +64,9 @@ QUANTIZATIONS = {
 CUDA_FORMATS = {"awq": "w4a16", "gptq": "w4a16"}
 # The NPU attention kernel verifies at most 16 tokens a step: the drafts plus one.
 MAX_SPECULATIVE_TOKENS = 15
+# Where a rank-table deployment (llm.pd.rank_table) finds its tables, written by the runtime.
+GLOBAL_RANK_TABLE = "/etc/wharf/ranktable/global.json"
+LOCAL_RANK_TABLE = "/etc/wharf/ranktable/local.json"
 
 
 def visible_devices(placement: Placement, cards: int) -> str:
@@ -81,6 +93,50 @@ def quantization_args(llm: Llm) -> list[str]:
     return ["--quantization", method] if method else []
 
 
+def own_member(placement: Placement, port: int) -> PdMember:
+    return PdMember(
+        role=placement.role,
+        index=placement.pd_index,
+        host_ip=placement.node_ip or "localhost",
+        device_ids=placement.devices,
+        port=port,
+    )
+
+
+def pd_layout(spec: ServiceSpec, placement: Placement, port: int) -> tuple[PdMember, ...]:
+    """The worker's layout of the whole service; the preview's stand-in when it has none."""
+    if placement.pd_layout:
+        return placement.pd_layout
+    assert spec.llm is not None and spec.llm.pd is not None
+    pd = spec.llm.pd
+    counts = {role: (pd.role(role).instance, pd.role(role).npu) for role in ("prefill", "decode")}
+    return preview_layout(counts, own_member(placement, port))
+
+
+def rank_tables(
+    spec: ServiceSpec, placement: Placement, port: int
+) -> tuple[dict[str, str], dict[str, str]]:
+    """seeds/000's rank-table deployment: the files (container path -> JSON) and the env
+    that points the engine at them; nothing unless llm.pd.rank_table and a role."""
+    llm = spec.llm
+    if llm is None or llm.pd is None or not llm.pd.rank_table or not placement.role:
+        return {}, {}
+    layout = pd_layout(spec, placement, port)
+    key = (placement.role, placement.pd_index)
+    own = next((m for m in layout if (m.role, m.index) == key), own_member(placement, port))
+    scheduler = placement.router_ip or "localhost"
+    files = {
+        GLOBAL_RANK_TABLE: json.dumps(global_rank_table(layout, scheduler), indent=2),
+        LOCAL_RANK_TABLE: json.dumps(local_rank_table(own), indent=2),
+    }
+    env = {
+        "GLOBAL_RANK_TABLE_FILE_PATH": GLOBAL_RANK_TABLE,
+        "RANK_TABLE_FILE_PATH": LOCAL_RANK_TABLE,
+        "NODE_PORTS": node_ports(layout),
+    }
+    return files, env
+
+
 def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     llm = spec.llm
     assert llm is not None and llm.model is not None
@@ -91,22 +147,29 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         spec, placement, port=port, model_path=model_path, draft_path=draft_path,
         quantization=quantization_args(llm),
     )  # fmt: skip
+    cards = role_cards(spec, placement, "npu")
+    kv_env, kv_mounts = pd_wiring(spec, placement, port)
+    files, table_env = rank_tables(spec, placement, port)
     env = {
         **OFFLINE_ENV,
-        "ASCEND_RT_VISIBLE_DEVICES": visible_devices(placement, spec.metadata.npu),
+        "ASCEND_RT_VISIBLE_DEVICES": visible_devices(placement, cards),
+        **kv_env,
+        **table_env,
     }
     env.update(user_env(spec))
     in_container = placement.in_container
+    drivers = driver_mounts() if in_container else []
     return ContainerPlan(
         image=engine_image(spec, IMAGE),
         args=args + llm.extra_args,
         port=port,
         env=env,
-        mounts=merge_mounts(mounts, draft_mounts, driver_mounts() if in_container else []),
+        mounts=merge_mounts(mounts, draft_mounts, drivers, kv_mounts),
         health_path="/health",
         metrics_path="/metrics",
-        shm_size_bytes=shm_size(spec.metadata.npu, SHM_DEFAULT),
+        shm_size_bytes=shm_size(cards, SHM_DEFAULT),
         device_paths=npu_devices(placement) if in_container else (),
+        files=files,
     )
 
 
@@ -136,7 +199,7 @@ def quantization_errors(llm: Llm) -> dict[str, list[str]]:
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:
     llm = spec.llm
     assert llm is not None
-    errors = {**chunked_prefill_errors(llm), **quantization_errors(llm)}
+    errors = {**chunked_prefill_errors(llm), **quantization_errors(llm), **validate_pd(spec)}
     if llm.speculative and llm.speculative.num_speculative_tokens > MAX_SPECULATIVE_TOKENS:
         errors["llm.speculative.num_speculative_tokens"] = [
             f"Ascend verifies at most {MAX_SPECULATIVE_TOKENS + 1} tokens a step; "
