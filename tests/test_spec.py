@@ -99,6 +99,16 @@ def test_rejects_non_object_spec():
 
 def test_spec_hash_changes_with_the_spec():
     a = parse_spec(tiny())
-    b = parse_spec(tiny(metadata={"instance": 2}))
+    b = parse_spec(tiny(metadata={"cpu": 2}))
     assert a.spec_hash() == parse_spec(tiny()).spec_hash()
     assert a.spec_hash() != b.spec_hash()
+
+
+def test_scaling_does_not_change_the_spec_hash():
+    role = {"instance": 1}
+    pd = {"prefill": role, "decode": role}
+    scaled = {"prefill": role, "decode": {"instance": 3}}
+    a = parse_spec(tiny(llm={"engine": "vllm-cpu", "model": "m", "pd": pd}))
+    b = parse_spec(tiny(llm={"engine": "vllm-cpu", "model": "m", "pd": scaled},
+                        metadata={"instance": 4}))  # fmt: skip
+    assert a.spec_hash() == b.spec_hash()

@@ -283,8 +283,15 @@ class ServiceSpec(_Eas):
         return ()
 
     def spec_hash(self) -> str:
-        """Changes whenever anything that shapes an instance changes."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """Changes whenever anything that shapes an instance changes. Instance counts do not
+        shape an instance: scaling adds or removes instances and leaves the others alone."""
+        data = self.model_dump(mode="json")
+        data["metadata"].pop("instance", None)
+        pd = (data.get("llm") or {}).get("pd")
+        for role in ("prefill", "decode"):
+            if pd:
+                pd[role].pop("instance", None)
+        canonical = json.dumps(data, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
