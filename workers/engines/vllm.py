@@ -153,6 +153,9 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):
             args.append("--enforce-eager")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default of 4 is too much here
+        # vLLM pins every CPU engine to the same first core by default; several engines on one
+        # node (prefill and decode, replicas) would share it. Let the kernel spread them.
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     args += llm.extra_args
     cuda = llm.engine == "vllm"
     return ContainerPlan(
