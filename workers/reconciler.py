@@ -78,8 +78,10 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     return not settled
 
 
-def _create(service: Service, runtime: Runtime, spec, role: str, name: str, spec_hash: str):
-    """Stage models, check the model store, take cards, render, and start one instance."""
+def _create(service: Service, runtime: Runtime, spec, slot: tuple[str, int], name, spec_hash):
+    """Stage models, check the model store, take cards, render, and start one instance in
+    `slot` (its role and its number within the role)."""
+    role, pd_index = slot
 
     def report(progress: str) -> None:
         Service.objects.filter(pk=service.pk).update(progress=progress[:200])
@@ -95,14 +97,16 @@ def _create(service: Service, runtime: Runtime, spec, role: str, name: str, spec
             indexes = devices.allocate(kind, count, CARDS.get(), in_use)
         placement = replace(
             runtime.placement(), devices=indexes, staged=staged, role=role, service=service.name,
-            kv_dir=_kv_dir(service.name) if role else "",
+            pd_index=pd_index, kv_dir=_kv_dir(service.name) if role else "",
         )  # fmt: skip
         _warn_if_it_cannot_fit(service, spec, placement)
         report(f"starting instance {name}")
         allocation = devices.encode_allocation(kind, indexes) if indexes else ""
         plan = render(spec, placement)
         return runtime.create(
-            InstanceRequest(service.name, name, spec_hash, plan, allocation, role=role)
+            InstanceRequest(
+                service.name, name, spec_hash, plan, allocation, role=role, pd_index=pd_index
+            )
         )
 
 

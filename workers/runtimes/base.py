@@ -13,6 +13,7 @@ LABEL_INSTANCE = "wharf.instance"
 LABEL_SPEC_HASH = "wharf.spec-hash"
 LABEL_DEVICES = "wharf.devices"  # workers.devices.encode_allocation, e.g. "gpu:0,1"
 LABEL_ROLE = "wharf.role"  # "prefill" | "decode" in a prefill/decode-separated service
+LABEL_PD_INDEX = "wharf.pd-index"  # the instance's number within its role (engine ids, tables)
 
 
 class InstanceError(Exception):
@@ -36,6 +37,7 @@ class InstanceRequest:
     plan: ContainerPlan
     devices: str = ""  # the cards this instance holds, encoded (workers.devices)
     role: str = ""
+    pd_index: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class ObservedInstance:
     stuck: bool = False  # running, but never became ready in time
     devices: str = ""
     role: str = ""
+    pd_index: int = 0
 
 
 class Runtime(Protocol):

@@ -19,6 +19,7 @@ from workers.engines.plan import Mount, Placement
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
+    LABEL_PD_INDEX,
     LABEL_ROLE,
     LABEL_SERVICE,
     LABEL_SPEC_HASH,
@@ -44,6 +45,7 @@ def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) 
         LABEL_PORT: str(plan.port),
         LABEL_DEVICES: request.devices,
         LABEL_ROLE: request.role,
+        LABEL_PD_INDEX: str(request.pd_index),
     }
     options: dict = {
         # Plans are whole command lines: replace the image's entrypoint (vLLM's and TGI's
@@ -185,6 +187,7 @@ class DockerRuntime:
             restarts=container.attrs.get("RestartCount", 0),
             devices=labels.get(LABEL_DEVICES, ""),
             role=labels.get(LABEL_ROLE, ""),
+            pd_index=int(labels.get(LABEL_PD_INDEX) or 0),
         )
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:

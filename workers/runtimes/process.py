@@ -101,6 +101,7 @@ class ProcessRuntime:
             "health_path": plan.health_path,
             "devices": request.devices,
             "role": request.role,
+            "pd_index": request.pd_index,
         }
         tmp = self._state_path(request.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -129,6 +130,7 @@ class ProcessRuntime:
             exit_code=exit_code,
             devices=state.get("devices", ""),
             role=state.get("role", ""),
+            pd_index=state.get("pd_index", 0),
         )
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:
