@@ -103,7 +103,10 @@ STATIC_URL = "static/"
 STATIC_ROOT = WHARF_HOME / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic step
-LOGIN_URL = "/admin/login/"
+# The console's own sign-in page (Django's auth views); signing out lands back on it.
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

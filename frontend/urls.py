@@ -1,5 +1,10 @@
 from django.urls import path
 
-from frontend import views
+from frontend import online_test, views
 
-urlpatterns = [path("", views.home, name="home")]
+urlpatterns = [
+    path("", views.services, name="services"),
+    path("deploy/", views.deploy, name="deploy"),
+    path("services/<str:name>/", views.service, name="service"),
+    path("console/services/<str:name>/test", online_test.test_call, name="online-test"),
+]

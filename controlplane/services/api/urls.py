@@ -2,6 +2,7 @@ from django.urls import path
 
 from controlplane.services.api import views
 from controlplane.services.api.estimate import Estimate
+from controlplane.services.api.logs import InstanceLogs
 
 urlpatterns = [
     path("estimate", Estimate.as_view()),
@@ -9,6 +10,7 @@ urlpatterns = [
     path("services/preview", views.SpecPreview.as_view()),
     path("services/<str:name>", views.ServiceDetail.as_view()),
     path("services/<str:name>/instances", views.ServiceInstances.as_view()),
+    path("services/<str:name>/instances/<str:instance>/logs", InstanceLogs.as_view()),
     path("services/<str:name>/events", views.ServiceEvents.as_view()),
     path("services/<str:name>/token", views.RotateServiceToken.as_view()),
     path("services/<str:name>/<str:action>", views.ServiceAction.as_view()),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -67,6 +68,12 @@ class Command(BaseCommand):
         admin, _ = user_model.objects.get_or_create(
             username="admin", defaults={"is_staff": True, "is_superuser": True}
         )
+        self.console_password = ""
+        if not admin.has_usable_password():
+            # Shown once, like every secret; `manage.py changepassword admin` resets it.
+            self.console_password = envstr("WHARF_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+            admin.set_password(self.console_password)
+            admin.save()
         token = envstr("WHARF_BOOTSTRAP_TOKEN")
         if token:
             if not ApiToken.objects.filter(digest=digest(token)).exists():
@@ -145,7 +152,8 @@ class Command(BaseCommand):
         out = self.stdout.write
         out("")
         out(self.style.SUCCESS("Wharf is up."))
-        out(f"  Console      {stack.api_url}/")
+        password = self.console_password or "(as set before; manage.py changepassword admin)"
+        out(f"  Console      {stack.api_url}/  (user admin, password {password})")
         out(f"  API          {stack.api_url}/api/v1/services")
         out(f"  Gateway      {stack.gateway_url}")
         out(f"  Admin token  {api_token}")

@@ -1,0 +1,47 @@
+"""GET /api/v1/services/<name>/instances/<instance>/logs?tail=200: an instance's container log.
+
+The log is read from this node's runtime (Docker or the process runtime's log files), so it
+answers for instances on the node the API runs on; with workers on other hosts the log has to
+come from that host's runtime instead.
+"""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from rest_framework.exceptions import ParseError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.services.choices import DesiredState
+from controlplane.services.models import Instance
+
+DEFAULT_TAIL = 200
+MAX_TAIL = 5000  # enough to see an engine's start-up; more belongs in a log pipeline
+
+
+def _tail(value: str | None) -> int:
+    if value is None or value == "":
+        return DEFAULT_TAIL
+    try:
+        tail = int(value)
+    except ValueError:
+        raise ParseError({"tail": [f"a whole number from 1 to {MAX_TAIL}"]}) from None
+    if not 1 <= tail <= MAX_TAIL:
+        raise ParseError({"tail": [f"a whole number from 1 to {MAX_TAIL}"]})
+    return tail
+
+
+class InstanceLogs(APIView):
+    def get(self, request: Request, name: str, instance: str) -> Response:
+        from workers.runtimes import get_runtime  # the API reads logs; importing it is lazy
+
+        tail = _tail(request.query_params.get("tail"))
+        # Only an instance the service owns: the name alone must not open another's log.
+        found = get_object_or_404(
+            Instance.objects.exclude(service__desired_state=DesiredState.DELETED),
+            service__name=name,
+            name=instance,
+        )
+        text = get_runtime().logs(found.name, tail)
+        return Response({"instance": found.name, "tail": tail, "logs": text})

@@ -1,0 +1,143 @@
+"""POST /console/services/<name>/test: the console's online test, relayed through the gateway.
+
+The browser cannot call the gateway itself: it is another origin (no CORS there), and the
+console has no service token to give it (only digests are stored). So this view calls the
+gateway's OpenAI route server-side with a console API key of the signed-in user and streams
+the engine's server-sent events back as they arrive. The key is kept in the server-side
+session, never sent to the browser, and expires on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import httpx
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from controlplane.services.choices import DesiredState
+from controlplane.services.models import Service
+from controlplane.services.routing import publish_snapshot
+from controlplane.tokens.models import ApiKey
+
+PATHS = ("chat/completions", "completions")
+SESSION_KEY = "wharf_console_gateway_key"
+KEY_LIFETIME = timedelta(hours=12)
+# A new key reaches the gateways with the next snapshot (pub/sub, well under a second);
+# until then the gateway answers 401, so a fresh key is retried for this long.
+NEW_KEY_GRACE = 10.0
+TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+# None: the network. Tests put an httpx.MockTransport here to play the gateway.
+TRANSPORT: httpx.AsyncBaseTransport | None = None
+
+
+def _error(status: int, detail: str) -> JsonResponse:
+    return JsonResponse({"detail": detail}, status=status)
+
+
+def _issue_key(user) -> dict:
+    api_key, key = ApiKey.issue(
+        user, name="console online test", expires_at=timezone.now() + KEY_LIFETIME
+    )
+    publish_snapshot()  # so the gateways learn the key now, not at their next poll
+    return {"id": api_key.pk, "key": key}
+
+
+async def _console_key(request: HttpRequest) -> tuple[str, bool]:
+    """The session's console key (and whether it was just issued); a new one when the session
+    has none or its key is revoked or about to expire."""
+    stored = await request.session.aget(SESSION_KEY)
+    if stored:
+        soon = timezone.now() + timedelta(minutes=5)
+        live = ApiKey.objects.filter(pk=stored["id"], revoked_at=None, expires_at__gt=soon)
+        if await live.aexists():
+            return stored["key"], False
+    user = await request.auser()
+    stored = await sync_to_async(_issue_key)(user)
+    await request.session.aset(SESSION_KEY, stored)
+    return stored["key"], True
+
+
+def _parse(body: bytes) -> tuple[str, dict] | JsonResponse:
+    try:
+        payload = json.loads(body or b"{}")
+    except ValueError:
+        return _error(400, "the request body must be JSON")
+    if not isinstance(payload, dict):
+        return _error(400, "the request body must be a JSON object")
+    path = payload.get("path", "chat/completions")
+    if path not in PATHS:
+        return _error(400, f"path must be one of {', '.join(PATHS)}")
+    params = payload.get("body", {})
+    if not isinstance(params, dict):
+        return _error(400, "body must be a JSON object of request parameters")
+    return path, params
+
+
+@require_POST
+async def test_call(request: HttpRequest, name: str) -> HttpResponse:
+    user = await request.auser()
+    if not user.is_authenticated:
+        return _error(401, "sign in first")
+    parsed = _parse(request.body)
+    if isinstance(parsed, JsonResponse):
+        return parsed
+    path, params = parsed
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name)
+    if not await live.aexists():
+        return _error(404, f"no service named {name!r}")
+    key, fresh = await _console_key(request)
+    # The service is picked by its name (the gateway maps it to the served model name), and
+    # usage is asked for so the panel can show token counts.
+    body = {**params, "model": name, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    url = f"{settings.WHARF_GATEWAY_URL.rstrip('/')}/v1/{path}"
+    client = httpx.AsyncClient(timeout=TIMEOUT, transport=TRANSPORT)
+    deadline = time.monotonic() + NEW_KEY_GRACE
+    try:
+        while True:
+            upstream = await client.send(
+                client.build_request(
+                    "POST", url, json=body, headers={"Authorization": f"Bearer {key}"}
+                ),
+                stream=True,
+            )
+            if not (upstream.status_code == 401 and fresh and time.monotonic() < deadline):
+                break
+            await upstream.aclose()
+            await asyncio.sleep(0.3)
+    except httpx.HTTPError as exc:
+        await client.aclose()
+        return _error(502, f"the gateway at {url} did not answer: {exc}")
+    if upstream.status_code != 200:
+        content = await upstream.aread()
+        await upstream.aclose()
+        await client.aclose()
+        content_type = upstream.headers.get("content-type", "application/json")
+        return HttpResponse(content, status=upstream.status_code, content_type=content_type)
+    return StreamingHttpResponse(
+        _relay(client, upstream),
+        content_type="text/event-stream",
+        # Proxies in front of the console must not hold the events back.
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _relay(client: httpx.AsyncClient, upstream: httpx.Response) -> AsyncIterator[bytes]:
+    # Closing in `finally` matters: when the browser stops reading, Django cancels this
+    # generator, and closing the upstream stream makes the gateway abort the engine request.
+    # aiter_bytes, not aiter_raw: a compressed answer is decoded here, as this response does
+    # not pass the gateway's Content-Encoding on.
+    try:
+        async for chunk in upstream.aiter_bytes():
+            yield chunk
+    finally:
+        await upstream.aclose()
+        await client.aclose()

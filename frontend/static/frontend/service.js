@@ -1,0 +1,460 @@
+// One service: phase and progress, instances per role, events, logs, call information, the
+// online test and usage charts. Everything is polled from the REST API; nothing reloads.
+"use strict";
+
+(() => {
+  const {api, el, enc, badge, when, timeCell, engineOf, instanceSummary, progressText, copy,
+    confirm, actions, config} = Wharf;
+  const $ = (selector) => document.querySelector(selector);
+  const name = config.service;
+  const base = `/services/${enc(name)}`;
+  let service = null;
+  let instances = [];
+  let revealedToken = null;
+  let activeTab = "overview";
+
+  // ---- polling the service -----------------------------------------------------------------
+
+  async function load() {
+    const [svc, inst, events] = await Promise.all([
+      api("GET", base), api("GET", `${base}/instances`), api("GET", `${base}/events?limit=200`),
+    ]);
+    if (svc.status === 404) return gone();
+    if (!svc.ok) {
+      $("#svc-progress").textContent = (svc.data && svc.data.detail) || `The API answered ${svc.status}.`;
+      return;
+    }
+    service = svc.data;
+    if (inst.ok) instances = inst.data;
+    renderHeader();
+    renderOverview();
+    if (events.ok) renderEvents(events.data);
+    renderLogChoices();
+    if (activeTab === "call") renderCall();
+    if (activeTab === "logs" && $("#log-follow").checked) await loadLogs();
+  }
+
+  function gone() {
+    poller.stop();
+    $("#svc-phase").replaceWith(badge("deleted"));
+    $("#svc-progress").textContent = "";
+    const notice = $("#svc-gone");
+    notice.replaceChildren("This service no longer exists. ", el("a", {href: "/"}, "Back to services"));
+    notice.hidden = false;
+    for (const b of document.querySelectorAll("#svc-actions .btn")) b.setAttribute("disabled", "");
+  }
+
+  function renderHeader() {
+    const phase = $("#svc-phase");
+    phase.className = `badge ${service.phase}`;
+    phase.textContent = service.phase;
+    const text = progressText(service);
+    const busy = ["pending", "deploying", "updating", "stopping", "deleting"].includes(service.phase);
+    $("#svc-progress").replaceChildren(busy && text ? el("span.spinner") : "", text);
+    const stopped = service.desired_state === "stopped";
+    $("#svc-actions [data-action=start]").disabled = !stopped;
+    $("#svc-actions [data-action=stop]").disabled = stopped;
+  }
+
+  function resources(spec) {
+    const m = spec.metadata || {};
+    return [
+      m.gpu ? `${m.gpu} GPU` : null, m.npu ? `${m.npu} NPU` : null,
+      m.cpu ? `${m.cpu} CPU` : null, m.memory ? `${m.memory} MB` : null,
+      m.shm_size ? `${m.shm_size} GB shm` : null,
+    ].filter(Boolean).join(" · ") || "defaults";
+  }
+
+  function renderOverview() {
+    const spec = service.spec || {};
+    const llm = spec.llm || {};
+    const rows = [
+      ["Engine", engineOf(spec)],
+      ["Model", llm.model || ((spec.containers || [])[0] || {}).image || "—"],
+      ["Instances", `${instanceSummary(service, instances)} ready`],
+      ["Desired state", service.desired_state],
+      ["Generation", `${service.observed_generation} of ${service.generation} applied`],
+      ["Resources", resources(spec)],
+      ["Created", when(service.created_at)],
+      ["Updated", when(service.updated_at)],
+    ];
+    $("#svc-summary").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
+    const error = $("#svc-error");
+    error.textContent = service.last_error ? `Last error: ${service.last_error}` : "";
+    error.hidden = !service.last_error;
+    renderInstances();
+  }
+
+  function renderInstances() {
+    const box = $("#svc-instances");
+    if (!instances.length) {
+      const why = service.desired_state === "stopped" ? "The service is stopped." : "No instance yet.";
+      box.replaceChildren(el("p.muted.pad", {style: "padding:0 20px 16px"}, why));
+      return;
+    }
+    const groups = Wharf.byRole(instances);
+    const rows = [];
+    for (const [role, list] of groups) {
+      if (role) {
+        const ready = list.filter((i) => i.state === "ready").length;
+        rows.push(el("tr.group", el("td", {colspan: 7}, `${role} · ${ready}/${list.length} ready`)));
+      }
+      for (const i of list) {
+        rows.push(el("tr", {dataset: {instance: i.name}},
+          el("td.name", i.name),
+          el("td", badge(i.state)),
+          el("td", i.node),
+          el("td.endpoint", i.url || "—"),
+          el("td.message", i.message || ""),
+          el("td", timeCell(i.updated_at)),
+          el("td.right", el("button.btn.small", {onclick: () => openLogs(i.name)}, "Logs"))));
+      }
+    }
+    box.replaceChildren(el("table.table",
+      el("thead", el("tr", ["Name", "State", "Node", "Address", "Message", "Updated", ""].map((h) => el("th", h)))),
+      el("tbody", rows)));
+  }
+
+  function renderEvents(events) {
+    const body = $("#svc-events tbody");
+    if (!events.length) {
+      body.replaceChildren(el("tr", el("td.muted", {colspan: 4}, "No events yet.")));
+      return;
+    }
+    body.replaceChildren(...events.map((e) => el("tr",
+      el("td.nowrap", when(e.created_at)),
+      el("td", el("span.badge", {class: /Fail|Error|WontFit|Unhealthy/.test(e.reason) ? "failed" : ""}, e.reason)),
+      el("td.endpoint", e.instance || ""),
+      el("td.message", e.message))));
+  }
+
+  // ---- logs ----------------------------------------------------------------------------
+
+  function renderLogChoices() {
+    const select = $("#log-instance");
+    const current = select.value;
+    const names = instances.map((i) => i.name);
+    if (names.join() === [...select.options].map((o) => o.value).join()) return;
+    select.replaceChildren(...names.map((n) => el("option", {value: n}, n)));
+    if (names.includes(current)) select.value = current;
+  }
+
+  async function loadLogs() {
+    const instance = $("#log-instance").value;
+    const pre = $("#log-text");
+    if (!instance) { pre.textContent = "No instance yet."; return; }
+    const result = await api("GET", `${base}/instances/${enc(instance)}/logs?tail=${enc($("#log-tail").value)}`);
+    // Keep following the end unless the reader scrolled up to read.
+    const atEnd = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
+    pre.textContent = result.ok ? (result.data.logs || "(no output yet)")
+      : (result.data && result.data.detail) || `The API answered ${result.status}.`;
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  }
+
+  function openLogs(instance) {
+    renderLogChoices();
+    $("#log-instance").value = instance;
+    selectTab("logs");
+  }
+
+  // ---- call information ------------------------------------------------------------------
+
+  function renderCall() {
+    if (!service) return;
+    const e = service.endpoints;
+    const rows = [
+      ["EAS endpoint", e.eas],
+      ["OpenAI base URL", e.openai],
+      ["Model", e.model],
+    ];
+    $("#call-endpoints").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", k),
+      el("dd", el("code", v), " ", el("button.btn.small", {onclick: () => copy(v)}, "Copy"))]));
+    const token = revealedToken || "<TOKEN>";
+    const body = JSON.stringify({model: e.model, messages: [{role: "user", content: "Hello"}], stream: true});
+    const snippets = [
+      ["curl, EAS path", `curl ${e.eas}/v1/chat/completions \\\n  -H "Authorization: ${token}" \\\n` +
+        `  -H "Content-Type: application/json" \\\n  -d '${body}'`],
+      ["curl, OpenAI path", `curl ${e.openai}/chat/completions \\\n  -H "Authorization: Bearer ${token}" \\\n` +
+        `  -H "Content-Type: application/json" \\\n  -d '${body}'`],
+      ["Python, OpenAI SDK", [
+        "from openai import OpenAI", "",
+        `client = OpenAI(base_url="${e.openai}", api_key="${token}")`,
+        "stream = client.chat.completions.create(",
+        `    model="${e.model}",`,
+        '    messages=[{"role": "user", "content": "Hello"}],',
+        "    stream=True,", ")",
+        "for chunk in stream:",
+        '    print(chunk.choices[0].delta.content or "", end="", flush=True)',
+      ].join("\n")],
+    ];
+    $("#call-snippets").replaceChildren(...snippets.map(([title, text]) => el("div.snippet",
+      el("h3", title), el("pre", text),
+      el("button.btn.small", {onclick: () => copy(text), dataset: {snippet: title}}, "Copy"))));
+  }
+
+  async function revealToken() {
+    const sure = await confirm({
+      title: "Issue a new token?",
+      message: [
+        "Tokens are stored only as digests, so showing one means issuing a new token.",
+        "The current token stops working at once: applications using it get 401 until they are given the new one.",
+      ],
+      action: "Issue new token", danger: true,
+    });
+    if (!sure) return;
+    const result = await api("POST", `${base}/token`);
+    if (!Wharf.report(result, null)) return;
+    revealedToken = result.data.token;
+    $("#token-value").textContent = revealedToken;
+    $("#token-copy").hidden = false;
+    $("#token-reveal").textContent = "Issue another";
+    renderCall();
+  }
+
+  // ---- online test -------------------------------------------------------------------------
+
+  let testAbort = null;
+
+  async function sendTest(event) {
+    event.preventDefault();
+    const form = event.target.elements;
+    const out = $("#test-output");
+    const meta = $("#test-meta");
+    let extra;
+    try {
+      extra = JSON.parse(form.extra.value.trim() || "{}");
+      if (typeof extra !== "object" || Array.isArray(extra) || extra === null) throw new Error("not an object");
+    } catch (err) {
+      meta.replaceChildren(el("span.field-error", `More parameters must be a JSON object (${err.message}).`));
+      return;
+    }
+    const path = form.path.value;
+    const body = {max_tokens: Number(form.max_tokens.value) || 128,
+      temperature: Number(form.temperature.value), ...extra};
+    if (path === "chat/completions") body.messages = [{role: "user", content: form.prompt.value}];
+    else body.prompt = form.prompt.value;
+
+    out.textContent = "";
+    meta.replaceChildren(el("span", "Sending…"));
+    $("#test-send").disabled = true;
+    $("#test-stop").disabled = false;
+    testAbort = new AbortController();
+    const started = performance.now();
+    let first = null;
+    let pieces = 0;
+    let usage = null;
+    let finish = null;
+    const showMeta = (state) => {
+      const seconds = (performance.now() - (first ?? started)) / 1000;
+      const tokens = usage ? usage.completion_tokens : pieces;
+      meta.replaceChildren(
+        el("span", state),
+        first !== null ? el("span", "first token ", el("b", `${Math.round(first - started)} ms`)) : null,
+        el("span", el("b", String(tokens)), usage ? " tokens" : " pieces"),
+        first !== null && seconds > 0 ? el("span", el("b", (tokens / seconds).toFixed(1)), " tokens/s") : null,
+        finish ? el("span", "finish ", el("b", finish)) : null);
+    };
+    try {
+      const response = await fetch(`/console/services/${enc(name)}/test`, {
+        method: "POST", credentials: "same-origin", signal: testAbort.signal,
+        headers: {"Content-Type": "application/json", "X-CSRFToken": Wharf.csrfToken()},
+        body: JSON.stringify({path, body}),
+      });
+      if (!response.ok) {
+        const text = await response.text();
+        let message = text;
+        try {
+          const data = JSON.parse(text);
+          message = (data.error && data.error.message) || data.detail || text;
+        } catch { /* not JSON: show the text */ }
+        meta.replaceChildren(el("span.field-error", `${response.status}: ${message}`));
+        return;
+      }
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, {stream: true});
+        const lines = buffer.split("\n");
+        buffer = lines.pop();
+        for (const line of lines) {
+          if (!line.startsWith("data:")) continue;
+          const data = line.slice(5).trim();
+          if (data === "[DONE]") continue;
+          let chunk;
+          try { chunk = JSON.parse(data); } catch { continue; }
+          if (chunk.error) {
+            out.append(el("span.field-error", `\n${chunk.error.message || JSON.stringify(chunk.error)}`));
+            continue;
+          }
+          if (chunk.usage) usage = chunk.usage;
+          for (const choice of chunk.choices || []) {
+            const text = choice.delta ? choice.delta.content : choice.text;
+            if (text) {
+              if (first === null) first = performance.now();
+              pieces++;
+              out.append(text);
+              out.scrollTop = out.scrollHeight;
+            }
+            if (choice.finish_reason) finish = choice.finish_reason;
+          }
+          showMeta("streaming");
+        }
+      }
+      showMeta("done");
+    } catch (err) {
+      if (err.name === "AbortError") showMeta("stopped");
+      else meta.replaceChildren(el("span.field-error", `The request failed: ${err.message}`));
+    } finally {
+      $("#test-send").disabled = false;
+      $("#test-stop").disabled = true;
+      testAbort = null;
+    }
+  }
+
+  // ---- monitoring charts -------------------------------------------------------------------
+
+  const CHARTS = [
+    {key: "rps", title: "Requests per second", unit: "req/s",
+      value: (p) => (p ? p.requests / 60 : 0)},
+    {key: "latency", title: "Average latency", unit: "ms",
+      value: (p) => (p && p.requests ? p.avg_latency_ms : null)},
+    {key: "ttft", title: "Time to first token", unit: "ms",
+      value: (p) => (p && p.requests ? p.avg_ttft_ms : null)},
+    {key: "tps", title: "Output tokens per second", unit: "tokens/s",
+      value: (p) => (p ? p.completion_tokens / 60 : 0)},
+  ];
+
+  async function loadCharts() {
+    const now = new Date();
+    const since = new Date(Math.floor((now.getTime() - 3600e3) / 60e3) * 60e3);
+    const result = await api("GET",
+      `/usage?service=${enc(name)}&group=minute&since=${enc(since.toISOString())}`);
+    const box = $("#charts");
+    if (!result.ok) {
+      box.replaceChildren(el("p.field-error", (result.data && result.data.detail) || `The API answered ${result.status}.`));
+      return;
+    }
+    const byMinute = new Map(result.data.series.map((p) => [Math.floor(new Date(p.time).getTime() / 60e3), p]));
+    const minutes = [];
+    for (let t = since.getTime(); t < now.getTime() - 60e3 + 1; t += 60e3) minutes.push(t);
+    box.replaceChildren(...CHARTS.map((chart) => {
+      const points = minutes.map((t) => [t, chart.value(byMinute.get(Math.floor(t / 60e3)))]);
+      const values = points.map(([, v]) => v).filter((v) => v !== null);
+      const peak = values.length ? Math.max(...values) : 0;
+      return el("div.card.chart", {dataset: {chart: chart.key}},
+        el("h2", chart.title, el("small", peak ? `peak ${fmt(peak)} ${chart.unit}` : chart.unit)),
+        svgChart(points, chart.unit));
+    }));
+  }
+
+  function fmt(v) {
+    return v >= 100 ? String(Math.round(v)) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
+  }
+
+  function niceMax(v) {
+    if (v <= 0) return 1;
+    const step = 10 ** Math.floor(Math.log10(v));
+    return [1, 2, 2.5, 5, 10].map((m) => m * step).find((m) => m >= v);
+  }
+
+  // An inline SVG line chart: minutes on x, the value on y; null values leave gaps.
+  function svgChart(points, unit) {
+    const NS = "http://www.w3.org/2000/svg";
+    const W = 600;
+    const H = 180;
+    const L = 48;
+    const R = 10;
+    const T = 10;
+    const B = 24;
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("role", "img");
+    const add = (tag, attrs, text) => {
+      const node = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+      if (text !== undefined) node.textContent = text;
+      svg.append(node);
+      return node;
+    };
+    const values = points.map(([, v]) => v).filter((v) => v !== null);
+    const top = niceMax(values.length ? Math.max(...values) : 0);
+    const t0 = points.length ? points[0][0] : 0;
+    const t1 = points.length ? points[points.length - 1][0] : 1;
+    const x = (t) => L + ((t - t0) / Math.max(t1 - t0, 1)) * (W - L - R);
+    const y = (v) => T + (1 - v / top) * (H - T - B);
+    for (const f of [0, 0.5, 1]) {
+      add("line", {x1: L, x2: W - R, y1: y(top * f), y2: y(top * f), class: f ? "grid" : "axis"});
+      add("text", {x: L - 6, y: y(top * f) + 3, "text-anchor": "end"}, fmt(top * f));
+    }
+    const hhmm = (t) => new Date(t).toTimeString().slice(0, 5);
+    for (const [t, anchor] of [[t0, "start"], [(t0 + t1) / 2, "middle"], [t1, "end"]]) {
+      add("text", {x: x(t), y: H - 6, "text-anchor": anchor}, hhmm(t));
+    }
+    if (!values.some((v) => v > 0)) {
+      add("text", {x: (L + W) / 2, y: H / 2, "text-anchor": "middle", class: "empty"},
+        "No data in the last hour");
+      return svg;
+    }
+    // Runs of consecutive non-null points, each drawn as its own line and area.
+    let run = [];
+    const flush = () => {
+      if (!run.length) return;
+      const line = run.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+      add("polygon", {class: "area",
+        points: `${x(run[0][0]).toFixed(1)},${y(0)} ${line} ${x(run[run.length - 1][0]).toFixed(1)},${y(0)}`});
+      add("polyline", {class: "line", points: line});
+      if (run.length === 1) add("circle", {class: "dot", cx: x(run[0][0]), cy: y(run[0][1]), r: 2.5});
+      run = [];
+    };
+    for (const [t, v] of points) {
+      if (v === null) flush(); else run.push([t, v]);
+    }
+    flush();
+    const last = [...points].reverse().find(([, v]) => v !== null);
+    if (last) svg.append(Object.assign(document.createElementNS(NS, "title"),
+      {textContent: `${hhmm(last[0])}: ${fmt(last[1])} ${unit}`}));
+    return svg;
+  }
+
+  // ---- wiring ------------------------------------------------------------------------------
+
+  let chartTimer = null;
+  function onTab(tab) {
+    activeTab = tab;
+    clearInterval(chartTimer);
+    if (tab === "logs") loadLogs();
+    if (tab === "call") renderCall();
+    if (tab === "monitoring") {
+      loadCharts();
+      chartTimer = setInterval(loadCharts, 30000); // usage lands once a minute
+    }
+  }
+  const selectTab = (tab) => {
+    history.replaceState(null, "", `#${tab}`);
+    selectTabRaw(tab);
+  };
+  const selectTabRaw = Wharf.tabs($("#svc-tabs"), onTab);
+
+  for (const button of document.querySelectorAll("#svc-actions [data-action]")) {
+    button.addEventListener("click", async () => {
+      const action = button.dataset.action;
+      const done = await actions[action](name);
+      if (done && action === "delete") location.href = "/";
+      else if (done) poller.now();
+    });
+  }
+  $("#log-refresh").addEventListener("click", loadLogs);
+  $("#log-instance").addEventListener("change", loadLogs);
+  $("#log-tail").addEventListener("change", loadLogs);
+  $("#token-reveal").addEventListener("click", revealToken);
+  $("#token-copy").addEventListener("click", () => copy(revealedToken));
+  $("#test-form").addEventListener("submit", sendTest);
+  $("#test-stop").addEventListener("click", () => testAbort && testAbort.abort());
+  $("#charts-refresh").addEventListener("click", loadCharts);
+
+  const poller = Wharf.poll(load, 2000);
+})();

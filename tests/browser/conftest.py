@@ -1,0 +1,127 @@
+"""The console in a real browser: the whole system (tests/system.py) on the process runtime,
+a Django user to sign in as, and Debian's Chromium driven by Playwright.
+
+Playwright's own browser download does not work on these machines, so the system's
+/usr/bin/chromium is used (.ci/run installs it); without it the tests skip, except in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from controlplane.services.tiny_model import write_tiny_model
+from controlplane.stack import ROOT
+from tests.system import REDIS_DB, System, redis_db, start_system
+
+CHROMIUM = os.environ.get("WHARF_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+STATIC_FOR_SHOTS = ".deploy-bar, .preview { position: static !important; }"
+USERNAME = "console-admin"
+PASSWORD = "wharf-console-test-password"
+
+
+def _require_browser() -> None:
+    missing = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (requirements-dev.txt)")
+    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
+        missing.append(f"Chromium at {CHROMIUM} (apt-get install chromium)")
+    if missing:
+        message = "no browser for the console tests: " + ", ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run should have installed it")
+        pytest.skip(message)
+
+
+@dataclass
+class Console:
+    """The running system and a signed-in browser on its console."""
+
+    system: System
+    context: object  # playwright BrowserContext
+    url: str
+    username: str = USERNAME
+    password: str = PASSWORD
+
+    def page(self):
+        page = self.context.new_page()
+        page.set_default_timeout(30_000)
+        return page
+
+    def shot(self, page, name: str, full_page: bool = True) -> None:
+        """The page as a PNG; a modal dialog's backdrop covers only the viewport, so dialogs
+        are taken with full_page=False."""
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        # Sticky bars would be drawn mid-page in a full-page capture; lay them out in flow.
+        page.screenshot(
+            path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page, style=STATIC_FOR_SHOTS
+        )
+
+
+@pytest.fixture(scope="module")
+def console_system(tmp_path_factory, redis_url) -> Iterator[System]:
+    _require_browser()
+    import redis
+
+    models = tmp_path_factory.mktemp("console-models")
+    write_tiny_model(models / "tiny-llama")
+    # The process runtime's Redis database is shared with tests/test_system.py; start from an
+    # empty one, as the database is, so no earlier run's snapshot or queued task leaks in.
+    redis.Redis.from_url(redis_db(redis_url, REDIS_DB["process"])).flushdb()
+    home = tmp_path_factory.mktemp("wharf-console")
+    system = start_system("process", home, models, redis_url, {})
+    env = {**system.stack.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}
+    subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "createsuperuser", "--noinput",
+         "--username", USERNAME, "--email", "console@example.com"],
+        env=env, check=True, cwd=ROOT, capture_output=True,
+    )  # fmt: skip
+    yield system
+    _delete_leftovers(system)
+    system.remove_instances()  # whatever the worker did not get to
+    system.stack.stop()
+
+
+def _delete_leftovers(system: System, timeout: float = 90) -> None:
+    """Delete the services a failed test left behind, through the API, and wait.
+
+    Removing their instances behind the running worker's back is not enough: the reconciler
+    would start replacements that outlive the stack.
+    """
+    with system.api() as api:
+        for service in api.get("/services").json():
+            api.delete(f"/services/{service['name']}")
+        deadline = time.monotonic() + timeout
+        while api.get("/services").json() and time.monotonic() < deadline:
+            time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def console(console_system) -> Iterator[Console]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
+        )
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        try:
+            yield Console(console_system, context, console_system.stack.api_url)
+        finally:
+            context.close()
+            browser.close()
