@@ -105,3 +105,12 @@ def test_vllm_gets_a_gigabyte_of_shared_memory_unless_the_spec_says_otherwise():
 
 def test_vllm_never_reaches_for_a_model_hub():
     assert render(spec()).env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_an_edited_command_keeps_the_model_mount():
+    edited = parse_spec(
+        {"name": "s", "containers": [{"image": "wharf/vllm-cpu:0.32.0", "command": "vllm ..."}],
+         "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
+    )  # fmt: skip
+    (mount,) = render(edited, Placement(model_store="/srv/models")).mounts
+    assert (mount.source, mount.target) == ("/srv/models/tiny-llama", "/models/tiny-llama")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from controlplane.services.spec import ServiceSpec
+from workers.engines.models import locate_model
 from workers.engines.plan import ContainerPlan, Placement
 from workers.engines.vllm_ascend import driver_mounts, npu_devices
 
@@ -19,12 +20,17 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     env.setdefault("PORT", str(placement.port or port))
     # The command still needs the cards the instance was given (EAS runs BladeLLM this way).
     npu = spec.metadata.npu > 0 and placement.in_container
+    mounts = driver_mounts() if npu else []
+    if spec.llm and spec.llm.model:
+        # A command edited from the engine's preview (the console's "edit freely") still reads
+        # the model where the preview put it.
+        mounts += locate_model(spec.llm.model, placement)[1]
     return ContainerPlan(
         image=container.image or "",
         args=["/bin/sh", "-c", shell],
         port=placement.port or port,
         env=env,
-        mounts=driver_mounts() if npu else [],
+        mounts=mounts,
         health_path="",  # unknown for a custom server: a TCP check
         metrics_path=None,
         gpus=placement.devices if spec.metadata.gpu else (),
