@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from contracts.usage import SERVICE_TOKEN_ID
+from controlplane.services.models import Service
 from controlplane.tokens.api.errors import Invalid
 from controlplane.tokens.api.validation import timestamp
 from controlplane.tokens.models import ApiKey
@@ -77,11 +78,15 @@ def parse_query(params, now: datetime) -> Query:
 
 
 def visible_usage(request: Request) -> QuerySet[UsageRecord]:
-    """Staff see all usage; anyone else the usage of their own keys."""
+    """Staff see all usage; anyone else the usage of their own keys and of the services they
+    own (whoever called them)."""
     if request.user.is_staff:
         return UsageRecord.objects.all()
     own = ApiKey.objects.filter(owner=request.user).values_list("pk", flat=True)
-    return UsageRecord.objects.filter(key_id__in=[f"k{pk}" for pk in own])
+    services = Service.objects.filter(owner=request.user).values_list("name", flat=True)
+    return UsageRecord.objects.filter(
+        Q(key_id__in=[f"k{pk}" for pk in own]) | Q(service__in=list(services))
+    )
 
 
 def _with_total(row: dict) -> dict:
