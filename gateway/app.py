@@ -5,37 +5,58 @@ Routes:
 - POST /v1/completions, /v1/chat/completions  OpenAI form; the body's `model` names it.
 - GET  /v1/models  the models the presented token may call.
 - GET  /healthz  liveness, with the routing snapshot's version.
+- GET  /metrics  Prometheus metrics (gateway.metrics).
+
+A request is authorized by its service's own token or by an API key in the snapshot,
+then admitted by the limits (gateway.limits) and forwarded (gateway.proxy).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from contracts.routing import RoutedService, Snapshot
+from contracts.routing import RoutedKey, RoutedService, Snapshot
 from contracts.tokens import bearer_token, token_digest
-from gateway import errors
+from contracts.usage import SERVICE_TOKEN_ID
+from gateway import errors, metrics
 from gateway.balancer import Balancer
 from gateway.config import Settings, load_settings
-from gateway.proxy import ProxyResponse, upstream_request_headers
+from gateway.health import RedisHealth
+from gateway.limits import Demand, Limiter
+from gateway.metrics import Metrics
+from gateway.pipelined import PipelinedRedis
+from gateway.proxy import Call, Plane, ProxyResponse, create_session, upstream_request_headers
 from gateway.snapshot import SnapshotWatcher
+from gateway.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
-# Connecting to an instance on the cluster network is quick or it is not happening; a short
-# connect timeout lets a request move on to another instance instead of hanging.
-_CONNECT_TIMEOUT_S = 10.0
+# Limits and usage sit on the request path: a Redis that does not answer within this is
+# treated as down (limits count in-process) rather than holding requests up.
+_REDIS_TIMEOUT_S = 1.0
+_REDIS_CONNECTIONS = 128
+# Admission charges prompt + max_tokens against a key's tokens per minute; without a
+# max_tokens, OpenAI's completions default. The real usage replaces the estimate afterwards.
+_DEFAULT_MAX_TOKENS = 16
+# The OpenAI generation routes, also reachable through the EAS form.
+_GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
+_INCLUDE_USAGE = b'"stream_options":{"include_usage":true},'
 
 
 @dataclass
@@ -44,8 +65,26 @@ class Runtime:
 
     settings: Settings
     watcher: SnapshotWatcher
-    client: httpx.AsyncClient
-    balancer: Balancer
+    plane: Plane
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: a service's own token (no key, no key limits) or an API key."""
+
+    key_id: str
+    key: RoutedKey | None = None
+
+
+_SERVICE_TOKEN = Caller(SERVICE_TOKEN_ID)
+
+
+@dataclass(frozen=True)
+class _Body:
+    """What the gateway reads from a generation request body: as little as it needs."""
+
+    data: dict[str, Any]
+    model: str
 
 
 def _runtime(request: Request) -> Runtime:
@@ -58,53 +97,163 @@ def _digest(request: Request, settings: Settings) -> str | None:
     return token_digest(settings.secret_key, token) if token else None
 
 
-def _check_access(
-    request: Request, runtime: Runtime, service: RoutedService | None, name: str
-) -> Response | None:
-    """An error response when the request may not reach `service`, in 404 → 401 → 503 order."""
+def _authorize(
+    request: Request,
+    runtime: Runtime,
+    snapshot: Snapshot,
+    service: RoutedService | None,
+    name: str,
+) -> Caller | Response:
+    """Who may call `service`, or the error: 404 → 401 → 403 → 503 in that order."""
     if service is None:
         return errors.unknown_service(name)
     digest = _digest(request, runtime.settings)
     if digest is None:
         return errors.missing_token()
-    # A set lookup of a keyed digest: digests are not secret, so timing reveals nothing useful.
-    if digest not in service.token_digests:
-        return errors.invalid_token(service.name)
+    # Set and dict lookups of keyed digests: digests are not secret, so timing reveals
+    # nothing useful.
+    caller = _SERVICE_TOKEN if digest in service.token_digests else None
+    if caller is None:
+        denied = _check_key(snapshot.keys.get(digest), service.name, runtime.plane.metrics)
+        if isinstance(denied, Response):
+            return denied
+        caller = denied
     if not service.instances:
         return errors.no_ready_instance(service.name)
-    return None
+    return caller
 
 
-def _forward(request: Request, service: RoutedService, path: str, body: bytes) -> Response:
-    runtime = _runtime(request)
-    return ProxyResponse(
-        client=runtime.client,
-        balancer=runtime.balancer,
+def _check_key(key: RoutedKey | None, service: str, counters: Metrics) -> Caller | Response:
+    if key is None:
+        counters.reject(service, metrics.REASON_INVALID_TOKEN, 401)
+        return errors.invalid_token(service)
+    now = time.time()
+    if key.expires_at is not None and now >= key.expires_at:
+        counters.reject(service, metrics.REASON_KEY_EXPIRED, 401)
+        return errors.key_expired(key.expires_at)
+    if not key.allows(service, now):
+        counters.reject(service, metrics.REASON_KEY_SCOPE, 403)
+        return errors.key_not_allowed(service)
+    return Caller(key.id, key)
+
+
+def _demand(service: RoutedService, caller: Caller, tokens: int) -> Demand:
+    key = caller.key
+    if key is None:
+        return Demand(
+            service.name,
+            rate_limit=service.rate_limit,
+            tokens=tokens,
+            queue_size=service.max_queue_size or 0,
+        )
+    return Demand(
+        service.name,
+        rate_limit=service.rate_limit,
+        key_id=key.id,
+        rpm=key.rpm or 0,
+        tpm=key.tpm or 0,
+        max_concurrency=key.max_concurrency or 0,
+        tokens=tokens,
+        queue_size=service.max_queue_size or 0,
+    )
+
+
+def _forward(
+    request: Request,
+    runtime: Runtime,
+    service: RoutedService,
+    caller: Caller,
+    path: str,
+    body: bytes,
+    data: dict[str, Any] | None,
+    arrived: float,
+) -> Response:
+    """The response that forwards the request; `data`: the parsed body of a generation call."""
+    # Prompt tokens estimated as a quarter of the body's bytes (about 4 bytes a token for
+    # English, and JSON's punctuation errs on the high side): free to compute, and the
+    # engine's real count replaces it once the answer is in.
+    prompt = len(body) // 4
+    strip_usage = False
+    if data is not None:
+        body, strip_usage = _ask_for_usage(data, body)
+    tokens = prompt + (_max_tokens(data) if data is not None else _DEFAULT_MAX_TOKENS)
+    drop = frozenset({"accept-encoding"}) if data is not None else frozenset()
+    call = Call(
         service=service,
+        key_id=caller.key_id,
+        demand=_demand(service, caller, tokens),
         method=request.method,
         path=path,
         query=request.scope.get("query_string", b""),
+        # Generation answers are read for their usage, so they must come uncompressed.
         headers=upstream_request_headers(
-            request.headers, request.client.host if request.client else None
+            request.headers, request.client.host if request.client else None, drop
         ),
         body=body,
-        timeout=runtime.settings.upstream_timeout,
+        timeout=service.timeout or runtime.settings.upstream_timeout,
+        prompt_estimate=prompt,
+        strip_usage=strip_usage,
+        arrived=arrived,
     )
+    return ProxyResponse(runtime.plane, call)
+
+
+def _max_tokens(data: dict[str, Any]) -> int:
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = data.get(name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return _DEFAULT_MAX_TOKENS
+
+
+def _ask_for_usage(data: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
+    """The body with stream_options.include_usage set for a stream, and whether we set it.
+
+    Usage is only in a stream's last event if asked for. Without stream_options the
+    setting is spliced into the bytes (no re-serializing); the event it brings is then
+    stripped from what the client receives.
+    """
+    if data.get("stream") is not True:
+        return body, False
+    options = data.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage"):
+        return body, False
+    if options is None:
+        at = body.index(b"{") + 1
+        return body[:at] + _INCLUDE_USAGE + body[at:], True
+    merged = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return json.dumps({**data, "stream_options": merged}).encode(), True
 
 
 async def predict(request: Request) -> Response:
     """EAS form: /api/predict/<service>/<path> goes to <instance>/<path>."""
+    arrived = time.perf_counter()
     runtime = _runtime(request)
     if not runtime.watcher.loaded:
         return errors.routing_not_loaded()
     name = request.path_params["service"]
-    service = runtime.watcher.current.services.get(name)
-    denied = _check_access(request, runtime, service, name)
-    if denied is not None:
-        return denied
+    snapshot = runtime.watcher.current
+    service = snapshot.services.get(name)
+    caller = _authorize(request, runtime, snapshot, service, name)
+    if isinstance(caller, Response):
+        return caller
     assert service is not None
     body = await request.body()
-    return _forward(request, service, _eas_tail(request), body)
+    tail = _eas_tail(request)
+    data = None
+    if ("/" + tail.lstrip("/")).split("?")[0] in _GENERATION_PATHS:
+        # An OpenAI call in EAS form: read like one, for usage and token limits (its body
+        # need not name a model; if it is not JSON, the engine says so).
+        data = _json_object(body)
+    return _forward(request, runtime, service, caller, tail, body, data, arrived)
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _eas_tail(request: Request) -> str:
@@ -121,7 +270,7 @@ def _eas_tail(request: Request) -> str:
     return tail
 
 
-def _parse_body(body: bytes) -> tuple[str, dict[str, Any]] | Response:
+def _parse_body(body: bytes) -> _Body | Response:
     """The JSON object and its `model`, or the 400 that says what is wrong with the body."""
     try:
         data = json.loads(body)
@@ -142,45 +291,52 @@ def _parse_body(body: bytes) -> tuple[str, dict[str, Any]] | Response:
             "model names; GET /v1/models lists the models your token can call.",
         )
     assert isinstance(data, dict)
-    return model, data
+    return _Body(data, model)
 
 
-def _engine_body(service: RoutedService, model: str, data: dict[str, Any], body: bytes) -> bytes:
+def _engine_body(
+    service: RoutedService, parsed: _Body, body: bytes
+) -> tuple[bytes, dict[str, Any]]:
     """The body for the engine, whose model names are the served ones, not the service's name.
 
     A client may pick the service by its name; the engine only knows its served model names
     and would answer 404, so the name is swapped for the first served name. Otherwise the
     body goes through byte for byte.
     """
-    if not service.served_model_names or model in service.served_model_names:
-        return body
-    return json.dumps({**data, "model": service.served_model_names[0]}).encode()
+    if not service.served_model_names or parsed.model in service.served_model_names:
+        return body, parsed.data
+    data = {**parsed.data, "model": service.served_model_names[0]}
+    return json.dumps(data).encode(), data
 
 
 async def openai_route(request: Request) -> Response:
     """OpenAI form: the body's `model` picks the service; the path is forwarded unchanged."""
+    arrived = time.perf_counter()
     runtime = _runtime(request)
     body = await request.body()
     parsed = _parse_body(body)
     if isinstance(parsed, Response):
         return parsed
-    model, data = parsed
     if not runtime.watcher.loaded:
         return errors.routing_not_loaded()
-    service = runtime.watcher.current.find_by_model(model)
+    snapshot = runtime.watcher.current
+    service = snapshot.find_by_model(parsed.model)
     if service is None:
-        return errors.unknown_model(model)
-    denied = _check_access(request, runtime, service, model)
-    if denied is not None:
-        return denied
-    return _forward(request, service, request.url.path, _engine_body(service, model, data, body))
+        return errors.unknown_model(parsed.model)
+    caller = _authorize(request, runtime, snapshot, service, parsed.model)
+    if isinstance(caller, Response):
+        return caller
+    body, data = _engine_body(service, parsed, body)
+    path = request.scope["path"]
+    return _forward(request, runtime, service, caller, path, body, data, arrived)
 
 
-def _callable_models(snapshot: Snapshot, digest: str) -> list[str]:
+def _callable_models(snapshot: Snapshot, digest: str, now: float) -> list[str]:
+    key = snapshot.keys.get(digest)
     names: list[str] = []
     for name in sorted(snapshot.services):
         service = snapshot.services[name]
-        if digest in service.token_digests:
+        if digest in service.token_digests or (key is not None and key.allows(name, now)):
             names.extend(service.served_model_names or (service.name,))
     return list(dict.fromkeys(names))  # de-duplicated, order kept
 
@@ -192,7 +348,12 @@ async def list_models(request: Request) -> Response:
         return errors.missing_token()
     if not runtime.watcher.loaded:
         return errors.routing_not_loaded()
-    models = _callable_models(runtime.watcher.current, digest)
+    snapshot = runtime.watcher.current
+    now = time.time()
+    key = snapshot.keys.get(digest)
+    if key is not None and key.expires_at is not None and now >= key.expires_at:
+        return errors.key_expired(key.expires_at)
+    models = _callable_models(snapshot, digest, now)
     if not models:
         return errors.error_response(
             401,
@@ -210,6 +371,11 @@ async def healthz(request: Request) -> Response:
     return JSONResponse(
         {"status": "ok", "snapshot_version": _runtime(request).watcher.current.version}
     )
+
+
+async def prometheus(request: Request) -> Response:
+    body, content_type = _runtime(request).plane.metrics.exposition()
+    return Response(body, media_type=content_type)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -232,48 +398,107 @@ async def http_error(request: Request, exc: Exception) -> Response:
     )
 
 
-def create_app(settings: Settings | None = None) -> Starlette:
+@asynccontextmanager
+async def _running(settings: Settings) -> AsyncIterator[Runtime]:
+    """Every background part of a gateway process, started in order and stopped in reverse."""
+    client = aioredis.Redis(
+        connection_pool=aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url,
+            # redis-py's default pool fails requests beyond 100 connections in use (as a
+            # ConnectionError, which would read as an outage); this one makes them wait.
+            max_connections=_REDIS_CONNECTIONS,
+            timeout=_REDIS_TIMEOUT_S,
+            socket_connect_timeout=_REDIS_TIMEOUT_S,
+            socket_timeout=_REDIS_TIMEOUT_S,
+            # One quick retry rides over a pooled connection that a restarted Redis dropped;
+            # more would hold requests up during a real outage.
+            retry=Retry(NoBackoff(), 1),
+        )
+    )
+    counters = Metrics()
+    watcher: SnapshotWatcher | None = None
+    health = RedisHealth(client, lambda: watcher.fallback_description() if watcher else "")
+    watcher = SnapshotWatcher(
+        settings.redis_url,
+        settings.snapshot_key,
+        settings.snapshot_channel,
+        settings.snapshot_poll,
+        health,
+    )
+    pipe = PipelinedRedis(settings.redis_url, _REDIS_TIMEOUT_S)
+    limiter = Limiter(
+        client,
+        pipe,
+        health,
+        prefix=settings.limits_prefix,
+        second_s=settings.second_s,
+        minute_s=settings.minute_s,
+        lease_ttl=settings.lease_ttl,
+    )
+    usage = UsageRecorder(
+        client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
+    )
+    plane = Plane(create_session(), Balancer(settings.cooldown), limiter, usage, counters)
+    counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
+    health.start()
+    await watcher.start()
+    limiter.start()
+    usage.start()
+    try:
+        yield Runtime(settings, watcher, plane)
+    finally:
+        await watcher.stop()
+        await limiter.stop()
+        await usage.stop()
+        await health.stop()
+        await plane.session.close()
+        await pipe.close()
+        await client.aclose()
+
+
+class _FastPath:
+    """Generation calls go straight to their handler; everything else through Starlette.
+
+    Starlette's middleware layers (error and exception handlers, each wrapping `send`) and
+    its route matching cost about a tenth of a proxied request's CPU; the hot routes need
+    none of it (their handler answers every error itself; an unexpected exception still
+    becomes uvicorn's 500).
+    """
+
+    def __init__(self, app: Starlette) -> None:
+        self.app = app
+        self.state = app.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot = scope["type"] == "http" and scope["method"] == "POST"
+        if hot and scope["path"] in _GENERATION_PATHS:
+            scope["app"] = self.app  # what Request.app reads, as Starlette would set it
+            response = await openai_route(Request(scope, receive))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> _FastPath:
     """The gateway app; settings default to the environment, read when the server starts."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        current = settings or load_settings()
-        watcher = SnapshotWatcher(
-            current.redis_url,
-            current.snapshot_key,
-            current.snapshot_channel,
-            current.snapshot_poll,
-        )
-        client = httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                current.upstream_timeout,
-                connect=min(_CONNECT_TIMEOUT_S, current.upstream_timeout),
-            ),
-            # No pool cap: engines queue requests themselves, and a cap here would turn
-            # long-running streams into spurious timeouts for everyone behind them.
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
-            # Instance URLs are internal; proxy variables meant for outbound traffic must not apply.
-            trust_env=False,
-            follow_redirects=False,
-        )
-        await watcher.start()
-        app.state.runtime = Runtime(current, watcher, client, Balancer())
-        try:
+        async with _running(settings or load_settings()) as runtime:
+            app.state.runtime = runtime
             yield
-        finally:
-            await watcher.stop()
-            await client.aclose()
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/completions", openai_route, methods=["POST"]),
         Route("/v1/chat/completions", openai_route, methods=["POST"]),
         Route("/api/predict/{service}", predict, methods=["GET", "POST"]),
         Route("/api/predict/{service}/{path:path}", predict, methods=["GET", "POST"]),
     ]
-    return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error}
+    return _FastPath(
+        Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     )
 
 

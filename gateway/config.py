@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from contracts import env
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
+from contracts.usage import USAGE_PREFIX
 
 
 class ConfigError(RuntimeError):
@@ -22,6 +23,20 @@ class Settings:
     # Redis (and its database-agnostic pub/sub) cannot see each other's snapshots.
     snapshot_key: str = SNAPSHOT_KEY
     snapshot_channel: str = SNAPSHOT_CHANNEL
+    # Where limit counters and usage counts live (gateway.limits, contracts.usage); tests
+    # give each run its own so that nothing else sharing the Redis touches them.
+    limits_prefix: str = "wharf:limit:"
+    usage_prefix: str = USAGE_PREFIX
+    # The limits' windows: a "second" for service rate limits, a "minute" for an API key's
+    # rpm and tpm. Only tests shorten them.
+    second_s: float = 1.0
+    minute_s: float = 60.0
+    # A concurrency or queue slot held by a gateway that died frees itself after this long;
+    # live gateways renew theirs every third of it.
+    lease_ttl: float = 60.0
+    # How long an instance that refused a connection or timed out is passed over.
+    cooldown: float = 5.0
+    usage_flush_interval: float = 1.0
 
 
 def load_settings() -> Settings:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from starlette.responses import JSONResponse
 
 INVALID_REQUEST = "invalid_request_error"
 AUTHENTICATION = "authentication_error"
+PERMISSION = "permission_error"
 NOT_FOUND = "not_found_error"
 UNAVAILABLE = "service_unavailable"
+RATE_LIMITED = "rate_limit_exceeded"
 
 
 def error_response(
@@ -42,6 +45,28 @@ def invalid_token(service: str) -> JSONResponse:
         f"The token is not valid for service '{service}'. Check that you copied the token "
         "of this service, and that it has not been revoked.",
         headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def key_expired(expired_at: float) -> JSONResponse:
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expired_at))
+    return error_response(
+        401,
+        AUTHENTICATION,
+        "key_expired",
+        f"The API key expired at {when}. Create a new key in the console, or ask its owner "
+        "to extend it.",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def key_not_allowed(service: str) -> JSONResponse:
+    return error_response(
+        403,
+        PERMISSION,
+        "key_not_allowed",
+        f"The API key may not call service '{service}': it is limited to other services. "
+        "Use a key whose scope includes this service.",
     )
 
 
@@ -115,3 +140,13 @@ def upstream_timeout(service: str, seconds: float) -> JSONResponse:
         f"Service '{service}' did not answer within {seconds:g} s. Retry, ask for fewer "
         "tokens, or use stream=true so output arrives as it is generated.",
     )
+
+
+def rate_limited(
+    error_type: str, message: str, headers: Mapping[str, str], *, retryable: bool = True
+) -> JSONResponse:
+    """A 429 as OpenAI sends it; `retryable=False` tells its SDKs not to retry in vain."""
+    extra = dict(headers)
+    if not retryable:
+        extra["x-should-retry"] = "false"
+    return error_response(429, error_type, RATE_LIMITED, message, headers=extra)

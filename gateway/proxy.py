@@ -4,23 +4,33 @@ The proxying happens inside the ASGI response (ProxyResponse) rather than in the
 handler, because that is the only place that can watch the client's connection: if the
 client goes away at any point (while the engine is still computing a non-streamed answer,
 or mid-stream) the upstream request is cancelled and its connection closed, which is how
-an OpenAI-compatible engine learns to abort the generation and free its batch slot.
+an OpenAI-compatible engine learns to abort the generation and free its batch slot. It is
+also where the limits are taken and, whatever happens, given back.
+
+Upstream calls use aiohttp, one ClientSession (and connection pool) per process: its
+per-request cost is a fraction of httpx's, which matters at hundreds of requests a second.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
-import anyio
-import httpx
+import aiohttp
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from contracts.routing import RoutedInstance, RoutedService
-from gateway import errors
+from gateway import errors, metrics
 from gateway.balancer import Balancer
+from gateway.limits import Admission, Demand, Limiter
+from gateway.metrics import Metrics
+from gateway.taps import JsonTap, SseTap
+from gateway.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +51,39 @@ HOP_BY_HOP = frozenset(
 # The token is for the gateway; engines must never see it (nor log it).
 _REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length"}
 # uvicorn writes its own; passing the engine's too would duplicate them.
-_RESPONSE_DROP = HOP_BY_HOP | {"server", "date", "x-wharf-instance"}
+_RESPONSE_DROP = frozenset(
+    name.encode() for name in HOP_BY_HOP | {"server", "date", "x-wharf-instance"}
+)
 
 INSTANCE_HEADER = "x-wharf-instance"
+
+# Connecting to an instance on the cluster network is quick or it is not happening; a short
+# connect timeout lets a request move on to another instance instead of hanging.
+_CONNECT_TIMEOUT_S = 10.0
+# Engines behind uvicorn (vLLM, SGLang) close idle connections after 5 s; reusing one at
+# that moment fails the request, so pooled connections are retired a little earlier.
+_KEEPALIVE_S = 4.0
+# nginx's status for "the client closed the connection before the answer".
+CLIENT_CLOSED = 499
+
+
+def create_session() -> aiohttp.ClientSession:
+    """The process's upstream client: unbounded pool, raw bytes, no cookies, no env proxies."""
+    return aiohttp.ClientSession(
+        # No pool cap: engines queue requests themselves, and a cap here would turn
+        # long-running streams into spurious timeouts for everyone behind them.
+        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE_S),
+        timeout=aiohttp.ClientTimeout(total=None),
+        # Bytes pass through as the engine sent them (content-encoding included).
+        auto_decompress=False,
+        # Headers are the client's; aiohttp must not add defaults the client did not send
+        # (an Accept-Encoding would get the client a body encoded it cannot read).
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        # Without this, a cookie one engine answer sets would go out with everyone's requests.
+        cookie_jar=aiohttp.DummyCookieJar(),
+        # Instance URLs are internal; proxy variables meant for outbound traffic must not apply.
+        trust_env=False,
+    )
 
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -55,10 +95,13 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
     return names
 
 
-def upstream_request_headers(headers: Headers, client_host: str | None) -> list[tuple[str, str]]:
+def upstream_request_headers(
+    headers: Headers, client_host: str | None, drop: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """The client's headers minus hop-by-hop ones, the token and `drop`, plus X-Forwarded-For."""
     items = headers.items()
-    drop = _REQUEST_DROP | _connection_tokens(items)
-    kept = [(name, value) for name, value in items if name.lower() not in drop]
+    dropped = _REQUEST_DROP | drop | _connection_tokens(items)
+    kept = [(name, value) for name, value in items if name.lower() not in dropped]
     if client_host:
         prior = headers.get("x-forwarded-for")
         kept = [(n, v) for n, v in kept if n.lower() != "x-forwarded-for"]
@@ -67,143 +110,343 @@ def upstream_request_headers(headers: Headers, client_host: str | None) -> list[
 
 
 def client_response_headers(
-    upstream: httpx.Response, instance: RoutedInstance
+    raw: Sequence[tuple[bytes, bytes]], instance: RoutedInstance, reframed: bool
 ) -> list[tuple[bytes, bytes]]:
-    items = upstream.headers.multi_items()
-    drop = _RESPONSE_DROP | _connection_tokens(items)
-    kept = [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in items
-        if name.lower() not in drop
-    ]
-    if "transfer-encoding" in upstream.headers:
+    """The engine's headers for the client; `reframed`: the body is not the engine's length."""
+    connection = {
+        token.strip().lower().encode()
+        for name, value in raw
+        if name.lower() == b"connection"
+        for token in value.decode("latin-1").split(",")
+    }
+    drop = _RESPONSE_DROP | connection
+    kept = [(name.lower(), value) for name, value in raw if name.lower() not in drop]
+    if reframed or any(name.lower() == b"transfer-encoding" for name, _ in raw):
         # The body is re-framed by our server, so a length the engine sent alongside
-        # chunked encoding (invalid anyway) must not leak through.
+        # chunked encoding (invalid anyway), or for bytes we removed, must not leak through.
         kept = [(n, v) for n, v in kept if n != b"content-length"]
     kept.append((INSTANCE_HEADER.encode(), instance.name.encode("latin-1")))
     return kept
 
 
-class ProxyResponse(Response):
-    """An ASGI response that picks an instance, forwards the request and relays the answer."""
+@dataclass(frozen=True)
+class Plane:
+    """The per-process parts every forwarded request uses."""
 
-    def __init__(
-        self,
-        *,
-        client: httpx.AsyncClient,
-        balancer: Balancer,
-        service: RoutedService,
-        method: str,
-        path: str,
-        query: bytes,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        timeout: float,
-    ) -> None:
-        self.client = client
-        self.balancer = balancer
-        self.service = service
-        self.method = method
-        self.path = path if path.startswith("/") else "/" + path
-        self.query = query
-        self.forward_headers = headers
-        self.request_body = body
-        self.timeout = timeout
+    session: aiohttp.ClientSession
+    balancer: Balancer
+    limiter: Limiter
+    usage: UsageRecorder
+    metrics: Metrics
+
+
+@dataclass(frozen=True)
+class Call:
+    """One authorized request, ready to forward."""
+
+    service: RoutedService
+    key_id: str  # contracts.usage.SERVICE_TOKEN_ID for a service token
+    demand: Demand
+    method: str
+    path: str
+    query: bytes
+    headers: list[tuple[str, str]]
+    body: bytes
+    timeout: float
+    prompt_estimate: int  # tokens, from the body's size
+    strip_usage: bool = False  # the gateway asked for the stream's usage event, not the client
+    arrived: float = 0.0  # time.perf_counter() when the request came in
+
+
+@dataclass
+class _Outcome:
+    status: int = 0
+    answered: bool = False  # the engine's status line reached the client
+    complete: bool = False  # ... and its whole body
+    counts: tuple[int, int] | None = None  # (prompt, completion) tokens the engine reported
+    events: int = 0  # data events relayed, when streaming
+    ended: bool = False  # nothing left to abort: the answer is complete or given up
+    client_left: bool = False
+
+
+class ProxyResponse(Response):
+    """An ASGI response that takes the limits, forwards the request and relays the answer."""
+
+    def __init__(self, plane: Plane, call: Call) -> None:
+        self.plane = plane
+        self.call = call
+        path = call.path if call.path.startswith("/") else "/" + call.path
+        self.target = f"{path}?{call.query.decode('latin-1')}" if call.query else path
         self.status_code = 0  # known once the engine answers
         self.background = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as group:
+        plane, call = self.plane, self.call
+        ranked = plane.balancer.ranked(call.service.name, call.service.instances)
+        demand = call.demand
+        if demand.queue_size:
+            demand = replace(demand, instances=tuple(i.url for i in ranked))
+        admission = await plane.limiter.admit(demand)
+        if admission.refusal is not None:
+            refusal = admission.refusal
+            plane.metrics.reject(call.service.name, refusal.reason, 429)
+            response = errors.rate_limited(
+                refusal.error_type, refusal.message, refusal.headers, retryable=refusal.retryable
+            )
+            await response(scope, receive, send)
+            return
+        outcome = _Outcome()
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.ensure_future(_disconnected(receive))
 
-            async def cancel_on_disconnect() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                group.cancel_scope.cancel()
+        def client_left(_: asyncio.Future[None]) -> None:
+            # uvicorn also reports a disconnect once the answer is complete: only one that
+            # comes while the engine is still answering aborts the request.
+            if not watcher.cancelled() and not outcome.ended:
+                outcome.client_left = True
+                task.cancel()
 
-            group.start_soon(cancel_on_disconnect)
-            await self._relay(scope, receive, send)
-            group.cancel_scope.cancel()
+        # A plain task and callback, not an anyio task group: a quarter of the cost, and this
+        # runs for every request.
+        watcher.add_done_callback(client_left)
+        try:
+            await self._relay(ranked, demand, admission, outcome, scope, receive, send)
+        except asyncio.CancelledError:
+            if not outcome.client_left:
+                raise
+            # Our own cancellation, for the departed client: it ends here.
+            task.uncancel()
+        finally:
+            outcome.ended = True
+            watcher.remove_done_callback(client_left)
+            watcher.cancel()
+            self._finish(admission, outcome)
 
-    def _url(self, instance: RoutedInstance) -> str:
-        url = instance.url.rstrip("/") + self.path
-        return f"{url}?{self.query.decode('latin-1')}" if self.query else url
-
-    async def _relay(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _relay(
+        self,
+        ranked: list[RoutedInstance],
+        demand: Demand,
+        admission: Admission,
+        outcome: _Outcome,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        plane, service = self.plane, self.call.service
         tried: set[str] = set()
-        last_error: httpx.HTTPError | None = None
-        while instance := self.balancer.pick(self.service.name, self.service.instances, tried):
+        instance = _first(ranked, admission.instance)
+        last_error: BaseException | None = None
+        while instance is not None:
             tried.add(instance.url)
-            self.balancer.acquire(instance.url)
+            plane.balancer.acquire(instance.url)
             try:
                 upstream = await self._open(instance)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 # The engine never got the request, so another instance can safely take it.
-                self.balancer.release(instance.url)
-                log.warning("instance %s (%s) unreachable: %r", instance.name, instance.url, exc)
+                plane.balancer.release(instance.url)
+                self._failed(instance, metrics.UPSTREAM_CONNECT, exc)
                 last_error = exc
+                instance = await self._next(instance, demand, admission, tried)
                 continue
-            except httpx.TimeoutException:
-                self.balancer.release(instance.url)
-                log.warning("instance %s timed out after %gs", instance.name, self.timeout)
-                await self._error(
-                    errors.upstream_timeout(self.service.name, self.timeout), scope, receive, send
-                )
+            except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+                plane.balancer.release(instance.url)
+                self._failed(instance, metrics.UPSTREAM_TIMEOUT, exc)
+                response = errors.upstream_timeout(service.name, self.call.timeout)
+                await self._error(response, outcome, scope, receive, send)
                 return
-            except httpx.HTTPError as exc:
+            except aiohttp.ClientError as exc:
                 # The request may have reached the engine; retrying could run it twice.
-                self.balancer.release(instance.url)
-                log.warning("instance %s failed before answering: %r", instance.name, exc)
-                await self._error(errors.upstream_failed(self.service.name), scope, receive, send)
+                plane.balancer.release(instance.url)
+                self._failed(instance, metrics.UPSTREAM_BROKEN, exc)
+                response = errors.upstream_failed(service.name)
+                await self._error(response, outcome, scope, receive, send)
                 return
             except BaseException:
-                self.balancer.release(instance.url)
+                plane.balancer.release(instance.url)
                 raise
             try:
-                await self._stream(upstream, instance, send)
+                await self._stream(upstream, instance, admission, outcome, send)
             finally:
-                self.balancer.release(instance.url)
-                # Shielded: when the client left, this scope is cancelled, and the close is
-                # what tells the engine to abort.
-                with anyio.CancelScope(shield=True):
-                    await upstream.aclose()
+                plane.balancer.release(instance.url)
+                if outcome.complete:
+                    upstream.release()
+                else:
+                    # Closing (not pooling) the connection is what tells the engine to abort.
+                    upstream.close()
             return
-        if isinstance(last_error, httpx.ConnectTimeout):
-            response = errors.upstream_timeout(self.service.name, self.timeout)
+        if isinstance(last_error, aiohttp.ConnectionTimeoutError):
+            response = errors.upstream_timeout(service.name, self.call.timeout)
         else:
-            response = errors.upstream_unreachable(self.service.name)
-        await self._error(response, scope, receive, send)
+            response = errors.upstream_unreachable(service.name)
+        await self._error(response, outcome, scope, receive, send)
 
-    async def _open(self, instance: RoutedInstance) -> httpx.Response:
-        request = self.client.build_request(
-            self.method,
-            self._url(instance),
-            headers=self.forward_headers,
-            content=self.request_body,
+    async def _open(self, instance: RoutedInstance) -> aiohttp.ClientResponse:
+        return await self.plane.session.request(
+            self.call.method,
+            instance.url.rstrip("/") + self.target,
+            headers=self.call.headers,
+            data=self.call.body,
+            timeout=_timeout(self.call.timeout),
+            allow_redirects=False,
         )
-        return await self.client.send(request, stream=True)
 
-    async def _stream(self, upstream: httpx.Response, instance: RoutedInstance, send: Send) -> None:
-        self.status_code = upstream.status_code
+    def _failed(self, instance: RoutedInstance, kind: str, why: BaseException | str) -> None:
+        """An instance that cannot be reached or stopped answering sits out its cool-down."""
+        log.warning("instance %s (%s) failed (%s): %r", instance.name, instance.url, kind, why)
+        self.plane.metrics.upstream_errors.labels(self.call.service.name, kind).inc()
+        if kind != metrics.UPSTREAM_BROKEN:
+            self.plane.balancer.cool_down(instance.url)
+
+    async def _next(
+        self, failed: RoutedInstance, demand: Demand, admission: Admission, tried: set[str]
+    ) -> RoutedInstance | None:
+        """The next instance to try after a failed connect, its queue slot taken if bounded."""
+        plane = self.plane
+        ranked = plane.balancer.ranked(self.call.service.name, self.call.service.instances, tried)
+        if not ranked:
+            return None
+        if not await plane.limiter.reroute(admission, demand, [i.url for i in ranked]):
+            return None
+        return _first(ranked, admission.instance)
+
+    async def _stream(
+        self,
+        upstream: aiohttp.ClientResponse,
+        instance: RoutedInstance,
+        admission: Admission,
+        outcome: _Outcome,
+        send: Send,
+    ) -> None:
+        call = self.call
+        sse, json_tap = _taps(upstream, call.strip_usage)
+        headers = client_response_headers(
+            upstream.raw_headers, instance, reframed=sse is not None and call.strip_usage
+        )
+        self.status_code = outcome.status = upstream.status
+        if upstream.status >= 500:
+            # Passed on as is (the engine may have done the work, so no retry), but the
+            # instance sits out a cool-down like one that cannot be reached.
+            self._failed(instance, metrics.UPSTREAM_5XX, f"answered {upstream.status}")
         await send(
             {
                 "type": "http.response.start",
-                "status": upstream.status_code,
-                "headers": client_response_headers(upstream, instance),
+                "status": upstream.status,
+                "headers": headers + admission.headers,
             }
         )
+        outcome.answered = True
+        first_byte = True
+        content = upstream.content
         try:
-            # Raw bytes, relayed per network read: no decoding (content-encoding passes through
-            # untouched) and no buffering (each SSE event reaches the client as it is made).
-            async for chunk in upstream.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
+            # Relayed per network read: no decoding and no buffering, so each SSE event
+            # reaches the client as it is made. The taps only look (or cut one event).
+            while chunk := await content.readany():
+                if first_byte:
+                    first_byte = False
+                    elapsed = time.perf_counter() - call.arrived
+                    self.plane.metrics.first_byte_after(call.service.name, elapsed)
+                if sse is not None:
+                    chunk = sse.feed(chunk)
+                elif json_tap is not None:
+                    json_tap.feed(chunk)
+                if content.at_eof():
+                    break  # the last read: it goes out with the end of the body, in one write
+                if chunk:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (TimeoutError, aiohttp.ClientError) as exc:
             # Too late for an error status. Returning without finishing the body makes the
             # server drop the connection, so the client sees a truncated answer, not a
             # complete-looking one.
-            log.warning("instance %s broke off its answer: %r", instance.name, exc)
+            self._failed(instance, metrics.UPSTREAM_BROKEN, exc)
             return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if sse is not None:
+                outcome.counts, outcome.events = sse.counts, sse.events
+        if sse is not None:
+            chunk += sse.finish()
+            outcome.counts = sse.counts
+        outcome.ended = True
+        await send({"type": "http.response.body", "body": chunk, "more_body": False})
+        outcome.complete = True
+        if json_tap is not None:
+            outcome.counts = json_tap.usage()
 
-    @staticmethod
-    async def _error(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _error(
+        self, response: Response, outcome: _Outcome, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        outcome.status = response.status_code
         await response(scope, receive, send)
+
+    def _finish(self, admission: Admission, outcome: _Outcome) -> None:
+        """Give the limits back, count usage and metrics: runs however the request ended."""
+        plane, call = self.plane, self.call
+        name = call.service.name
+        counts = self._token_counts(outcome)
+        plane.limiter.release(admission, None if counts is None else sum(counts))
+        if outcome.answered:
+            prompt, completion = counts or (0, 0)
+            plane.usage.add(name, call.key_id, prompt, completion)
+            if prompt or completion:
+                plane.metrics.counted(name, prompt, completion)
+        status = outcome.status or CLIENT_CLOSED
+        plane.metrics.answered(name, status, time.perf_counter() - call.arrived)
+
+    def _token_counts(self, outcome: _Outcome) -> tuple[int, int] | None:
+        """Tokens the request used: as reported, else estimated; None: unknown (keep the hold)."""
+        if outcome.counts is not None:
+            return outcome.counts
+        if not outcome.answered:
+            # Refused by the gateway or the client left first: nothing was generated for it,
+            # unless the engine was already working on it when the client left.
+            return (0, 0) if outcome.status else None
+        if not 200 <= outcome.status < 300:
+            return (0, 0)
+        # No usage reported (an engine without it, or a stream cut short): the body's size
+        # for the prompt and one token per streamed event.
+        return self.call.prompt_estimate, outcome.events
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _first(ranked: list[RoutedInstance], url: str | None) -> RoutedInstance | None:
+    if url is not None:
+        for instance in ranked:
+            if instance.url == url:
+                return instance
+    return ranked[0] if ranked else None
+
+
+def _taps(
+    upstream: aiohttp.ClientResponse, strip_usage: bool
+) -> tuple[SseTap | None, JsonTap | None]:
+    """Which tap reads the answer's usage: only successful, unencoded JSON or event streams."""
+    if not 200 <= upstream.status < 300 or upstream.headers.get("content-encoding"):
+        return None, None
+    content_type = upstream.headers.get("content-type", "")
+    if content_type.startswith("text/event-stream"):
+        return SseTap(strip_usage), None
+    if content_type.startswith("application/json"):
+        return None, JsonTap()
+    return None, None
+
+
+_TIMEOUTS: dict[float, aiohttp.ClientTimeout] = {}
+
+
+def _timeout(seconds: float) -> aiohttp.ClientTimeout:
+    """Per-request timeouts: connecting, and the engine's silences (before and between chunks).
+
+    A stream that keeps producing is never cut, however long it runs; one quiet for
+    `seconds` is. Cached, since services share a handful of values.
+    """
+    timeout = _TIMEOUTS.get(seconds)
+    if timeout is None:
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=min(_CONNECT_TIMEOUT_S, seconds), sock_read=seconds
+        )
+        _TIMEOUTS[seconds] = timeout
+    return timeout

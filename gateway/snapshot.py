@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import suppress
 
 import redis.asyncio as aioredis
@@ -19,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from contracts.routing import Snapshot
+from gateway.health import RedisHealth
 
 log = logging.getLogger(__name__)
 
@@ -28,14 +30,17 @@ _REDIS_TIMEOUT_S = 2.0
 
 
 class SnapshotWatcher:
-    def __init__(self, redis_url: str, key: str, channel: str, poll: float) -> None:
+    def __init__(
+        self, redis_url: str, key: str, channel: str, poll: float, health: RedisHealth
+    ) -> None:
         self._redis_url = redis_url
         self._key = key
         self._channel = channel
         self._poll = poll
+        self._health = health
         self._snapshot = Snapshot()
         self._loaded = False
-        self._redis_down = False
+        self._read_at = time.monotonic()
         self._redis: aioredis.Redis | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -47,6 +52,21 @@ class SnapshotWatcher:
     def loaded(self) -> bool:
         """Whether Redis has answered at least once, i.e. routing is known rather than assumed."""
         return self._loaded
+
+    def age(self) -> float:
+        """Seconds since Redis last answered a snapshot read (it grows during an outage)."""
+        return time.monotonic() - self._read_at
+
+    def fallback_description(self) -> str:
+        """What the gateway does without Redis, for the once-per-outage warning."""
+        if not self._loaded:
+            return (
+                "no routing loaded yet, so requests get 503 until it is reachable. Check REDIS_URL."
+            )
+        return (
+            f"serving the last routing snapshot (version {self._snapshot.version}) until it is "
+            "back; limits count per process meanwhile and usage counts wait in memory"
+        )
 
     async def start(self) -> None:
         self._redis = aioredis.from_url(
@@ -74,7 +94,8 @@ class SnapshotWatcher:
         """Replace the snapshot with the one in Redis; raises RedisError/OSError if unreachable."""
         assert self._redis is not None, "start() first"
         raw = await self._redis.get(self._key)
-        self._mark_up()
+        self._read_at = time.monotonic()
+        self._health.succeeded()
         if raw is None:
             # Nothing published yet (fresh deployment) or the key was lost with a Redis
             # restart: keep what we have rather than forgetting every route.
@@ -98,15 +119,19 @@ class SnapshotWatcher:
         try:
             await self.reload()
         except (RedisError, OSError) as exc:
-            self._mark_down(exc)
+            self._health.failed(exc)
 
     async def _watch(self) -> None:
         while True:
             try:
                 await self._follow_channel()
             except (RedisError, OSError) as exc:
-                self._mark_down(exc)
-                await asyncio.sleep(self._poll)
+                self._health.failed(exc)
+                # Resubscribe as soon as the health probe sees Redis again, else next poll; the
+                # short sleep first keeps an error that is not an outage from spinning.
+                await asyncio.sleep(min(self._poll, 0.1))
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(self._health.wait_up(), self._poll)
 
     async def _follow_channel(self) -> None:
         """Reload on each channel message and after `poll` quiet seconds; ends only by raising."""
@@ -124,26 +149,3 @@ class SnapshotWatcher:
         finally:
             with suppress(RedisError, OSError):
                 await pubsub.aclose()
-
-    def _mark_down(self, exc: BaseException) -> None:
-        if self._redis_down:
-            return
-        self._redis_down = True
-        if self._loaded:
-            log.warning(
-                "Redis unreachable (%s); serving the last routing snapshot (version %d) "
-                "until it is back",
-                exc,
-                self._snapshot.version,
-            )
-        else:
-            log.warning(
-                "Redis unreachable (%s); no routing loaded yet, so requests get 503 until it is "
-                "reachable. Check REDIS_URL.",
-                exc,
-            )
-
-    def _mark_up(self) -> None:
-        if self._redis_down:
-            self._redis_down = False
-            log.info("Redis reachable again; routing snapshot updates resume")

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import redis
 import uvicorn
 from starlette.types import ASGIApp
 from upstream_app import Recorder
 
-from contracts.routing import RoutedInstance, RoutedService, Snapshot
-from contracts.tokens import SERVICE_TOKEN_PREFIX, new_token, token_digest
+from contracts.routing import RoutedInstance, RoutedKey, RoutedService, Snapshot
+from contracts.tokens import API_KEY_PREFIX, SERVICE_TOKEN_PREFIX, new_token, token_digest
+from contracts.usage import parse_field
 from gateway.app import create_app
 from gateway.config import Settings
 
@@ -75,9 +84,61 @@ class Gateway:
 
     def publish(self, snapshot: Snapshot) -> None:
         """What the control plane does: rewrite the key, then announce the new version."""
-        with redis.Redis.from_url(self.redis_url) as client:
-            client.set(self.settings.snapshot_key, snapshot.to_json())
-            client.publish(self.settings.snapshot_channel, snapshot.version)
+        publish(self.redis_url, self.settings, snapshot)
+
+    def usage(self) -> dict[tuple[str, str, str], int]:
+        """Usage counted in Redis so far, all minutes together: (service, key id, kind) → n."""
+        return read_usage(self.redis_url, self.settings.usage_prefix)
+
+    def metrics(self) -> str:
+        return httpx.get(self.url + "/metrics", trust_env=False).text
+
+
+def assert_error(response: httpx.Response, status: int, error_type: str, code: str) -> None:
+    """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == (error_type, code, None)
+    assert error["message"]
+
+
+def publish(redis_url: str, settings: Settings, snapshot: Snapshot) -> None:
+    with redis.Redis.from_url(redis_url) as client:
+        client.set(settings.snapshot_key, snapshot.to_json())
+        client.publish(settings.snapshot_channel, snapshot.version)
+
+
+def read_usage(redis_url: str, prefix: str) -> dict[tuple[str, str, str], int]:
+    totals: dict[tuple[str, str, str], int] = {}
+    with redis.Redis.from_url(redis_url, decode_responses=True) as client:
+        for key in client.scan_iter(prefix + "*"):
+            for field, value in client.hgetall(key).items():
+                entry = parse_field(field)
+                totals[entry] = totals.get(entry, 0) + int(value)
+    return totals
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus exposition (0 when absent)."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        sample, _, value = line.rpartition(" ")
+        sample_name, _, label_text = sample.partition("{")
+        found = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+        if sample_name == name and found == wanted:
+            return float(value)
+    return 0.0
+
+
+def wait_until(condition: Callable[[], bool], seconds: float = 2.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
 
 
 @dataclass
@@ -104,16 +165,12 @@ class Gateways:
         redis_url: str | None = None,
         poll: float = 5.0,
         upstream_timeout: float = 10.0,
+        **overrides: Any,
     ) -> Gateway:
+        """A gateway in this process; `overrides` are Settings fields (windows, TTLs...)."""
         redis_url = redis_url or self._redis_url
-        prefix = f"wharf:test:{uuid.uuid4().hex}"
-        settings = Settings(
-            redis_url=redis_url,
-            secret_key=SECRET_KEY,
-            snapshot_poll=poll,
-            upstream_timeout=upstream_timeout,
-            snapshot_key=f"{prefix}:snapshot",
-            snapshot_channel=f"{prefix}:changed",
+        settings = isolated_settings(
+            redis_url, snapshot_poll=poll, upstream_timeout=upstream_timeout, **overrides
         )
         gateway = Gateway(url="", redis_url=redis_url, settings=settings)
         if initial is not None:
@@ -126,20 +183,85 @@ class Gateways:
     def stop_all(self) -> None:
         for server, gateway in self._started:
             server.stop()
-            try:
-                with redis.Redis.from_url(gateway.redis_url) as client:
-                    client.delete(gateway.settings.snapshot_key)
-            except redis.RedisError:
-                pass  # a Redis the test stopped on purpose
+            forget(gateway.redis_url, gateway.settings)
         self._started.clear()
 
 
-def openai_client(gateway: Gateway, token: str) -> openai.OpenAI:
-    """The official client pointed at the gateway; no retries, so failures show at once."""
+def forget(redis_url: str, settings: Settings) -> None:
+    """Delete what a test gateway left in Redis: its snapshot, limit counters and usage."""
+    try:
+        with redis.Redis.from_url(redis_url) as client:
+            client.delete(settings.snapshot_key)
+            for prefix in (settings.limits_prefix, settings.usage_prefix):
+                for key in client.scan_iter(prefix + "*"):
+                    client.delete(key)
+    except (redis.RedisError, OSError):
+        pass  # a Redis the test stopped on purpose
+
+
+def isolated_settings(redis_url: str, prefix: str | None = None, **overrides: Any) -> Settings:
+    """Settings whose Redis keys (snapshot, limits, usage) no other test shares."""
+    prefix = prefix or f"wharf:test:{uuid.uuid4().hex}"
+    fields: dict[str, Any] = {
+        "snapshot_key": f"{prefix}:snapshot",
+        "snapshot_channel": f"{prefix}:changed",
+        "limits_prefix": f"{prefix}:limit:",
+        "usage_prefix": f"{prefix}:usage:",
+        "usage_flush_interval": 0.05,
+        **overrides,
+    }
+    return Settings(redis_url=redis_url, secret_key=SECRET_KEY, **fields)
+
+
+class GatewayProcess:
+    """A gateway in its own process (uvicorn with uvloop and httptools, as in production)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        fields = dataclasses.asdict(settings)
+        fields["secret_key"] = settings.secret_key.decode()
+        root = Path(__file__).resolve().parents[2]
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("serve_gateway.py"))]
+            + [str(port), json.dumps(fields)],
+            env={**os.environ, "PYTHONPATH": str(root)},
+        )
+        deadline = time.monotonic() + 20
+        while not _listening(port):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"gateway process on {self.url} failed to start")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        """Dies as a crashed gateway would: no cleanup, its leases left behind in Redis."""
+        self._process.send_signal(signal.SIGKILL)
+        self._process.wait(10)
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def openai_client(gateway: Gateway, token: str, max_retries: int = 0) -> openai.OpenAI:
+    """The official client pointed at the gateway; no retries unless asked, so failures show."""
     return openai.OpenAI(
         base_url=gateway.url + "/v1",
         api_key=token,
-        max_retries=0,
+        max_retries=max_retries,
         http_client=openai.DefaultHttpxClient(trust_env=False),
     )
 
@@ -158,22 +280,39 @@ def make_token() -> tuple[str, str]:
     return token, token_digest(SECRET_KEY, token)
 
 
+def make_key() -> tuple[str, str]:
+    """An API key's token and its digest under the tests' secret key."""
+    token = new_token(API_KEY_PREFIX)
+    return token, token_digest(SECRET_KEY, token)
+
+
+def unique(name: str) -> str:
+    """A service or key name no other test (or earlier run on the same Redis) uses."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
 def service(
     name: str,
     instances: list[RoutedInstance],
     digests: list[str],
     models: tuple[str, ...] = (),
+    **limits: Any,
 ) -> RoutedService:
+    """A routed service; `limits`: rate_limit, max_queue_size, timeout."""
+    limits.setdefault("rate_limit", 0)  # unlimited unless a test says otherwise
     return RoutedService(
         name=name,
         served_model_names=models,
         token_digests=frozenset(digests),
         instances=tuple(instances),
+        **limits,
     )
 
 
-def snapshot(version: int, *services: RoutedService) -> Snapshot:
-    return Snapshot(version=version, services={s.name: s for s in services})
+def snapshot(
+    version: int, *services: RoutedService, keys: dict[str, RoutedKey] | None = None
+) -> Snapshot:
+    return Snapshot(version=version, services={s.name: s for s in services}, keys=keys or {})
 
 
 def redis_server_binary() -> str | None:

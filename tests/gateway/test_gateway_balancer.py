@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from contracts.routing import RoutedInstance
@@ -40,3 +41,23 @@ def test_skips_excluded_instances_and_reports_none_when_all_are() -> None:
     assert balancer.pick("svc", [A, B], exclude={A.url}) == B
     assert balancer.pick("svc", [A, B], exclude={A.url, B.url}) is None
     assert balancer.pick("svc", []) is None
+
+
+def test_cooling_instance_is_passed_over_until_its_cool_down_ends() -> None:
+    balancer = Balancer(cooldown=0.05)
+    balancer.cool_down(A.url)
+    assert balancer.cooling(A.url)
+    assert {balancer.pick("svc", [A, B]) for _ in range(4)} == {B}
+    # Even with more requests in flight, a healthy instance goes before a cooling one.
+    balancer.acquire(B.url)
+    assert balancer.ranked("svc", [A, B]) == [B, A]
+    time.sleep(0.06)
+    assert not balancer.cooling(A.url)
+    assert balancer.pick("svc", [A, B]) == A
+
+
+def test_cooling_instances_are_still_tried_when_nothing_else_is_left() -> None:
+    balancer = Balancer(cooldown=5)
+    balancer.cool_down(A.url)
+    balancer.cool_down(B.url)
+    assert {balancer.pick("svc", [A, B]) for _ in range(4)} == {A, B}

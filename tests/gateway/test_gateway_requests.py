@@ -11,6 +11,7 @@ from gateway_support import (
     Deployed,
     Engine,
     Gateway,
+    assert_error,
     make_token,
     openai_client,
     service,
@@ -18,13 +19,6 @@ from gateway_support import (
 )
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def assert_error(response: httpx.Response, status: int, error_type: str, code: str) -> None:
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert (error["type"], error["code"], error["param"]) == (error_type, code, None)
-    assert error["message"]
 
 
 def test_completion_returns_engine_answer_with_usage(deployed: Deployed) -> None:

@@ -93,7 +93,7 @@ def test_keeps_serving_last_snapshot_while_redis_is_down(
     redis_process: RedisProcess,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.snapshot")
+    caplog.set_level(logging.INFO, logger="gateway")
     redis_process.start()
     token, digest = make_token()
     svc = service("svc", [engines[0].instance], [digest])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -11,8 +12,10 @@ import pytest
 from gateway_support import (
     Engine,
     Gateway,
+    assert_error,
     free_port_refusing_connections,
     make_token,
+    metric,
     service,
     snapshot,
 )
@@ -84,6 +87,63 @@ def test_retries_another_instance_when_one_refuses_connections(
         response = complete(http, gateway, token)
         assert response.status_code == 200
         assert response.headers["x-wharf-instance"] == "engine-b"
+
+
+def test_instance_refusing_connections_sits_out_a_cool_down(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    dead = RoutedInstance("dead", free_port_refusing_connections())
+    gateway = start_gateway(
+        snapshot(1, service("svc", [dead, engines[1].instance], [digest])), cooldown=0.5
+    )
+
+    def connect_errors() -> float:
+        errors = "wharf_gateway_upstream_errors_total"
+        return metric(gateway.metrics(), errors, service="svc", kind="connect")
+
+    # Tried once, then passed over: rotation alone would try it for every other request.
+    for _ in range(6):
+        assert complete(http, gateway, token).headers["x-wharf-instance"] == "engine-b"
+    assert connect_errors() == 1
+    time.sleep(0.6)  # cooled down: it gets another chance
+    for _ in range(2):
+        assert complete(http, gateway, token).status_code == 200
+    assert connect_errors() == 2
+
+
+def test_service_timeout_answers_504_and_cools_the_instance_down(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    slow = service("svc", [engines[0].instance, engines[1].instance], [digest], timeout=0.3)
+    gateway = start_gateway(snapshot(1, slow), upstream_timeout=30)
+    response = complete(http, gateway, token, delay=2)
+    assert_error(response, 504, "service_unavailable", "upstream_timeout")
+    assert "within 0.3 s" in response.json()["error"]["message"]
+    # The instance that stopped answering is passed over while it cools down.
+    served = {complete(http, gateway, token).headers["x-wharf-instance"] for _ in range(4)}
+    assert len(served) == 1
+
+
+def test_server_error_is_passed_on_and_its_instance_cools_down(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    token, digest = make_token()
+    gateway = start_gateway(snapshot(1, service("svc", [e.instance for e in engines], [digest])))
+    headers = {"Authorization": token}
+    failed = http.post(gateway.url + "/api/predict/svc/echo/x?status=503", headers=headers)
+    assert failed.status_code == 503  # the engine's own answer, not retried elsewhere
+    broken = failed.json()["instance"]
+    served = {
+        http.post(gateway.url + "/api/predict/svc/echo/x", headers=headers).json()["instance"]
+        for _ in range(4)
+    }
+    assert served == {"engine-a", "engine-b"} - {broken}
+    errors = metric(
+        gateway.metrics(), "wharf_gateway_upstream_errors_total", service="svc", kind="http_5xx"
+    )
+    assert errors == 1
 
 
 def test_instance_slower_than_upstream_timeout_is_504(

@@ -3,9 +3,12 @@
 Request bodies may carry test knobs next to the OpenAI fields:
 - `delay`: seconds to wait before answering (to provoke gateway timeouts);
 - `chunk_delay`: seconds between streamed chunks (to observe streaming);
-- `max_tokens`: how many tokens (chunks) to produce.
+- `max_tokens`: how many tokens (chunks) to produce at most;
+- `stop_after`: stop after this many tokens, as a stop sequence would (fewer than max_tokens).
+Streams honour `stream_options.include_usage` as vLLM does: one last event with empty
+`choices` and the usage, and no `usage` field on the other events.
 Requests with an `x-test-id` header are recorded in `Recorder`, so tests can see what the
-engine saw and when: when it finished, and whether the client went away (an abort).
+engine saw and when: its body, when it finished, and whether the client went away (an abort).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Seen:
     finished_at: float | None = None
     aborted: bool = False
     headers: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] = field(default_factory=dict)
 
 
 class Recorder:
@@ -78,15 +82,20 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
     async def generate(request: Request, chat: bool) -> Response:
         seen = recorder.start(request)
         body = await request.json()
+        seen.body = body
         tokens = int(body.get("max_tokens") or 3)
+        tokens = min(tokens, int(body.get("stop_after", tokens)))
         model = body.get("model", "unknown")
         prompt = body.get("messages") if chat else body.get("prompt")
         if not await _wait_unless_disconnected(request, float(body.get("delay", 0)), seen):
             return Response(status_code=499)
         kind = "chat.completion" if chat else "text_completion"
         if body.get("stream"):
+            options = body.get("stream_options") or {}
+            usage = _usage(prompt, tokens) if options.get("include_usage") else None
+            delay = float(body.get("chunk_delay", 0.01))
             return StreamingResponse(
-                _stream(seen, model, kind, chat, tokens, float(body.get("chunk_delay", 0.01))),
+                _stream(seen, model, kind, chat, tokens, delay, usage),
                 media_type="text/event-stream",
             )
         text = "".join(f"{name}-{i} " for i in range(tokens))
@@ -108,7 +117,13 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
         )
 
     async def _stream(
-        seen: Seen, model: str, kind: str, chat: bool, tokens: int, chunk_delay: float
+        seen: Seen,
+        model: str,
+        kind: str,
+        chat: bool,
+        tokens: int,
+        chunk_delay: float,
+        usage: dict[str, int] | None,
     ) -> AsyncIterator[bytes]:
         try:
             for i in range(tokens):
@@ -127,6 +142,17 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
                         "created": int(time.time()),
                         "model": model,
                         "choices": [choice],
+                    }
+                )
+            if usage is not None:
+                yield _sse(
+                    {
+                        "id": f"cmpl-{name}",
+                        "object": f"{kind}.chunk" if chat else kind,
+                        "created": int(time.time()),
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
                     }
                 )
             seen.finished_at = time.monotonic()

@@ -1,0 +1,142 @@
+"""Prometheus metrics of one gateway process, served at GET /metrics.
+
+Each app gets its own registry (not prometheus_client's global one), so several gateways in
+one process (the tests) do not collide. With `--workers N` every worker counts alone and a
+scrape reaches one of them: run one worker per gateway container and scale containers, which
+is also how the limits and the balancer are meant to scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+# Proxy overhead is sub-millisecond and generations run for minutes: both ends matter.
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+# Why a request was refused before reaching an engine (label `reason`).
+REASON_SERVICE_RPS = "service_rps"
+REASON_KEY_RPM = "key_rpm"
+REASON_KEY_TPM = "key_tpm"
+REASON_KEY_CONCURRENCY = "key_concurrency"
+REASON_INSTANCE_QUEUE = "instance_queue"
+REASON_KEY_EXPIRED = "key_expired"
+REASON_KEY_SCOPE = "key_scope"
+REASON_INVALID_TOKEN = "invalid_token"
+
+# How an instance failed (label `kind`).
+UPSTREAM_CONNECT = "connect"
+UPSTREAM_TIMEOUT = "timeout"
+UPSTREAM_BROKEN = "broken"
+UPSTREAM_5XX = "http_5xx"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._answered: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
+        self._first_byte: dict[str, Histogram] = {}
+        self._tokens: dict[str, tuple[Counter, Counter]] = {}
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "wharf_gateway_requests",
+            "Requests answered, by service and HTTP status (the gateway's or the engine's).",
+            ["service", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "wharf_gateway_request_duration_seconds",
+            "Time from the request's arrival to the end of its answer.",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.first_byte = Histogram(
+            "wharf_gateway_time_to_first_byte_seconds",
+            "Time from the request's arrival to the engine's first body bytes (first token).",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "wharf_gateway_tokens",
+            "Tokens counted for usage, by service and kind (prompt or completion).",
+            ["service", "kind"],
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            "wharf_gateway_rejections",
+            "Requests refused before reaching an engine, by reason (limits and API keys).",
+            ["service", "reason"],
+            registry=self.registry,
+        )
+        self.upstream_errors = Counter(
+            "wharf_gateway_upstream_errors",
+            "Engine instances failing a request: connect, timeout, broken (cut off early) or "
+            "http_5xx (answered with a server error, passed on as is).",
+            ["service", "kind"],
+            registry=self.registry,
+        )
+        self.redis_up = Gauge(
+            "wharf_gateway_redis_up",
+            "1 while Redis answers; 0 means routing is the last snapshot and limits count "
+            "per process.",
+            registry=self.registry,
+        )
+        self.snapshot_age = Gauge(
+            "wharf_gateway_snapshot_age_seconds",
+            "Seconds since the routing snapshot was last read from Redis.",
+            registry=self.registry,
+        )
+        self.snapshot_version = Gauge(
+            "wharf_gateway_snapshot_version",
+            "Version of the routing snapshot being served.",
+            registry=self.registry,
+        )
+
+    def watch(
+        self, redis_up: Callable[[], bool], age: Callable[[], float], version: Callable[[], int]
+    ) -> None:
+        """Gauges computed at scrape time from the components that know them."""
+        self.redis_up.set_function(lambda: 1.0 if redis_up() else 0.0)
+        self.snapshot_age.set_function(age)
+        self.snapshot_version.set_function(lambda: float(version()))
+
+    def answered(self, service: str, status: int, seconds: float) -> None:
+        """A request ended: its status and duration (label children cached: hot path)."""
+        children = self._answered.get((service, status))
+        if children is None:
+            children = (self.requests.labels(service, str(status)), self.latency.labels(service))
+            self._answered[(service, status)] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def first_byte_after(self, service: str, seconds: float) -> None:
+        child = self._first_byte.get(service)
+        if child is None:
+            child = self._first_byte[service] = self.first_byte.labels(service)
+        child.observe(seconds)
+
+    def counted(self, service: str, prompt: int, completion: int) -> None:
+        children = self._tokens.get(service)
+        if children is None:
+            children = self._tokens[service] = (
+                self.tokens.labels(service, "prompt"),
+                self.tokens.labels(service, "completion"),
+            )
+        children[0].inc(prompt)
+        children[1].inc(completion)
+
+    def reject(self, service: str, reason: str, status: int) -> None:
+        self.rejections.labels(service, reason).inc()
+        self.requests.labels(service, str(status)).inc()
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,92 @@
+"""Token usage per service, API key and minute, counted into Redis as contracts.usage lays out.
+
+Counts gather in memory and go to Redis in one pipeline every `interval` seconds, so a busy
+gateway adds no round trip per request. If Redis is unreachable they stay in memory (one
+number per minute, service, key and kind, so it grows slowly) and go out once it is back:
+nothing is lost while the gateway keeps running. A late batch lands in its own minute's
+hash, which the control plane's flush then picks up on its next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import suppress
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from contracts.usage import USAGE_PREFIX, usage_field, usage_key
+from gateway.health import UNREACHABLE, RedisHealth
+
+log = logging.getLogger(__name__)
+
+
+class UsageRecorder:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        health: RedisHealth,
+        *,
+        prefix: str = USAGE_PREFIX,
+        interval: float = 1.0,
+    ) -> None:
+        self._client = client
+        self._health = health
+        self._prefix = prefix
+        self._interval = interval
+        self._pending: dict[tuple[str, str], int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, service: str, key_id: str, prompt: int, completion: int) -> None:
+        """Count one answered request and its tokens in the current minute."""
+        hash_key = self._prefix + usage_key(time.time()).removeprefix(USAGE_PREFIX)
+        for kind, amount in (("requests", 1), ("prompt", prompt), ("completion", completion)):
+            if amount:
+                entry = (hash_key, usage_field(service, key_id, kind))
+                self._pending[entry] = self._pending.get(entry, 0) + amount
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="wharf-usage-flush")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+        if self._pending and self._health.up:
+            with suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.flush(), 2.0)
+        if self._pending:
+            log.warning("stopping with usage counts Redis never got: %s", self._pending)
+
+    async def flush(self) -> None:
+        """Send the counts so far; on failure they stay pending (and the error is raised).
+
+        At least once: a pipeline that Redis ran but whose reply timed out is sent again,
+        counting twice; that is rarer, and cheaper to explain, than counts silently lost.
+        """
+        batch, self._pending = self._pending, {}
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for (hash_key, field), amount in batch.items():
+                    pipe.hincrby(hash_key, field, amount)
+                await pipe.execute()
+        except BaseException:
+            for entry, amount in batch.items():
+                self._pending[entry] = self._pending.get(entry, 0) + amount
+            raise
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            if not self._pending:
+                continue
+            await self._health.wait_up()
+            try:
+                await self.flush()
+            except UNREACHABLE as exc:
+                self._health.failed(exc)
+            except RedisError:
+                log.exception("writing usage counts failed; keeping them for the next try")
