@@ -167,6 +167,7 @@ class _Outcome:
     events: int = 0  # data events relayed, when streaming
     ended: bool = False  # nothing left to abort: the answer is complete or given up
     client_left: bool = False
+    first_byte: float = 0.0  # seconds from arrival to the answer's first byte
 
 
 class ProxyResponse(Response):
@@ -345,6 +346,7 @@ class ProxyResponse(Response):
                 if first_byte:
                     first_byte = False
                     elapsed = time.perf_counter() - call.arrived
+                    outcome.first_byte = elapsed
                     self.plane.metrics.first_byte_after(call.service.name, elapsed)
                 if sse is not None:
                     chunk = sse.feed(chunk)
@@ -384,13 +386,17 @@ class ProxyResponse(Response):
         name = call.service.name
         counts = self._token_counts(outcome)
         plane.limiter.release(admission, None if counts is None else sum(counts))
+        latency = time.perf_counter() - call.arrived
         if outcome.answered:
             prompt, completion = counts or (0, 0)
-            plane.usage.add(name, call.key_id, prompt, completion)
+            plane.usage.add(
+                name, call.key_id, prompt, completion,
+                latency_ms=round(latency * 1000), ttft_ms=round(outcome.first_byte * 1000),
+            )  # fmt: skip
             if prompt or completion:
                 plane.metrics.counted(name, prompt, completion)
         status = outcome.status or CLIENT_CLOSED
-        plane.metrics.answered(name, status, time.perf_counter() - call.arrived)
+        plane.metrics.answered(name, status, latency)
 
     def _token_counts(self, outcome: _Outcome) -> tuple[int, int] | None:
         """Tokens the request used: as reported, else estimated; None: unknown (keep the hold)."""

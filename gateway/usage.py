@@ -39,10 +39,23 @@ class UsageRecorder:
         self._pending: dict[tuple[str, str], int] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, service: str, key_id: str, prompt: int, completion: int) -> None:
-        """Count one answered request and its tokens in the current minute."""
+    def add(
+        self,
+        service: str,
+        key_id: str,
+        prompt: int,
+        completion: int,
+        latency_ms: int = 0,
+        ttft_ms: int = 0,
+    ) -> None:
+        """Count one answered request, its tokens and its timings in the current minute (the
+        timings as sums: the console divides by requests for averages)."""
         hash_key = self._prefix + usage_key(time.time()).removeprefix(USAGE_PREFIX)
-        for kind, amount in (("requests", 1), ("prompt", prompt), ("completion", completion)):
+        amounts = (
+            ("requests", 1), ("prompt", prompt), ("completion", completion),
+            ("latency_ms", latency_ms), ("ttft_ms", ttft_ms),
+        )  # fmt: skip
+        for kind, amount in amounts:
             if amount:
                 entry = (hash_key, usage_field(service, key_id, kind))
                 self._pending[entry] = self._pending.get(entry, 0) + amount

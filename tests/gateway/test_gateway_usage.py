@@ -38,9 +38,23 @@ def deploy(
     return gateway, svc, token, key_id
 
 
+TIMINGS = ("latency_ms", "ttft_ms")
+
+
 def usage_of(gateway: Gateway, service: str, key_id: str) -> dict[str, int]:
+    """Requests and tokens counted for the pair (timings are checked on their own)."""
     counted = gateway.usage().items()
-    return {kind: n for (svc, key, kind), n in counted if (svc, key) == (service, key_id)}
+    return {
+        kind: n
+        for (svc, key, kind), n in counted
+        if (svc, key) == (service, key_id) and kind not in TIMINGS
+    }
+
+
+def timings_of(gateway: Gateway, service: str, key_id: str) -> dict[str, int]:
+    counted = gateway.usage().items()
+    return {kind: n for (svc, key, kind), n in counted if (svc, key) == (service, key_id)
+            and kind in TIMINGS}  # fmt: skip
 
 
 def events(text: str) -> list[dict[str, object]]:
@@ -59,6 +73,8 @@ def test_non_streamed_answer_counts_its_usage_per_key_and_service(
             client.completions.create(model="m", prompt="three word prompt", max_tokens=4)
     expected = {"requests": 2, "prompt": 6, "completion": 8}
     assert wait_until(lambda: usage_of(gateway, svc.name, key_id) == expected)
+    timings = timings_of(gateway, svc.name, key_id)  # sums over both requests, in ms
+    assert 0 <= timings.get("ttft_ms", 0) <= timings.get("latency_ms", 0)
 
     text = gateway.metrics()
     assert metric(text, "wharf_gateway_tokens_total", service=svc.name, kind="prompt") == 6
