@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -40,6 +40,7 @@ from gateway.config import Settings, load_settings
 from gateway.health import RedisHealth
 from gateway.limits import Demand, Limiter
 from gateway.metrics import Metrics
+from gateway.pd import PrefillLeg, by_role
 from gateway.pipelined import PipelinedRedis
 from gateway.proxy import Call, Plane, ProxyResponse, create_session, upstream_request_headers
 from gateway.snapshot import SnapshotWatcher
@@ -178,6 +179,16 @@ def _forward(
         body, strip_usage = _ask_for_usage(data, body)
     tokens = prompt + (_max_tokens(data) if data is not None else _DEFAULT_MAX_TOKENS)
     drop = frozenset({"accept-encoding"}) if data is not None else frozenset()
+    prefill, policy = None, "least_outstanding"
+    if service.pd is not None:
+        # A prefill/decode service: decode instances answer, after a prefill leg for
+        # generation calls (gateway.pd).
+        if data is not None:
+            prefill = PrefillLeg(service.pd, by_role(service.instances, "prefill"), data)
+        service = replace(service, instances=by_role(service.instances, "decode"))
+        policy = service.pd.decode_policy if service.pd else policy
+        if not service.instances:
+            return errors.no_ready_instance(service.name)
     call = Call(
         service=service,
         key_id=caller.key_id,
@@ -194,6 +205,8 @@ def _forward(
         prompt_estimate=prompt,
         strip_usage=strip_usage,
         arrived=arrived,
+        policy=policy,
+        prefill=prefill,
     )
     return ProxyResponse(runtime.plane, call)
 

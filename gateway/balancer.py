@@ -34,8 +34,10 @@ class Balancer:
         service: str,
         instances: Sequence[RoutedInstance],
         exclude: Collection[str] = (),
+        policy: str = "least_outstanding",
     ) -> list[RoutedInstance]:
-        """Candidates best first: healthy before cooling, then fewest in flight, ties in turn."""
+        """Candidates best first: healthy before cooling, then (least_outstanding) fewest in
+        flight, ties in turn; `round_robin` keeps the turn order alone."""
         candidates = [i for i in instances if i.url not in exclude]
         if len(candidates) > 1:
             # A per-service turn, so traffic to one service does not skew another's rotation;
@@ -45,7 +47,10 @@ class Balancer:
             shift = turn % len(candidates)
             candidates = candidates[shift:] + candidates[:shift]
             cooling = self._cooling_now() if self._cooling else frozenset()
-            candidates.sort(key=lambda i: (i.url in cooling, self._in_flight.get(i.url, 0)))
+            if policy == "round_robin":
+                candidates.sort(key=lambda i: i.url in cooling)
+            else:
+                candidates.sort(key=lambda i: (i.url in cooling, self._in_flight.get(i.url, 0)))
         return candidates
 
     def pick(

@@ -150,3 +150,24 @@ def rate_limited(
     if not retryable:
         extra["x-should-retry"] = "false"
     return error_response(429, error_type, RATE_LIMITED, message, headers=extra)
+
+
+def no_prefill_instance(service: str) -> JSONResponse:
+    return error_response(
+        503,
+        UNAVAILABLE,
+        "no_prefill_instance",
+        f"Service '{service}' has no ready prefill instance right now. Retry shortly; to let "
+        "decode serve alone meanwhile, set llm.pd.on_prefill_failure to decode_only.",
+        headers={"Retry-After": "5"},
+    )
+
+
+def prefill_failed(service: str) -> JSONResponse:
+    return error_response(
+        502,
+        UNAVAILABLE,
+        "prefill_failed",
+        f"The prefill instance of service '{service}' failed the request. Retry; if this "
+        "persists, check the prefill instance's logs in the console.",
+    )

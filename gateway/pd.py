@@ -9,7 +9,9 @@ decode's answer reaches the client, so usage is counted once.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from contracts.routing import PdRouting, RoutedInstance
@@ -51,3 +53,19 @@ def request_id(pd: PdRouting) -> str | None:
 
 def by_role(instances: tuple[RoutedInstance, ...], role: str) -> tuple[RoutedInstance, ...]:
     return tuple(i for i in instances if i.role == role)
+
+
+@dataclass(frozen=True)
+class PrefillLeg:
+    """What the proxy needs for the prefill leg of one request."""
+
+    pd: PdRouting
+    instances: tuple[RoutedInstance, ...]  # the service's ready prefill instances
+    data: dict[str, Any]  # the client's request, parsed
+
+
+def with_transfer_params(body: bytes, pd: PdRouting, prefill_answer: dict[str, Any]) -> bytes:
+    """The decode body: unchanged unless the connector hands parameters from prefill over."""
+    data = json.loads(body)
+    decoded = decode_body(data, pd, prefill_answer)
+    return body if decoded is data else json.dumps(decoded).encode()

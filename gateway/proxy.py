@@ -29,6 +29,7 @@ from gateway import errors, metrics
 from gateway.balancer import Balancer
 from gateway.limits import Admission, Demand, Limiter
 from gateway.metrics import Metrics
+from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
 from gateway.taps import JsonTap, SseTap
 from gateway.usage import UsageRecorder
 
@@ -156,6 +157,8 @@ class Call:
     prompt_estimate: int  # tokens, from the body's size
     strip_usage: bool = False  # the gateway asked for the stream's usage event, not the client
     arrived: float = 0.0  # time.perf_counter() when the request came in
+    policy: str = "least_outstanding"  # how instances are ranked ("round_robin" too)
+    prefill: PrefillLeg | None = None  # a prefill/decode service: prefill first, then decode
 
 
 @dataclass
@@ -183,7 +186,9 @@ class ProxyResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plane, call = self.plane, self.call
-        ranked = plane.balancer.ranked(call.service.name, call.service.instances)
+        ranked = plane.balancer.ranked(
+            call.service.name, call.service.instances, policy=call.policy
+        )
         demand = call.demand
         if demand.queue_size:
             demand = replace(demand, instances=tuple(i.url for i in ranked))
@@ -212,6 +217,11 @@ class ProxyResponse(Response):
         # runs for every request.
         watcher.add_done_callback(client_left)
         try:
+            if call.prefill is not None:
+                failure = await self._prefill(call.prefill)
+                if failure is not None:
+                    await self._error(failure, outcome, scope, receive, send)
+                    return
             await self._relay(ranked, demand, admission, outcome, scope, receive, send)
         except asyncio.CancelledError:
             if not outcome.client_left:
@@ -282,6 +292,44 @@ class ProxyResponse(Response):
             response = errors.upstream_unreachable(service.name)
         await self._error(response, outcome, scope, receive, send)
 
+    async def _prefill(self, leg: PrefillLeg) -> Response | None:
+        """Run the prefill leg; None to go on to decode, else the error to answer with.
+
+        Its answer (one token) is not relayed: only decode's reaches the client, so usage is
+        counted once. When prefill cannot serve, `on_prefill_failure: decode_only` lets decode
+        do the whole request (slower, but answered).
+        """
+        plane, call = self.plane, self.call
+        name = call.service.name
+        fallback = leg.pd.on_prefill_failure == "decode_only"
+        ranked = plane.balancer.ranked(f"{name}/prefill", leg.instances,
+                                       policy=leg.pd.prefill_policy)  # fmt: skip
+        if not ranked:
+            return None if fallback else errors.no_prefill_instance(name)
+        instance = ranked[0]
+        headers = [(n, v) for n, v in call.headers if n.lower() != "content-type"]
+        plane.balancer.acquire(instance.url)
+        try:
+            async with plane.session.post(
+                instance.url.rstrip("/") + self.target,
+                json=prefill_body(leg.data, leg.pd),
+                headers=headers,
+                timeout=_timeout(call.timeout),
+            ) as answer:
+                if answer.status != 200:
+                    raise aiohttp.ClientResponseError(
+                        answer.request_info, (), status=answer.status, message="prefill failed"
+                    )
+                result = await answer.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            self._failed(instance, metrics.UPSTREAM_CONNECT, exc)
+            return None if fallback else errors.prefill_failed(name)
+        finally:
+            plane.balancer.release(instance.url)
+        if isinstance(result, dict):
+            self.call = replace(call, body=with_transfer_params(call.body, leg.pd, result))
+        return None
+
     async def _open(self, instance: RoutedInstance) -> aiohttp.ClientResponse:
         return await self.plane.session.request(
             self.call.method,
@@ -304,7 +352,9 @@ class ProxyResponse(Response):
     ) -> RoutedInstance | None:
         """The next instance to try after a failed connect, its queue slot taken if bounded."""
         plane = self.plane
-        ranked = plane.balancer.ranked(self.call.service.name, self.call.service.instances, tried)
+        ranked = plane.balancer.ranked(
+            self.call.service.name, self.call.service.instances, tried, policy=self.call.policy
+        )
         if not ranked:
             return None
         if not await plane.limiter.reroute(admission, demand, [i.url for i in ranked]):
