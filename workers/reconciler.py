@@ -53,7 +53,9 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     waiting = None
     for role, instance_name in result.create:
         try:
-            created.append(_create(service, runtime, spec, role, instance_name, desired.spec_hash))
+            taken = {o.pd_index for o in result.keep + created if o.role == role}
+            slot = (role, min(set(range(len(taken) + 1)) - taken))  # the lowest free number
+            created.append(_create(service, runtime, spec, slot, instance_name, desired.spec_hash))
             record(service, "InstanceCreated", f"instance created on {runtime.name}", instance_name)
         except devices.InsufficientDevices as exc:
             waiting = str(exc)  # not a failure: it starts once cards are free
