@@ -14,6 +14,7 @@ per-request cost is a fraction of httpx's, which matters at hundreds of requests
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -308,11 +309,12 @@ class ProxyResponse(Response):
             return None if fallback else errors.no_prefill_instance(name)
         instance = ranked[0]
         headers = [(n, v) for n, v in call.headers if n.lower() != "content-type"]
+        headers.append(("content-type", "application/json"))
         plane.balancer.acquire(instance.url)
         try:
             async with plane.session.post(
                 instance.url.rstrip("/") + self.target,
-                json=prefill_body(leg.data, leg.pd),
+                data=json.dumps(prefill_body(leg.data, leg.pd)).encode(),
                 headers=headers,
                 timeout=_timeout(call.timeout),
             ) as answer:

@@ -45,6 +45,7 @@ def test_prefill_gets_one_token_then_decode_answers(start_gateway, engines):
     prefill = engines[0].recorder.seen[test_id].body
     decode = engines[1].recorder.seen[test_id].body
     assert (prefill["max_tokens"], prefill["stream"]) == (1, False)
+    assert engines[0].recorder.seen[test_id].headers["content-type"] == "application/json"
     assert (decode["max_tokens"], decode["stream"]) == (5, True)
     assert "data: [DONE]" in answer.text
 
