@@ -114,7 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     parser.add_argument("--concurrency", type=ints, default=[1, 4])
-    parser.add_argument("--prompt", type=ints, default=[64, 256], help="prompt length, words")
+    parser.add_argument("--prompt", type=ints, default=[32, 128], help="prompt length, words")
     parser.add_argument("--output", type=ints, default=[32], help="tokens to generate")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
