@@ -42,6 +42,13 @@ NEEDS_OLDER_IMAGE = {
     "P2pNcclConnector": "vLLM 0.32 removed it (vllm-project/vllm#44854), and the default "
     "image is 0.32",
 }
+# Engines render these, but the gateway cannot route them yet: refusing the spec beats a
+# service that deploys and then fails every request.
+ROUTER_PENDING = {
+    "MooncakeConnector": "decode needs the prefill engine's id and bootstrap address per "
+    "request, which the routing snapshot does not carry yet",
+    "P2pNcclConnector": "both legs need a request id naming the instances' KV ports",
+}
 # Connectors whose instances hand each other KV parameters through the router's requests.
 _PARAMS_ROUND_TRIP = ("NixlConnector", "MooncakeConnectorV1")
 # What the router sends a prefill instance of those; the instance answers with the parameters
@@ -258,6 +265,11 @@ def validate_pd(spec: ServiceSpec) -> dict[str, list[str]]:
         return {"llm.pd.kv_connector": [
             f"engine {llm.engine} has no KV connector {connector!r}; choose one of "
             f"{', '.join(choices)}"
+        ]}  # fmt: skip
+    if connector in ROUTER_PENDING:
+        return {"llm.pd.kv_connector": [
+            f"the gateway does not route {connector} yet ({ROUTER_PENDING[connector]}); "
+            "choose NixlConnector, or ExampleConnector"
         ]}  # fmt: skip
     pinned = bool(spec.containers and spec.containers[0].image)
     if connector in NEEDS_OLDER_IMAGE and not pinned:
