@@ -10,13 +10,11 @@ from controlplane.services.spec import Llm, ServiceSpec
 from workers.engines.common import (
     engine_image,
     engine_port,
-    locate_draft,
-    merge_mounts,
+    locate_models,
     option_args,
     shm_size,
     user_env,
 )
-from workers.engines.models import locate_model
 from workers.engines.plan import ContainerPlan, Placement
 from workers.engines.vllm import (
     chunked_prefill_errors,
@@ -51,13 +49,12 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     llm = spec.llm
     assert llm is not None and llm.model is not None
     port = engine_port(spec, placement, DEFAULT_PORT)
-    model_path, mounts = locate_model(llm.model, placement)
-    draft_path, draft_mounts = locate_draft(llm, placement)
+    models = locate_models(llm, placement)
     args = [
         "blade_llm_server",
         "--host", placement.host,
         "--port", str(port),
-        "--model", model_path,
+        "--model", models.path,
         "--tensor_parallel_size", str(llm.tensor_parallel_size),
     ]  # fmt: skip
     if llm.gpu_memory_utilization:
@@ -68,16 +65,16 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         args += ["--dtype", llm.dtype]
     if kv := kv_cache_quant(llm.kv_cache_dtype):
         args += ["--kv_cache_quant", kv]
-    if llm.speculative and draft_path:
+    if llm.speculative and models.draft:
         # Speculative sampling ("sps"): the draft proposes gamma tokens a step.
         gamma = str(llm.speculative.num_speculative_tokens)
-        args += ["--decode_algo", "sps", "--gamma", gamma, "--draft.model", draft_path]
+        args += ["--decode_algo", "sps", "--gamma", gamma, "--draft.model", models.draft]
     return ContainerPlan(
         image=engine_image(spec, IMAGE),
         args=args + option_args(llm.options) + llm.extra_args,
         port=port,
         env=user_env(spec),
-        mounts=merge_mounts(mounts, draft_mounts),
+        mounts=models.mounts,
         health_path="",  # BladeLLM documents no health endpoint: a TCP check
         metrics_path=None,
         # EAS: 64 GB of shared memory for multi-card instances, none otherwise.

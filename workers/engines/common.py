@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from controlplane.services.spec import Container, Llm, OptionValue, ServiceSpec
 from workers.engines.models import locate_model
 from workers.engines.plan import Mount, Placement
@@ -53,6 +55,22 @@ def shm_size(cards: int, single_card: int | None) -> int | None:
 def merge_mounts(*groups: list[Mount]) -> list[Mount]:
     """One mount per target: a draft model may be the main model, or share its store."""
     return list({m.target: m for group in groups for m in group}.values())
+
+
+@dataclass(frozen=True)
+class Models:
+    """Where an engine reads its main and draft models, and the mounts that put them there."""
+
+    path: str
+    draft: str | None
+    mounts: list[Mount]
+
+
+def locate_models(llm: Llm, placement: Placement) -> Models:
+    assert llm.model is not None
+    path, mounts = locate_model(llm.model, placement)
+    draft, draft_mounts = locate_draft(llm, placement)
+    return Models(path, draft, merge_mounts(mounts, draft_mounts))
 
 
 def locate_draft(llm: Llm, placement: Placement) -> tuple[str | None, list[Mount]]:

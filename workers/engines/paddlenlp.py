@@ -12,12 +12,10 @@ from workers.engines.common import (
     GIB,
     engine_image,
     engine_port,
-    locate_draft,
-    merge_mounts,
+    locate_models,
     shm_size,
     user_env,
 )
-from workers.engines.models import locate_model
 from workers.engines.plan import ContainerPlan, Placement
 
 DEFAULT_PORT = 9965  # SERVICE_HTTP_PORT's default
@@ -107,12 +105,11 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     llm = spec.llm
     assert llm is not None and llm.model is not None
     port = engine_port(spec, placement, DEFAULT_PORT)
-    model_path, mounts = locate_model(llm.model, placement)
-    draft_path, draft_mounts = locate_draft(llm, placement)
+    models = locate_models(llm, placement)
     env = {
         **port_env(port),
-        **serving_env(llm, placement, model_path),
-        **speculative_env(llm, draft_path),
+        **serving_env(llm, placement, models.path),
+        **speculative_env(llm, models.draft),
         **user_env(spec),  # MAX_DEC_LEN, BLOCK_BS, MAX_CACHED_TASK_NUM, ... as the user sets them
     }
     return ContainerPlan(
@@ -120,7 +117,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         args=list(COMMAND),
         port=port,
         env=env,
-        mounts=merge_mounts(mounts, draft_mounts),
+        mounts=models.mounts,
         # /v2/health/ready is served on HEALTH_HTTP_PORT, not on the port the gateway reaches:
         # a TCP check on SERVICE_HTTP_PORT.
         health_path="",

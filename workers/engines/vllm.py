@@ -14,13 +14,12 @@ from workers.engines.common import (
     OFFLINE_ENV,
     engine_image,
     engine_port,
-    locate_draft,
+    locate_models,
     merge_mounts,
     option_args,
     shm_size,
     user_env,
 )
-from workers.engines.models import locate_model
 from workers.engines.pd import (
     pd_args,
     pd_connector,
@@ -137,13 +136,12 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     llm = spec.llm
     assert llm is not None and llm.model is not None
     port = engine_port(spec, placement, DEFAULT_PORT)
-    model_path, mounts = locate_model(llm.model, placement)
-    draft_path, draft_mounts = locate_draft(llm, placement)
+    models = locate_models(llm, placement)
     quantization = ["--quantization", llm.quantization] if llm.quantization else []
     if llm.kv_cache_dtype:
         quantization += ["--kv-cache-dtype", llm.kv_cache_dtype]
     args = server_args(
-        spec, placement, port=port, model_path=model_path, draft_path=draft_path,
+        spec, placement, port=port, model_path=models.path, draft_path=models.draft,
         quantization=quantization,
     )  # fmt: skip
     kv_env, kv_mounts = pd_wiring(spec, placement, port)
@@ -163,7 +161,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         args=args,
         port=port,
         env=env,
-        mounts=merge_mounts(mounts, draft_mounts, kv_mounts),
+        mounts=merge_mounts(models.mounts, kv_mounts),
         health_path="/health",
         metrics_path="/metrics",
         shm_size_bytes=shm_size(role_cards(spec, placement, "gpu") if cuda else 0, SHM_DEFAULT),

@@ -14,12 +14,11 @@ from workers.engines.common import (
     OFFLINE_ENV,
     engine_image,
     engine_port,
-    locate_draft,
+    locate_models,
     merge_mounts,
     shm_size,
     user_env,
 )
-from workers.engines.models import locate_model
 from workers.engines.pd import pd_wiring, role_cards, validate_pd
 from workers.engines.plan import ContainerPlan, Mount, PdMember, Placement
 from workers.engines.rank_table import (
@@ -141,10 +140,9 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     llm = spec.llm
     assert llm is not None and llm.model is not None
     port = engine_port(spec, placement, DEFAULT_PORT)
-    model_path, mounts = locate_model(llm.model, placement)
-    draft_path, draft_mounts = locate_draft(llm, placement)
+    models = locate_models(llm, placement)
     args = server_args(
-        spec, placement, port=port, model_path=model_path, draft_path=draft_path,
+        spec, placement, port=port, model_path=models.path, draft_path=models.draft,
         quantization=quantization_args(llm),
     )  # fmt: skip
     cards = role_cards(spec, placement, "npu")
@@ -164,7 +162,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         args=args + llm.extra_args,
         port=port,
         env=env,
-        mounts=merge_mounts(mounts, draft_mounts, drivers, kv_mounts),
+        mounts=merge_mounts(models.mounts, drivers, kv_mounts),
         health_path="/health",
         metrics_path="/metrics",
         shm_size_bytes=shm_size(cards, SHM_DEFAULT),
