@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from contextlib import suppress
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.background import cancel
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,8 @@ class RedisHealth:
         self._task = asyncio.create_task(self._probe(), name="wharf-redis-probe")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     async def _probe(self) -> None:
         while True:

@@ -50,6 +50,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway import metrics
+from gateway.background import cancel
 from gateway.health import UNREACHABLE, RedisHealth
 from gateway.pipelined import PipelinedRedis
 
@@ -353,10 +354,7 @@ class Limiter:
         self._renewer = asyncio.create_task(self._renew_loop(), name="wharf-lease-renewer")
 
     async def stop(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._renewer
+        await cancel(self._renewer)
         if self._timer is not None:
             self._timer.cancel()
             self._start_flush()

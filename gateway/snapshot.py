@@ -20,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from contracts.routing import Snapshot
+from gateway.background import cancel
 from gateway.health import RedisHealth
 
 log = logging.getLogger(__name__)
@@ -81,11 +82,8 @@ class SnapshotWatcher:
         self._task = asyncio.create_task(self._watch(), name="wharf-snapshot-watcher")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contracts.usage import USAGE_PREFIX, usage_field, usage_key
+from gateway.background import cancel
 from gateway.health import UNREACHABLE, RedisHealth
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,7 @@ class UsageRecorder:
         self._task = asyncio.create_task(self._run(), name="wharf-usage-flush")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)
         if self._pending and self._health.up:
             with suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.flush(), 2.0)
