@@ -49,6 +49,42 @@ def tiny_spec(name: str) -> dict:
     }  # fmt: skip
 
 
+def deploy(system, spec: dict) -> str:
+    with system.api() as api:
+        created = api.post("/services", json=spec)
+        assert created.status_code == 201, created.text
+        service = system.wait_phase(spec["name"], {"running", "failed"}, timeout=600)
+        assert service["phase"] == "running", api.get(f"/services/{spec['name']}/events").json()
+    return created.json()["token"]
+
+
+def delete(system, name: str) -> None:
+    with system.api() as api:
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=120)
+
+
+def only_instance(system, name: str) -> dict:
+    with system.api() as api:
+        (instance,) = api.get(f"/services/{name}/instances").json()
+    return instance
+
+
+def assert_deploy_fails(system, spec: dict, cause: str, event_text: str) -> None:
+    """The service goes `failed` naming `cause`, with an InstanceFailed event saying
+    `event_text`; then it is deleted."""
+    name = spec["name"]
+    with system.api() as api:
+        assert api.post("/services", json=spec).status_code == 201
+        service = system.wait_phase(name, {"failed"}, timeout=60)
+        assert cause in service["last_error"]
+        events = api.get(f"/services/{name}/events").json()
+        assert any(e["reason"] == "InstanceFailed" and event_text in e["message"]
+                   for e in events)  # fmt: skip
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=60)
+
+
 def process_groups(system, name: str) -> set[str]:
     """The process groups the process runtime started for the service (its state files)."""
     states = (json.loads(p.read_text()) for p in (system.stack.home / "instances").glob("*.json"))
@@ -195,18 +231,9 @@ def test_custom_service_scales_stops_and_starts(system):
 
 
 def test_missing_model_fails_with_an_event_naming_it(system):
-    name = f"nomodel-{system.runtime}"
-    spec = {"name": name, "llm": {"engine": "vllm-cpu", "model": "no-such-model"}}
-    with system.api() as api:
-        assert api.post("/services", json=spec).status_code == 201
-        service = system.wait_phase(name, {"failed"}, timeout=60)
-        assert "no-such-model" in service["last_error"]
-        events = api.get(f"/services/{name}/events").json()
-        assert any(
-            e["reason"] == "InstanceFailed" and "model store" in e["message"] for e in events
-        )
-        api.delete(f"/services/{name}")
-    system.wait_phase(name, {"gone"}, timeout=60)
+    spec = {"name": f"nomodel-{system.runtime}",
+            "llm": {"engine": "vllm-cpu", "model": "no-such-model"}}  # fmt: skip
+    assert_deploy_fails(system, spec, "no-such-model", "model store")
 
 
 def spec_decode_counters(url: str) -> dict[str, float]:
@@ -224,13 +251,8 @@ def test_speculative_decoding_with_a_draft_model(system):
     name = "e2e-speculative"
     spec = tiny_spec(name)
     spec["llm"]["speculative"] = {"model": "tiny-llama-draft", "num_speculative_tokens": 3}
-    with system.api() as api:
-        created = api.post("/services", json=spec)
-        assert created.status_code == 201, created.text
-        token = created.json()["token"]
-        service = system.wait_phase(name, {"running", "failed"}, timeout=600)
-        assert service["phase"] == "running", api.get(f"/services/{name}/events").json()
-        (instance,) = api.get(f"/services/{name}/instances").json()
+    token = deploy(system, spec)
+    instance = only_instance(system, name)
     before = spec_decode_counters(instance["url"])
     client = openai.OpenAI(base_url=f"{system.stack.gateway_url}/v1", api_key=token)
     completion = client.completions.create(
@@ -241,9 +263,7 @@ def test_speculative_decoding_with_a_draft_model(system):
     after = spec_decode_counters(instance["url"])
     drafted = "vllm:spec_decode_num_draft_tokens_total"
     assert after[drafted] > before.get(drafted, 0), after
-    with system.api() as api:
-        api.delete(f"/services/{name}")
-    system.wait_phase(name, {"gone"}, timeout=120)
+    delete(system, name)
 
 
 def test_more_cards_than_the_node_has_stays_pending_with_an_event(system):
@@ -280,13 +300,8 @@ def test_model_from_object_storage_is_staged_and_mounted_read_only(system, s3, m
     name = "e2e-staged"
     spec = tiny_spec(name)
     spec["llm"]["model"] = "s3://models/tiny/"
-    with system.api() as api:
-        created = api.post("/services", json=spec)
-        assert created.status_code == 201, created.text
-        token = created.json()["token"]
-        service = system.wait_phase(name, {"running", "failed"}, timeout=600)
-        assert service["phase"] == "running", api.get(f"/services/{name}/events").json()
-        (instance,) = api.get(f"/services/{name}/instances").json()
+    token = deploy(system, spec)
+    instance = only_instance(system, name)
     import docker
 
     (mount,) = [
@@ -298,23 +313,13 @@ def test_model_from_object_storage_is_staged_and_mounted_read_only(system, s3, m
     answer = client.completions.create(model=name, prompt="Hi", max_tokens=4,
                                        extra_body={"ignore_eos": True})  # fmt: skip
     assert answer.usage.completion_tokens == 4
-    with system.api() as api:
-        api.delete(f"/services/{name}")
-    system.wait_phase(name, {"gone"}, timeout=120)
+    delete(system, name)
 
 
 def test_missing_bucket_fails_with_an_event_and_stages_nothing(system):
-    name = f"nobucket-{system.runtime}"
-    spec = {"name": name, "llm": {"engine": "vllm-cpu", "model": "s3://no-such-bucket/m/"}}
-    with system.api() as api:
-        assert api.post("/services", json=spec).status_code == 201
-        service = system.wait_phase(name, {"failed"}, timeout=60)
-        assert "no-such-bucket" in service["last_error"]
-        events = api.get(f"/services/{name}/events").json()
-        assert any(e["reason"] == "InstanceFailed" and "no-such-bucket" in e["message"]
-                   for e in events)  # fmt: skip
-        api.delete(f"/services/{name}")
-    system.wait_phase(name, {"gone"}, timeout=60)
+    spec = {"name": f"nobucket-{system.runtime}",
+            "llm": {"engine": "vllm-cpu", "model": "s3://no-such-bucket/m/"}}  # fmt: skip
+    assert_deploy_fails(system, spec, "no-such-bucket", "no-such-bucket")
     cache = system.stack.home / "cache"
     entries = [p.name for p in cache.iterdir()] if cache.exists() else []
     assert [e for e in entries if "no-such-bucket" in e and not e.endswith(".lock")] == []
@@ -325,21 +330,6 @@ def complete(gateway: str, token: str, model: str, prompt: str) -> httpx.Respons
             "ignore_eos": True}  # fmt: skip
     return httpx.post(f"{gateway}/v1/completions", json=body, timeout=120,
                       headers={"Authorization": f"Bearer {token}"})  # fmt: skip
-
-
-def deploy(system, spec: dict) -> str:
-    with system.api() as api:
-        created = api.post("/services", json=spec)
-        assert created.status_code == 201, created.text
-        service = system.wait_phase(spec["name"], {"running", "failed"}, timeout=600)
-        assert service["phase"] == "running", api.get(f"/services/{spec['name']}/events").json()
-    return created.json()["token"]
-
-
-def delete(system, name: str) -> None:
-    with system.api() as api:
-        api.delete(f"/services/{name}")
-    system.wait_phase(name, {"gone"}, timeout=120)
 
 
 def test_prefill_decode_separation_on_cpu(system):
