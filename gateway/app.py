@@ -42,8 +42,9 @@ from gateway.limits import Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, by_role
 from gateway.pipelined import PipelinedRedis
-from gateway.proxy import Call, Plane, ProxyResponse, create_session, upstream_request_headers
+from gateway.proxy import Call, Plane, ProxyResponse, upstream_request_headers
 from gateway.snapshot import SnapshotWatcher
+from gateway.upstream import Upstream
 from gateway.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -451,7 +452,7 @@ async def _running(settings: Settings) -> AsyncIterator[Runtime]:
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
-    plane = Plane(create_session(), Balancer(settings.cooldown), limiter, usage, counters)
+    plane = Plane(Upstream(), Balancer(settings.cooldown), limiter, usage, counters)
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     health.start()
     await watcher.start()
@@ -464,7 +465,7 @@ async def _running(settings: Settings) -> AsyncIterator[Runtime]:
         await limiter.stop()
         await usage.stop()
         await health.stop()
-        await plane.session.close()
+        await plane.upstream.close()
         await pipe.close()
         await client.aclose()
 

@@ -7,8 +7,8 @@ or mid-stream) the upstream request is cancelled and its connection closed, whic
 an OpenAI-compatible engine learns to abort the generation and free its batch slot. It is
 also where the limits are taken and, whatever happens, given back.
 
-Upstream calls use aiohttp, one ClientSession (and connection pool) per process: its
-per-request cost is a fraction of httpx's, which matters at hundreds of requests a second.
+Upstream calls go through gateway.upstream, one set of connection pools per process: a lean
+HTTP/1.1 client, since its cost is paid on every request.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-import aiohttp
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -32,6 +31,14 @@ from gateway.limits import Admission, Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
 from gateway.taps import JsonTap, SseTap
+from gateway.upstream import (
+    Answer,
+    ConnectFailedError,
+    Upstream,
+    UpstreamBrokenError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
 from gateway.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -59,33 +66,8 @@ _RESPONSE_DROP = frozenset(
 
 INSTANCE_HEADER = "x-wharf-instance"
 
-# Connecting to an instance on the cluster network is quick or it is not happening; a short
-# connect timeout lets a request move on to another instance instead of hanging.
-_CONNECT_TIMEOUT_S = 10.0
-# Engines behind uvicorn (vLLM, SGLang) close idle connections after 5 s; reusing one at
-# that moment fails the request, so pooled connections are retired a little earlier.
-_KEEPALIVE_S = 4.0
 # nginx's status for "the client closed the connection before the answer".
 CLIENT_CLOSED = 499
-
-
-def create_session() -> aiohttp.ClientSession:
-    """The process's upstream client: unbounded pool, raw bytes, no cookies, no env proxies."""
-    return aiohttp.ClientSession(
-        # No pool cap: engines queue requests themselves, and a cap here would turn
-        # long-running streams into spurious timeouts for everyone behind them.
-        connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE_S),
-        timeout=aiohttp.ClientTimeout(total=None),
-        # Bytes pass through as the engine sent them (content-encoding included).
-        auto_decompress=False,
-        # Headers are the client's; aiohttp must not add defaults the client did not send
-        # (an Accept-Encoding would get the client a body encoded it cannot read).
-        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-        # Without this, a cookie one engine answer sets would go out with everyone's requests.
-        cookie_jar=aiohttp.DummyCookieJar(),
-        # Instance URLs are internal; proxy variables meant for outbound traffic must not apply.
-        trust_env=False,
-    )
 
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -135,7 +117,7 @@ def client_response_headers(
 class Plane:
     """The per-process parts every forwarded request uses."""
 
-    session: aiohttp.ClientSession
+    upstream: Upstream
     balancer: Balancer
     limiter: Limiter
     usage: UsageRecorder
@@ -253,21 +235,21 @@ class ProxyResponse(Response):
             tried.add(instance.url)
             plane.balancer.acquire(instance.url)
             try:
-                upstream = await self._open(instance)
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                answer = await self._open(instance)
+            except ConnectFailedError as exc:
                 # The engine never got the request, so another instance can safely take it.
                 plane.balancer.release(instance.url)
                 self._failed(instance, metrics.UPSTREAM_CONNECT, exc)
                 last_error = exc
                 instance = await self._next(instance, demand, admission, tried)
                 continue
-            except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            except UpstreamTimeoutError as exc:
                 plane.balancer.release(instance.url)
                 self._failed(instance, metrics.UPSTREAM_TIMEOUT, exc)
                 response = errors.upstream_timeout(service.name, self.call.timeout)
                 await self._error(response, outcome, scope, receive, send)
                 return
-            except aiohttp.ClientError as exc:
+            except UpstreamBrokenError as exc:
                 # The request may have reached the engine; retrying could run it twice.
                 plane.balancer.release(instance.url)
                 self._failed(instance, metrics.UPSTREAM_BROKEN, exc)
@@ -278,16 +260,16 @@ class ProxyResponse(Response):
                 plane.balancer.release(instance.url)
                 raise
             try:
-                await self._stream(upstream, instance, admission, outcome, send)
+                await self._stream(answer, instance, admission, outcome, send)
             finally:
                 plane.balancer.release(instance.url)
                 if outcome.complete:
-                    upstream.release()
+                    answer.release()
                 else:
                     # Closing (not pooling) the connection is what tells the engine to abort.
-                    upstream.close()
+                    answer.close()
             return
-        if isinstance(last_error, aiohttp.ConnectionTimeoutError):
+        if isinstance(last_error, ConnectFailedError) and last_error.timed_out:
             response = errors.upstream_timeout(service.name, self.call.timeout)
         else:
             response = errors.upstream_unreachable(service.name)
@@ -310,20 +292,19 @@ class ProxyResponse(Response):
         instance = ranked[0]
         headers = [(n, v) for n, v in call.headers if n.lower() != "content-type"]
         headers.append(("content-type", "application/json"))
+        body = json.dumps(prefill_body(leg.data, leg.pd)).encode()
         plane.balancer.acquire(instance.url)
         try:
-            async with plane.session.post(
-                instance.url.rstrip("/") + self.target,
-                data=json.dumps(prefill_body(leg.data, leg.pd)).encode(),
-                headers=headers,
-                timeout=_timeout(call.timeout),
-            ) as answer:
+            answer = await plane.upstream.request(
+                instance.url, "POST", self.target, headers, body, call.timeout
+            )
+            try:
                 if answer.status != 200:
-                    raise aiohttp.ClientResponseError(
-                        answer.request_info, (), status=answer.status, message="prefill failed"
-                    )
-                result = await answer.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    raise UpstreamBrokenError(f"prefill answered {answer.status}")
+                result = json.loads(await answer.read())
+            finally:
+                answer.release()
+        except (UpstreamError, ValueError) as exc:
             self._failed(instance, metrics.UPSTREAM_CONNECT, exc)
             return None if fallback else errors.prefill_failed(name)
         finally:
@@ -332,14 +313,10 @@ class ProxyResponse(Response):
             self.call = replace(call, body=with_transfer_params(call.body, leg.pd, result))
         return None
 
-    async def _open(self, instance: RoutedInstance) -> aiohttp.ClientResponse:
-        return await self.plane.session.request(
-            self.call.method,
-            instance.url.rstrip("/") + self.target,
-            headers=self.call.headers,
-            data=self.call.body,
-            timeout=_timeout(self.call.timeout),
-            allow_redirects=False,
+    async def _open(self, instance: RoutedInstance) -> Answer:
+        call = self.call
+        return await self.plane.upstream.request(
+            instance.url, call.method, self.target, call.headers, call.body, call.timeout
         )
 
     def _failed(self, instance: RoutedInstance, kind: str, why: BaseException | str) -> None:
@@ -365,36 +342,35 @@ class ProxyResponse(Response):
 
     async def _stream(
         self,
-        upstream: aiohttp.ClientResponse,
+        answer: Answer,
         instance: RoutedInstance,
         admission: Admission,
         outcome: _Outcome,
         send: Send,
     ) -> None:
         call = self.call
-        sse, json_tap = _taps(upstream, call.strip_usage)
+        sse, json_tap = _taps(answer, call.strip_usage)
         headers = client_response_headers(
-            upstream.raw_headers, instance, reframed=sse is not None and call.strip_usage
+            answer.headers, instance, reframed=sse is not None and call.strip_usage
         )
-        self.status_code = outcome.status = upstream.status
-        if upstream.status >= 500:
+        self.status_code = outcome.status = answer.status
+        if answer.status >= 500:
             # Passed on as is (the engine may have done the work, so no retry), but the
             # instance sits out a cool-down like one that cannot be reached.
-            self._failed(instance, metrics.UPSTREAM_5XX, f"answered {upstream.status}")
+            self._failed(instance, metrics.UPSTREAM_5XX, f"answered {answer.status}")
         await send(
             {
                 "type": "http.response.start",
-                "status": upstream.status,
+                "status": answer.status,
                 "headers": headers + admission.headers,
             }
         )
         outcome.answered = True
         first_byte = True
-        content = upstream.content
         try:
             # Relayed per network read: no decoding and no buffering, so each SSE event
             # reaches the client as it is made. The taps only look (or cut one event).
-            while chunk := await content.readany():
+            while chunk := await answer.read_chunk():
                 if first_byte:
                     first_byte = False
                     elapsed = time.perf_counter() - call.arrived
@@ -404,11 +380,11 @@ class ProxyResponse(Response):
                     chunk = sse.feed(chunk)
                 elif json_tap is not None:
                     json_tap.feed(chunk)
-                if content.at_eof():
+                if answer.at_eof:
                     break  # the last read: it goes out with the end of the body, in one write
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except UpstreamError as exc:
             # Too late for an error status. Returning without finishing the body makes the
             # server drop the connection, so the client sees a truncated answer, not a
             # complete-looking one.
@@ -478,33 +454,13 @@ def _first(ranked: list[RoutedInstance], url: str | None) -> RoutedInstance | No
     return ranked[0] if ranked else None
 
 
-def _taps(
-    upstream: aiohttp.ClientResponse, strip_usage: bool
-) -> tuple[SseTap | None, JsonTap | None]:
+def _taps(answer: Answer, strip_usage: bool) -> tuple[SseTap | None, JsonTap | None]:
     """Which tap reads the answer's usage: only successful, unencoded JSON or event streams."""
-    if not 200 <= upstream.status < 300 or upstream.headers.get("content-encoding"):
+    if not 200 <= answer.status < 300 or answer.header(b"content-encoding"):
         return None, None
-    content_type = upstream.headers.get("content-type", "")
-    if content_type.startswith("text/event-stream"):
+    content_type = (answer.header(b"content-type") or b"").lower()
+    if content_type.startswith(b"text/event-stream"):
         return SseTap(strip_usage), None
-    if content_type.startswith("application/json"):
+    if content_type.startswith(b"application/json"):
         return None, JsonTap()
     return None, None
-
-
-_TIMEOUTS: dict[float, aiohttp.ClientTimeout] = {}
-
-
-def _timeout(seconds: float) -> aiohttp.ClientTimeout:
-    """Per-request timeouts: connecting, and the engine's silences (before and between chunks).
-
-    A stream that keeps producing is never cut, however long it runs; one quiet for
-    `seconds` is. Cached, since services share a handful of values.
-    """
-    timeout = _TIMEOUTS.get(seconds)
-    if timeout is None:
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=min(_CONNECT_TIMEOUT_S, seconds), sock_read=seconds
-        )
-        _TIMEOUTS[seconds] = timeout
-    return timeout

@@ -1,0 +1,382 @@
+"""gateway.upstream, the client the gateway calls engines with, against real sockets.
+
+Each test runs an engine stand-in on asyncio's own server in the test's event loop: it
+writes exactly the bytes under test (framings, silences, closes) and records what it got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
+from gateway_support import free_port_refusing_connections
+
+from gateway.upstream import (
+    ConnectFailedError,
+    Upstream,
+    UpstreamBrokenError,
+    UpstreamTimeoutError,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Engine:
+    """A TCP server answering each connection with `handler`; counts connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.closed = asyncio.Event()  # some connection was closed by the client
+        self.server: asyncio.Server | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> Engine:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """(head, body) of one request with a content-length."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+    return head, await reader.readexactly(length)
+
+
+async def until_closed(reader: asyncio.StreamReader, engine: Engine) -> None:
+    """Wait for the client to close the connection, then say so."""
+    while await reader.read(65536):
+        pass
+    engine.closed.set()
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+
+
+def keep_answering(answer: bytes = OK) -> Handler:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(answer)
+
+    return handler
+
+
+def test_sends_one_request_with_host_length_and_base_path_and_reads_the_answer() -> None:
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await read_request(reader))
+        writer.write(OK)
+
+    async def test() -> None:
+        async with Engine(handler) as engine:
+            upstream = Upstream()
+            answer = await upstream.request(
+                engine.url + "/prefix/", "POST", "/v1/completions?x=1",
+                [("content-type", "application/json"), ("x-a", "b")], b'{"a":1}', 5,
+            )  # fmt: skip
+            assert answer.status == 200
+            assert answer.header(b"content-type") == b"application/json"
+            assert await answer.read() == b"{}"
+            assert answer.at_eof
+            answer.release()
+            await upstream.close()
+        head, body = seen[0]
+        port = engine.url.rpartition(":")[2]
+        assert head.split(b"\r\n")[:5] == [
+            b"POST /prefix/v1/completions?x=1 HTTP/1.1",
+            b"host: 127.0.0.1:" + port.encode(),
+            b"content-type: application/json",
+            b"x-a: b",
+            b"content-length: 7",
+        ]
+        assert body == b'{"a":1}'
+
+    run(test)
+
+
+def test_reuses_a_kept_alive_connection() -> None:
+    async def test() -> None:
+        async with Engine(keep_answering()) as engine:
+            upstream = Upstream()
+            for _ in range(5):
+                answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+                assert await answer.read() == b"{}"
+                answer.release()
+            assert engine.connections == 1
+            await upstream.close()
+
+    run(test)
+
+
+def test_hands_over_chunks_as_they_arrive() -> None:
+    second = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await second.wait()
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+        await read_request(reader)
+        writer.write(OK)
+
+    async def test() -> None:
+        async with Engine(handler) as engine:
+            upstream = Upstream()
+            answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+            assert await answer.read_chunk() == b"first"  # before the engine sends more
+            assert not answer.at_eof
+            second.set()
+            assert await answer.read_chunk() == b"second"
+            assert await answer.read_chunk() == b""
+            answer.release()
+            again = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+            assert await again.read() == b"{}"
+            again.release()
+            assert engine.connections == 1
+            await upstream.close()
+
+    run(test)
+
+
+def test_answer_framed_by_close_ends_with_the_connection_and_is_not_pooled() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
+        await writer.drain()
+
+    async def test() -> None:
+        async with Engine(handler) as engine:
+            upstream = Upstream()
+            for _ in range(2):
+                answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+                assert await answer.read() == b"all of it"
+                answer.release()
+            assert engine.connections == 2
+            await upstream.close()
+
+    run(test)
+
+
+def test_pooled_connection_the_engine_closes_is_not_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+        # An engine's idle timeout: it closes the kept-alive connection.
+
+    async def test() -> None:
+        async with Engine(handler) as engine:
+            upstream = Upstream()
+            answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+            assert await answer.read() == b"{}"
+            answer.release()
+            await asyncio.sleep(0.1)  # the close arrives while the connection sits idle
+            again = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+            assert await again.read() == b"{}"
+            again.release()
+            assert engine.connections == 2
+            await upstream.close()
+
+    run(test)
+
+
+def test_idle_connection_is_retired_after_the_keepalive() -> None:
+    async def test() -> None:
+        engine = Engine(keep_answering())
+        engine.handler = _then_note_close(engine.handler, engine)
+        async with engine:
+            upstream = Upstream(keepalive_s=0.2)
+            answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+            await answer.read()
+            answer.release()
+            await asyncio.wait_for(engine.closed.wait(), 2)
+            await upstream.close()
+
+    run(test)
+
+
+def _then_note_close(handler: Handler, engine: Engine) -> Handler:
+    async def noting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handler(reader, writer)
+        finally:
+            engine.closed.set()
+
+    return noting
+
+
+def test_refused_connection_is_connect_failed() -> None:
+    async def test() -> None:
+        with pytest.raises(ConnectFailedError) as failed:
+            await Upstream().request(free_port_refusing_connections(), "POST", "/", [], b"", 5)
+        assert not failed.value.timed_out
+
+    run(test)
+
+
+def test_silence_before_the_head_times_out_and_drops_the_connection() -> None:
+    engine: Engine
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await until_closed(reader, engine)
+
+    async def test() -> None:
+        nonlocal engine
+        async with Engine(handler) as engine:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(UpstreamTimeoutError):
+                await Upstream().request(engine.url, "POST", "/", [], b"{}", 0.3)
+            assert 0.25 < asyncio.get_running_loop().time() - started < 2
+            await asyncio.wait_for(engine.closed.wait(), 2)
+
+    run(test)
+
+
+def test_silence_between_chunks_times_out_but_a_steady_stream_does_not() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(8):  # 0.8 s in all, longer than the timeout, never silent that long
+            writer.write(b"1\r\nx\r\n")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(10)
+
+    async def test() -> None:
+        async with Engine(handler) as engine:
+            answer = await Upstream().request(engine.url, "POST", "/", [], b"{}", 0.4)
+            received = b""
+            with pytest.raises(UpstreamTimeoutError):
+                while True:
+                    received += await answer.read_chunk()
+            assert received == b"x" * 8
+            answer.close()
+
+    run(test)
+
+
+def test_closing_an_answer_midway_closes_the_connection() -> None:
+    engine: Engine
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nx\r\n")
+        await until_closed(reader, engine)
+
+    async def test() -> None:
+        nonlocal engine
+        async with Engine(handler) as engine:
+            upstream = Upstream()
+            answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+            assert await answer.read_chunk() == b"x"
+            answer.close()
+            await asyncio.wait_for(engine.closed.wait(), 2)
+            await upstream.close()
+
+    run(test)
+
+
+def test_cancelled_call_closes_the_connection() -> None:
+    engine: Engine
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await until_closed(reader, engine)
+
+    async def test() -> None:
+        nonlocal engine
+        async with Engine(handler) as engine:
+            call = asyncio.create_task(Upstream().request(engine.url, "POST", "/", [], b"{}", 5))
+            await asyncio.sleep(0.2)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            await asyncio.wait_for(engine.closed.wait(), 2)
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab", b"NOT HTTP\r\n\r\n", b""],
+    ids=["cut-short", "malformed", "closed-before-head"],
+)
+def test_broken_answers_are_upstream_broken(answer: bytes) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+
+    async def test() -> None:
+        async with Engine(handler) as engine:
+            with pytest.raises(UpstreamBrokenError):
+                got = await Upstream().request(engine.url, "POST", "/", [], b"{}", 5)
+                await got.read()
+
+    run(test)
+
+
+def test_stops_reading_while_the_gateway_falls_behind() -> None:
+    size = 32 * 1024 * 1024
+    drained = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+        writer.write(b"x" * size)
+        await writer.drain()
+        drained.set()
+
+    async def test() -> None:
+        async with Engine(handler) as engine:
+            answer = await Upstream().request(engine.url, "POST", "/", [], b"{}", 5)
+            await asyncio.sleep(0.5)
+            # Not read yet: the client paused, so the engine's writes back up.
+            assert not drained.is_set()
+            assert len(await answer.read()) == size
+            assert drained.is_set()
+            answer.release()
+
+    run(test)
+
+
+def test_connection_with_bytes_after_the_answer_is_not_reused() -> None:
+    async def test() -> None:
+        async with Engine(keep_answering(OK + b"HTTP/1.1 200 OK\r\n")) as engine:
+            upstream = Upstream()
+            for _ in range(2):
+                answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+                assert await answer.read() == b"{}"
+                answer.release()
+            assert engine.connections == 2
+            await upstream.close()
+
+    run(test)
