@@ -11,7 +11,10 @@ from rest_framework.test import APIClient
 from contracts.routing import DEFAULT_RATE_LIMIT, SNAPSHOT_KEY, Snapshot
 from controlplane.services.models import Service
 from controlplane.services.routing import build_snapshot, publish_snapshot
+from controlplane.services.choices import DesiredState
 from controlplane.tokens.models import ApiKey, ApiToken, digest
+from workers.reconciler import reconcile
+from workers.runtimes.process import ProcessRuntime
 
 pytestmark = pytest.mark.django_db
 
@@ -156,6 +159,23 @@ def test_keys_are_scoped_by_service(alice, services):
     assert scoped["services"] == ["qwen"] and every.services is None
     assert qwen_only.allows("qwen", now=0) and not qwen_only.allows("llama", now=0)
     assert every.allows("llama", now=0)
+
+
+def test_a_deleted_service_leaves_key_scopes_so_a_namesake_is_not_reachable(
+    alice, services, store, tmp_path
+):
+    both = create(alice, services=["qwen", "llama"]).json()
+    only = create(alice, services=["qwen"]).json()
+    everything = create(alice).json()
+    Service.objects.filter(name="qwen").update(desired_state=DesiredState.DELETED)
+    reconcile("qwen", ProcessRuntime(str(tmp_path / "models"), tmp_path / "instances"))
+    assert not Service.objects.filter(name="qwen").exists()
+    Service.objects.create(name="qwen", spec={"name": "qwen"})  # a new one, same name
+    keys = build_snapshot().keys
+    assert keys[digest(both["key"])].services == frozenset({"llama"})
+    assert not keys[digest(only["key"])].allows("qwen", now=0)
+    assert keys[digest(everything["key"])].allows("qwen", now=0)
+    assert alice.get(f"/api/v1/keys/{only['id']}").json()["services"] == []
 
 
 def test_others_keys_are_invisible_and_irrevocable_but_staff_see_all(alice):

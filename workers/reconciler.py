@@ -20,6 +20,7 @@ from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.spec import SpecError
+from controlplane.tokens.models import ApiKey
 from workers import devices, planning, provisioning, sizing
 from workers.engines import render
 from workers.health import is_healthy
@@ -75,7 +76,9 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     if service.desired_state == DesiredState.DELETED and not live:
         record(service, "Deleted", "every instance removed; service deleted")
         runtime.forget(service.name)
-        service.delete()
+        with transaction.atomic():
+            ApiKey.objects.forget_service(service.name)
+            service.delete()
     publish_snapshot()
     return not settled
 

@@ -59,6 +59,21 @@ class ApiKeyQuerySet(models.QuerySet):
         unexpired = models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         return self.filter(unexpired, revoked_at__isnull=True)
 
+    def forget_service(self, name: str) -> int:
+        """Take a deleted service out of every key's scope; the number of keys changed.
+
+        Scopes hold service names, so without this a later service of the same name would
+        be reachable with keys granted for the old one. A key scoped to that service alone
+        is left with an empty scope: it reaches nothing.
+        """
+        changed = 0
+        for key in self.select_for_update().filter(services__isnull=False):
+            if name in key.services:
+                key.services = [service for service in key.services if service != name]
+                key.save(update_fields=["services"])
+                changed += 1
+        return changed
+
 
 class ApiKey(models.Model):
     """A key an application presents to the gateway: scoped to some services (or all), with
