@@ -1,13 +1,20 @@
 """Token usage, counted by the gateways in Redis and moved into the database by the workers.
 
 Layout: one hash per minute, ``wharf:usage:<epoch minute>``, with fields
-``<service>|<key id>|<prompt|completion|requests>`` incremented with HINCRBY. A gateway that
-restarts loses nothing (the counts are in Redis); the workers' periodic flush renames a
-finished minute's hash to ``…:flushing`` (atomic), writes it to the database, then deletes it.
+``<service>|<key id>|<prompt|completion|requests|latency_ms|ttft_ms>`` incremented with
+HINCRBY. Gateways only ever write these live hashes. A gateway that restarts loses nothing
+(the counts are in Redis); the workers' periodic flush claims a finished minute by renaming
+its hash (atomic) to a name unique to that claim, ``wharf:usage:<minute>:flushing:<hex>``
+(``flushing_key``), writes it to the database together with a row naming that key, then
+deletes it (controlplane.usage.flush). ``wharf:usage:<minute>:flushing``, without the hex, is
+the name older workers claimed under; the flush still recovers it.
 The key id of a call made with a service's own token is ``SERVICE_TOKEN_ID``.
 """
 
 from __future__ import annotations
+
+import re
+import secrets
 
 USAGE_PREFIX = "wharf:usage:"
 FLUSHING_SUFFIX = ":flushing"
@@ -15,6 +22,9 @@ SERVICE_TOKEN_ID = "-"
 # latency_ms and ttft_ms are sums over the minute's requests (averages = sum / requests),
 # so the console can chart latency and time to first token without a metrics store.
 KINDS = ("prompt", "completion", "requests", "latency_ms", "ttft_ms")
+
+# <minute>, <minute>:flushing (an older worker's claim) or <minute>:flushing:<hex>
+_KEY = re.compile(rf"([0-9]+)(?:{FLUSHING_SUFFIX}(?::[0-9a-f]+)?)?")
 
 
 def usage_key(epoch_seconds: float) -> str:
@@ -31,6 +41,20 @@ def parse_field(field: str) -> tuple[str, str, str]:
     return service, key_id, kind
 
 
+def flushing_key(key: str) -> str:
+    """A name for one claim of the minute `key` counts, never used before or after."""
+    return f"{USAGE_PREFIX}{minute_of(key)}{FLUSHING_SUFFIX}:{secrets.token_hex(8)}"
+
+
+def is_flushing(key: str) -> bool:
+    """Whether `key` (a usage key) is claimed by a flush rather than a live minute's hash."""
+    return FLUSHING_SUFFIX in key
+
+
 def minute_of(key: str) -> int:
-    """The epoch minute a usage hash counts (also for a key being flushed)."""
-    return int(key.removeprefix(USAGE_PREFIX).removesuffix(FLUSHING_SUFFIX))
+    """The epoch minute a usage hash counts (also for a key being flushed); ValueError for a
+    key that is not one of contracts.usage's."""
+    match = _KEY.fullmatch(key.removeprefix(USAGE_PREFIX)) if key.startswith(USAGE_PREFIX) else None
+    if match is None:
+        raise ValueError(f"not a usage key: {key!r}")
+    return int(match.group(1))

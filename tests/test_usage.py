@@ -11,12 +11,15 @@ from contracts.usage import (
     FLUSHING_SUFFIX,
     SERVICE_TOKEN_ID,
     USAGE_PREFIX,
+    flushing_key,
+    minute_of,
     usage_field,
     usage_key,
 )
 from controlplane.tokens.models import ApiKey, ApiToken
+from controlplane.usage import flush
 from controlplane.usage.flush import LOCK_KEY, flush_usage
-from controlplane.usage.models import UsageRecord
+from controlplane.usage.models import UsageBatch, UsageRecord
 
 pytestmark = pytest.mark.django_db
 
@@ -37,9 +40,10 @@ def _clear(client) -> None:
     client.delete(LOCK_KEY)
 
 
-def count(store, minute, service, key_id, prompt, completion, key_suffix=""):
-    """What a gateway does after one call: add its tokens to the minute's hash."""
-    key = usage_key(minute * 60) + key_suffix
+def count(store, minute, service, key_id, prompt, completion, key=None):
+    """What a gateway does after one call: add its tokens to the minute's hash (or to `key`,
+    a hash standing for one a flush left)."""
+    key = key or usage_key(minute * 60)
     store.hincrby(key, usage_field(service, key_id, "prompt"), prompt)
     store.hincrby(key, usage_field(service, key_id, "completion"), completion)
     store.hincrby(key, usage_field(service, key_id, "requests"), 1)
@@ -50,6 +54,10 @@ def rows() -> dict:
         (r.minute, r.service, r.key_id): (r.prompt_tokens, r.completion_tokens, r.requests)
         for r in UsageRecord.objects.all()
     }
+
+
+def usage_keys(store) -> list[str]:
+    return sorted(k.decode() for k in store.scan_iter(match=f"{USAGE_PREFIX}*"))
 
 
 def at(minute: int) -> datetime:
@@ -69,7 +77,8 @@ def test_counts_add_up_across_flushes_of_different_minutes(store):
         (at(MINUTE), "qwen", SERVICE_TOKEN_ID): (7, 7, 1),
         (at(MINUTE + 1), "qwen", "k1"): (3, 4, 1),
     }
-    assert list(store.scan_iter(match=f"{USAGE_PREFIX}*")) == []
+    assert usage_keys(store) == []
+    assert UsageBatch.objects.count() == 3  # one per hash written
 
 
 def test_the_current_minute_is_not_flushed(store):
@@ -80,11 +89,92 @@ def test_the_current_minute_is_not_flushed(store):
 
 
 def test_a_leftover_flushing_key_is_recovered(store):
-    count(store, MINUTE, "qwen", "k1", 10, 5, key_suffix=FLUSHING_SUFFIX)  # a crashed pass
+    claimed = flushing_key(usage_key(MINUTE * 60))
+    count(store, MINUTE, "qwen", "k1", 10, 5, key=claimed)  # a pass crashed before its commit
     count(store, MINUTE, "qwen", "k1", 1, 1)  # counted after that pass renamed the minute
     assert flush_usage(store, (MINUTE + 1) * 60) == 2
     assert rows() == {(at(MINUTE), "qwen", "k1"): (11, 6, 2)}
-    assert list(store.scan_iter(match=f"{USAGE_PREFIX}*")) == []
+    assert usage_keys(store) == []
+
+
+def test_a_leftover_already_written_is_only_deleted(store):
+    claimed = flushing_key(usage_key(MINUTE * 60))
+    count(store, MINUTE, "qwen", "k1", 10, 5, key=claimed)
+    UsageBatch.objects.create(name=claimed, flushed_at=at(MINUTE + 1))  # its pass committed
+    assert flush_usage(store, (MINUTE + 1) * 60) == 0
+    assert rows() == {}
+    assert usage_keys(store) == []
+
+
+def test_an_older_workers_flushing_key_is_claimed_anew(store):
+    """`…:flushing` without a claim id is what workers before UsageBatch renamed to."""
+    legacy = usage_key(MINUTE * 60) + FLUSHING_SUFFIX
+    count(store, MINUTE, "qwen", "k1", 10, 5, key=legacy)
+    # Every claim of a minute had this name: a row for it says nothing about this hash.
+    UsageBatch.objects.create(name=legacy, flushed_at=at(MINUTE))
+    assert flush_usage(store, (MINUTE + 1) * 60) == 1
+    assert rows() == {(at(MINUTE), "qwen", "k1"): (10, 5, 1)}
+    assert usage_keys(store) == []
+
+
+class CrashError(Exception):
+    """A worker dying at that point: nothing after it runs."""
+
+
+def crash_on_flushing_key(store, method: str):
+    real = getattr(store, method)
+
+    def crashing(key, *args):
+        key = key.decode() if isinstance(key, bytes) else key
+        if FLUSHING_SUFFIX in key:
+            raise CrashError(f"{method} {key}")
+        return real(key, *args)
+
+    return crashing
+
+
+@pytest.mark.parametrize("point", ["before reading", "in the transaction", "after the commit"])
+def test_a_crash_anywhere_neither_loses_nor_double_counts(store, monkeypatch, point):
+    count(store, MINUTE, "qwen", "k1", 10, 5)
+    count(store, MINUTE, "qwen", "k2", 1, 2)
+    count(store, MINUTE + 1, "qwen", "k1", 3, 4)
+    with monkeypatch.context() as patch:
+        if point == "before reading":  # the minute is renamed, then the worker dies
+            patch.setattr(store, "hgetall", crash_on_flushing_key(store, "hgetall"))
+        elif point == "in the transaction":  # one row updated, then the worker dies
+            real_add = flush._add
+            calls = []
+
+            def add_then_crash(*args):
+                calls.append(args)
+                real_add(*args)
+                if len(calls) == 1:
+                    raise CrashError("between two rows")
+
+            patch.setattr(flush, "_add", add_then_crash)
+        else:  # the counts are in the database, the flushing key is not deleted yet
+            patch.setattr(store, "delete", crash_on_flushing_key(store, "delete"))
+        with pytest.raises(CrashError):
+            flush_usage(store, (MINUTE + 2) * 60)
+    leftovers = [k for k in usage_keys(store) if FLUSHING_SUFFIX in k]
+    assert leftovers and all(minute_of(k) == MINUTE for k in leftovers)
+    count(store, MINUTE, "qwen", "k1", 100, 100)  # a late count for the minute being flushed
+    flush_usage(store, (MINUTE + 2) * 60)
+    assert rows() == {
+        (at(MINUTE), "qwen", "k1"): (110, 105, 2),
+        (at(MINUTE), "qwen", "k2"): (1, 2, 1),
+        (at(MINUTE + 1), "qwen", "k1"): (3, 4, 1),
+    }
+    assert usage_keys(store) == []
+
+
+def test_batch_rows_are_pruned_after_a_day(store):
+    count(store, MINUTE, "qwen", "k1", 10, 5)
+    assert flush_usage(store, (MINUTE + 1) * 60) == 1
+    assert UsageBatch.objects.count() == 1
+    count(store, MINUTE + 1, "qwen", "k1", 1, 1)
+    assert flush_usage(store, (MINUTE + 2) * 60 + 24 * 3600) == 1
+    assert [b.flushed_at for b in UsageBatch.objects.all()] == [at(MINUTE + 2 + 24 * 60)]
 
 
 def test_one_flush_at_a_time(store):

@@ -1,30 +1,45 @@
-"""Moves the gateways' per-minute usage counts (contracts.usage) from Redis into UsageRecord.
+"""Moves the gateways' per-minute usage counts (contracts.usage) from Redis into UsageRecord,
+exactly once, whatever point a worker crashes at.
 
-Each finished minute's hash is renamed to ``…:flushing`` first: the rename is atomic, so a
-gateway that counts late for that minute starts a fresh hash (flushed on a later pass) instead
-of incrementing one that is being read. The flushing key is deleted only after the database
-commits, so a crash in between leaves it for the next pass to recover. The one window left is
-a crash after the commit and before the delete, which counts that minute twice.
+A pass claims each finished minute by renaming its hash to a flushing key unique to that claim
+(contracts.usage.flushing_key). The rename is atomic, so a gateway that counts late for that
+minute starts a fresh hash (claimed on a later pass) instead of incrementing one being read.
+The counts go into the database in one transaction together with a UsageBatch row naming the
+flushing key, and the key is deleted only after that commits. A crash therefore leaves a
+flushing key either without a UsageBatch row (nothing committed: the next pass writes it) or
+with one (committed, not deleted: the next pass only deletes it). The same holds when the
+database's or Redis's reply is lost: whatever did happen, the row says so.
+
+UsageBatch rows older than BATCH_TTL are pruned at the end of a pass that went through: such a
+pass saw every flushing key that old, and either deleted it or raised before the prune.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import redis
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from contracts.usage import FLUSHING_SUFFIX, USAGE_PREFIX, minute_of, parse_field
-from controlplane.usage.models import UsageRecord
+from contracts.usage import (
+    FLUSHING_SUFFIX,
+    USAGE_PREFIX,
+    flushing_key,
+    is_flushing,
+    minute_of,
+    parse_field,
+)
+from controlplane.usage.models import UsageBatch, UsageRecord
 
 log = logging.getLogger(__name__)
 
 # Outside USAGE_PREFIX, so the scan for usage hashes never meets it.
 LOCK_KEY = "wharf:lock:usage-flush"
 LOCK_TTL = 300  # seconds; far longer than a pass, short enough that a dead worker's lapses
+BATCH_TTL = timedelta(days=1)  # how long a flushed key's UsageBatch row is kept
 # contracts.usage.KINDS -> UsageRecord columns
 COLUMNS = {
     "prompt": "prompt_tokens",
@@ -39,26 +54,31 @@ Counts = dict[tuple[str, str], dict[str, int]]  # (service, key id) -> {column: 
 
 def flush_usage(client: redis.Redis, now: float) -> int:
     """Write every finished minute (and any leftover of a crashed pass) to the database.
-    Returns how many hashes were written. One pass at a time: two passes recovering the same
-    leftover would count it twice."""
+    Returns how many hashes were written. One pass at a time: a second one would only race
+    the first for the same keys (UsageBatch's unique name keeps the counts right even then)."""
     lock = client.lock(LOCK_KEY, timeout=LOCK_TTL, blocking_timeout=0)
     if not lock.acquire():
         return 0
     try:
-        return _flush_all(client, current_minute=int(now) // 60)
+        return _flush_all(client, now=datetime.fromtimestamp(now, tz=UTC))
     finally:
         lock.release()
 
 
-def _flush_all(client: redis.Redis, current_minute: int) -> int:
+def _flush_all(client: redis.Redis, now: datetime) -> int:
+    current_minute = int(now.timestamp()) // 60
     keys = sorted(_usage_keys(client))
-    leftovers = [k for k in keys if k.endswith(FLUSHING_SUFFIX)]
-    live = [k for k in keys if not k.endswith(FLUSHING_SUFFIX)]
-    finished = [k for k in live if minute_of(k) < current_minute]  # the current one still grows
-    flushed = sum(_flush(client, key) for key in leftovers)  # before a rename could collide
-    for key in finished:
-        if _claim(client, key):
-            flushed += _flush(client, key + FLUSHING_SUFFIX)
+    # A bare "…:flushing" is an older worker's claim: its name is reused by every claim of
+    # that minute, so it is claimed again under a unique name before it is written.
+    leftovers = [k for k in keys if is_flushing(k) and not k.endswith(FLUSHING_SUFFIX)]
+    legacy = [k for k in keys if k.endswith(FLUSHING_SUFFIX)]
+    finished = [k for k in keys if not is_flushing(k) and minute_of(k) < current_minute]
+    flushed = sum(_flush(client, key, now) for key in leftovers)
+    for key in legacy + finished:  # the current minute still grows
+        claimed = _claim(client, key)
+        if claimed:
+            flushed += _flush(client, claimed, now)
+    UsageBatch.objects.filter(flushed_at__lt=now - BATCH_TTL).delete()
     return flushed
 
 
@@ -75,16 +95,19 @@ def _usage_keys(client: redis.Redis) -> list[str]:
     return keys
 
 
-def _claim(client: redis.Redis, key: str) -> bool:
-    """Rename a finished minute to its flushing key. RENAMENX: a flushing key that is still
-    there (its delete failed) must never be overwritten; this minute waits for the next pass."""
+def _claim(client: redis.Redis, key: str) -> str | None:
+    """Rename `key` to a flushing key of its own; None when it is gone since the scan. The
+    name is new, so RENAMENX only guards against the impossible."""
+    claimed = flushing_key(key)
     try:
-        return bool(client.renamenx(key, key + FLUSHING_SUFFIX))
+        return claimed if client.renamenx(key, claimed) else None
     except redis.ResponseError:  # gone since the scan
-        return False
+        return None
 
 
-def _flush(client: redis.Redis, key: str) -> int:
+def _flush(client: redis.Redis, key: str, now: datetime) -> int:
+    """Write the flushing key `key` to the database unless a UsageBatch row says it was, then
+    delete it. Returns 1 if it was written now."""
     try:
         fields = client.hgetall(key)
     except redis.ResponseError as exc:  # not a hash: leave it for a person to look at
@@ -92,10 +115,16 @@ def _flush(client: redis.Redis, key: str) -> int:
         return 0
     minute = datetime.fromtimestamp(minute_of(key) * 60, tz=UTC)
     with transaction.atomic():
-        for (service, key_id), counts in _counts(key, fields).items():
-            _add(minute, service, key_id, counts)
+        # A second pass racing this one (its lock lapsed) fails on the unique name instead.
+        written = not UsageBatch.objects.filter(name=key).exists()
+        if written:
+            UsageBatch.objects.create(name=key, flushed_at=now)
+            for (service, key_id), counts in _counts(key, fields).items():
+                _add(minute, service, key_id, counts)
+    if not written:
+        log.info("%s was written by an earlier pass that did not delete it", key)
     client.delete(key)
-    return 1
+    return int(written)
 
 
 def _counts(key: str, fields: dict) -> Counts:

@@ -25,3 +25,12 @@ class UsageRecord(models.Model):
             )
         ]
         ordering = ["minute", "service", "key_id"]
+
+
+class UsageBatch(models.Model):
+    """One Redis hash the flush wrote into UsageRecord, named by its claim-unique flushing key
+    (contracts.usage.flushing_key). Inserted in the same transaction as the counts, so a
+    flushing key still in Redis with a row here was already counted and is only deleted."""
+
+    name = models.CharField(max_length=200, unique=True, help_text="the flushing key")
+    flushed_at = models.DateTimeField(db_index=True, help_text="pruned after a day")
