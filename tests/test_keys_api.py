@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from contracts.routing import DEFAULT_RATE_LIMIT, SNAPSHOT_KEY, Snapshot
+from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import build_snapshot, publish_snapshot
-from controlplane.services.choices import DesiredState
 from controlplane.tokens.models import ApiKey, ApiToken, digest
 from workers.reconciler import reconcile
 from workers.runtimes.process import ProcessRuntime
