@@ -6,6 +6,7 @@ proven by what reached the server, not by what the client says it did.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -29,6 +30,7 @@ from workers.storage import (
     _resolve,
     _verify,
     cache_key,
+    prune,
     source_from_env,
     stage,
 )
@@ -84,7 +86,8 @@ def test_stage_model_folder_preserves_layout(s3: Any, tmp_path: Path) -> None:
 
     path = stage(source_from_env(f"s3://{bucket}/models/m"), tmp_path)
 
-    assert path == tmp_path / cache_key(ObjectSource(f"s3://{bucket}/models/m/"))
+    assert path.parent == tmp_path
+    assert path.name.startswith(cache_key(ObjectSource(f"s3://{bucket}/models/m/")) + "@")
     assert _tree(path) == MODEL
     manifest = json.loads((path / MANIFEST).read_text())
     assert set(manifest["objects"]) == set(MODEL)
@@ -111,34 +114,177 @@ def test_second_stage_downloads_nothing(moto: Moto, s3: Any, tmp_path: Path) -> 
     assert calls == [(total, total)]
 
 
-def test_changed_remote_is_restaged(moto: Moto, s3: Any, tmp_path: Path) -> None:
-    bucket = _bucket(s3, MODEL)
-    source = ObjectSource(f"s3://{bucket}/models/m/")
-    path = stage(source, tmp_path)
+def _change(s3: Any, bucket: str) -> dict[str, bytes]:
+    """Edit the model in the bucket as a user would; returns the new content."""
     s3.put_object(Bucket=bucket, Key="models/m/config.json", Body=b'{"model_type": "qwen2"}')
     s3.delete_object(Bucket=bucket, Key="models/m/tokenizer_config.json")
     s3.put_object(Bucket=bucket, Key="models/m/generation_config.json", Body=b"{}")
+    expected = {k: v for k, v in MODEL.items() if k != "tokenizer_config.json"}
+    expected["config.json"] = b'{"model_type": "qwen2"}'
+    expected["generation_config.json"] = b"{}"
+    return expected
+
+
+def _fetched(rec: Any, bucket: str) -> list[str]:
+    prefix = f"/{bucket}/models/m/"
+    paths = [r["url"].split("?")[0].split(prefix, 1)[-1] for r in rec.object_gets(bucket)]
+    return sorted(set(paths))
+
+
+def test_changed_remote_is_staged_beside_the_version_in_use(
+    moto: Moto, s3: Any, tmp_path: Path
+) -> None:
+    bucket = _bucket(s3, MODEL)
+    source = ObjectSource(f"s3://{bucket}/models/m/")
+    old = stage(source, tmp_path)
+    # A running instance has the old folder mounted and a weights file open.
+    inode = (old / "model.safetensors").stat().st_ino
+    with (old / "model.safetensors").open("rb") as weights:
+        expected = _change(s3, bucket)
+        with moto.record() as rec:
+            new = stage(source, tmp_path)
+        assert weights.read() == MODEL["model.safetensors"]
+
+    assert new != old and new.parent == tmp_path
+    assert _tree(new) == expected
+    # The old version is untouched: an engine that restarts or reads lazily finds its files.
+    assert _tree(old) == MODEL
+    assert (old / "model.safetensors").stat().st_ino == inode
+    # Only the changed files were downloaded; the rest are hard links to the old copy.
+    assert _fetched(rec, bucket) == ["config.json", "generation_config.json"]
+    assert (new / "model.safetensors").stat().st_ino == inode
+    assert sorted(_leftovers(tmp_path)) == sorted([old.name, new.name])
+
+
+def test_reverted_remote_returns_its_earlier_version(moto: Moto, s3: Any, tmp_path: Path) -> None:
+    bucket = _bucket(s3, MODEL)
+    source = ObjectSource(f"s3://{bucket}/models/m/")
+    first = stage(source, tmp_path)
+    _change(s3, bucket)
+    second = stage(source, tmp_path)
+    for rel in ("config.json", "tokenizer_config.json"):
+        s3.put_object(Bucket=bucket, Key=f"models/m/{rel}", Body=MODEL[rel])
+    s3.delete_object(Bucket=bucket, Key="models/m/generation_config.json")
 
     with moto.record() as rec:
         again = stage(source, tmp_path)
 
-    expected = {k: v for k, v in MODEL.items() if k != "tokenizer_config.json"}
-    expected["config.json"] = b'{"model_type": "qwen2"}'
-    expected["generation_config.json"] = b"{}"
-    assert again == path
-    assert _tree(again) == expected
-    assert rec.object_gets(bucket)
-    assert _leftovers(tmp_path) == [path.name]  # old copy and temp dir are gone
+    assert again == first != second
+    assert rec.listings(bucket)
+    assert rec.object_gets(bucket) == []
+    assert _tree(again) == MODEL
 
 
-def test_damaged_cache_is_restaged(s3: Any, tmp_path: Path) -> None:
+def test_damaged_cache_is_restaged(moto: Moto, s3: Any, tmp_path: Path) -> None:
     bucket = _bucket(s3, MODEL)
     source = ObjectSource(f"s3://{bucket}/models/m/")
     path = stage(source, tmp_path)
     (path / "model.safetensors").write_bytes(b"truncated")
     (path / "extra/nested/deep.txt").unlink()
 
-    assert _tree(stage(source, tmp_path)) == MODEL
+    with moto.record() as rec:
+        again = stage(source, tmp_path)
+
+    assert again == path  # the same version: the damaged copy is replaced, not kept
+    assert _tree(again) == MODEL
+    assert _fetched(rec, bucket) == ["extra/nested/deep.txt", "model.safetensors"]
+    assert _leftovers(tmp_path) == [path.name]
+
+
+def _versions(s3: Any, bucket: str, source: ObjectSource, root: Path, count: int) -> list[Path]:
+    """Stage `count` versions of the source, changing config.json in between, oldest first."""
+    paths = []
+    for n in range(count):
+        s3.put_object(Bucket=bucket, Key="models/m/config.json", Body=b'{"v": %d}' % n)
+        paths.append(stage(source, root))
+    assert len(set(paths)) == count
+    return paths
+
+
+def test_prune_keeps_versions_in_use_and_the_newest(s3: Any, tmp_path: Path) -> None:
+    bucket = _bucket(s3, MODEL)
+    source = ObjectSource(f"s3://{bucket}/models/m/")
+    v0, v1, v2, v3 = _versions(s3, bucket, source, tmp_path, 4)
+    # Instances mount the folder itself (docker) or read a path inside it (processes).
+    in_use = {str(v0), str(v1 / "config.json"), str(tmp_path / "elsewhere")}
+
+    assert prune(tmp_path, in_use, min_age=0) == [v2]
+
+    assert sorted(_leftovers(tmp_path)) == sorted([v0.name, v1.name, v3.name])
+    assert _tree(v0)["config.json"] == b'{"v": 0}'
+    assert _tree(v1)["config.json"] == b'{"v": 1}'
+    # Nothing in use: all but the newest go; its hard-linked files survive the others.
+    assert sorted(prune(tmp_path, set(), min_age=0)) == sorted([v0, v1])
+    assert _leftovers(tmp_path) == [v3.name]
+    assert _tree(v3) == {**MODEL, "config.json": b'{"v": 3}'}
+    assert prune(tmp_path, set(), min_age=0) == []
+    assert stage(source, tmp_path) == v3
+
+
+def test_prune_keeps_the_version_staged_last(s3: Any, tmp_path: Path) -> None:
+    bucket = _bucket(s3, MODEL)
+    source = ObjectSource(f"s3://{bucket}/models/m/")
+    v0, v1 = _versions(s3, bucket, source, tmp_path, 2)
+    s3.put_object(Bucket=bucket, Key="models/m/config.json", Body=b'{"v": 0}')
+    assert stage(source, tmp_path) == v0  # the source went back: the older folder is current
+
+    assert prune(tmp_path, set(), min_age=0) == [v1]
+    assert _leftovers(tmp_path) == [v0.name]
+
+
+def test_prune_spares_recent_versions(s3: Any, tmp_path: Path) -> None:
+    bucket = _bucket(s3, MODEL)
+    source = ObjectSource(f"s3://{bucket}/models/m/")
+    v0, v1 = _versions(s3, bucket, source, tmp_path, 2)
+    # v0 was returned moments ago: its instance may not be created yet.
+    assert prune(tmp_path, set()) == []
+    hour_ago = time.time() - 3601
+    os.utime(v0, (hour_ago, hour_ago))
+    assert prune(tmp_path, set()) == [v0]
+    assert _leftovers(tmp_path) == [v1.name]
+
+
+def test_prune_skips_a_source_being_staged(s3: Any, tmp_path: Path) -> None:
+    bucket = _bucket(s3, MODEL)
+    source = ObjectSource(f"s3://{bucket}/models/m/")
+    v0, v1 = _versions(s3, bucket, source, tmp_path, 2)
+    # A stage in progress (a crashed one's temp dir stands for its download) holds the lock.
+    (tmp_path / f".{cache_key(source)}.staging-abc").mkdir()
+    with (tmp_path / f"{cache_key(source)}.lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        assert prune(tmp_path, set(), min_age=0) == []
+        assert len(_leftovers(tmp_path)) == 3
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    assert prune(tmp_path, set(), min_age=0) == [v0]
+    assert _leftovers(tmp_path) == [v1.name]
+
+
+def test_folder_from_before_versioning_is_reused_then_pruned(
+    moto: Moto, s3: Any, tmp_path: Path
+) -> None:
+    bucket = _bucket(s3, MODEL)
+    source = ObjectSource(f"s3://{bucket}/models/m/")
+    key = cache_key(source)
+    # The old layout: the model straight in cache_root/<cache_key>, manifest included.
+    legacy = tmp_path / key
+    stage(source, tmp_path).rename(legacy)
+    inode = (legacy / "model.safetensors").stat().st_ino
+    # A folder that only looks like a cache entry (no manifest) is never touched.
+    stranger = tmp_path / "operator-notes-0123456789abcdef"
+    stranger.mkdir()
+
+    with moto.record() as rec:
+        path = stage(source, tmp_path)
+
+    assert path != legacy and path.name.startswith(key + "@")
+    assert rec.object_gets(bucket) == []  # every file linked from the old folder
+    assert (path / "model.safetensors").stat().st_ino == inode
+    assert _tree(legacy) == _tree(path) == MODEL
+    assert prune(tmp_path, {str(legacy)}, min_age=0) == []
+    assert prune(tmp_path, set(), min_age=0) == [legacy]
+    assert sorted(_leftovers(tmp_path)) == sorted([path.name, stranger.name])
+    assert _tree(path) == MODEL
+    assert not (tmp_path / f"{stranger.name}.lock").exists()
 
 
 def test_large_file_downloads_in_parts_and_is_verified(moto: Moto, s3: Any, tmp_path: Path) -> None:
