@@ -57,8 +57,9 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# The token is for the gateway; engines must never see it (nor log it).
-_REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length"}
+# The token is for the gateway; engines must never see it (nor log it). The gateway has
+# the whole body before it calls an engine, so the client's Expect is answered already.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length", "expect"}
 # uvicorn writes its own; passing the engine's too would duplicate them.
 _RESPONSE_DROP = frozenset(
     name.encode() for name in HOP_BY_HOP | {"server", "date", "x-wharf-instance"}

@@ -225,8 +225,13 @@ class _Connection(asyncio.Protocol):
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
-        if self.status in (204, 304):
+        status = self.parser.get_status_code()
+        if status < 200:
+            # An interim answer (100 Continue, 103 Early Hints): the real one follows.
+            self.headers, self.head_size, self.framed = [], 0, False
+            return
+        self.status = status
+        if status in (204, 304):
             self.framed = True
         self._wake()
 
@@ -239,6 +244,8 @@ class _Connection(asyncio.Protocol):
             self._wake()
 
     def on_message_complete(self) -> None:
+        if not self.status:
+            return  # the end of an interim answer
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
         self._wake()

@@ -380,3 +380,19 @@ def test_connection_with_bytes_after_the_answer_is_not_reused() -> None:
             await upstream.close()
 
     run(test)
+
+
+def test_interim_answers_are_skipped() -> None:
+    async def test() -> None:
+        interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"
+        async with Engine(keep_answering(interim + OK)) as engine:
+            upstream = Upstream()
+            for _ in range(2):
+                answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+                assert answer.status == 200 and answer.header(b"link") is None
+                assert await answer.read() == b"{}"
+                answer.release()
+            assert engine.connections == 1
+            await upstream.close()
+
+    run(test)
