@@ -189,8 +189,8 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.abort()
             self._fail(UpstreamBrokenError(f"malformed answer: {exc}"))
+            self.abort()
 
     def eof_received(self) -> bool:
         return False  # close our side too

@@ -337,9 +337,10 @@ def test_broken_answers_are_upstream_broken(answer: bytes) -> None:
 
     async def test() -> None:
         async with Engine(handler) as engine:
-            with pytest.raises(UpstreamBrokenError):
+            with pytest.raises(UpstreamBrokenError) as broken:
                 got = await Upstream().request(engine.url, "POST", "/", [], b"{}", 5)
                 await got.read()
+            assert "by the gateway" not in str(broken.value)  # the engine's fault, said so
 
     run(test)
 
