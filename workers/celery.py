@@ -1,16 +1,29 @@
-"""The Celery app. Workers reconcile services; beat heals drift every WHARF_RECONCILE_INTERVAL s."""
+"""The Celery app. Workers reconcile services; beat heals drift every WHARF_RECONCILE_INTERVAL s.
+
+Every worker also consumes its node's own queue, `wharf.node.<host name>`, for work that must
+run on each host rather than on whichever worker is free: pruning the host's model cache. The
+beat embedded in a worker (`celery -A workers.celery worker --beat`, one per host) sends that
+work to its own host's queue, so each host that runs a worker with --beat prunes its own
+cache; a beat started on its own prunes only the host it runs on.
+"""
 
 from __future__ import annotations
 
 import os
+import socket
 
 import django
 from celery import Celery
+from celery.signals import celeryd_after_setup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django.setup()
 
 from django.conf import settings  # noqa: E402
+
+# The host name is what node locks (workers.locks.node_lock) call a node, too.
+NODE_QUEUE = f"wharf.node.{socket.gethostname()}"
+PRUNE_INTERVAL = 3600.0  # seconds between model-cache prunes on each host
 
 app = Celery("wharf")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -26,6 +39,19 @@ app.conf.update(
         },
         # Usage counted in Redis reaches the database at most a minute and 15 s late.
         "flush-usage": {"task": "workers.tasks.flush_usage", "schedule": 15.0},
+        # This host's cache, pruned by this host's worker; a prune nobody took within the
+        # hour (the worker was down) is dropped, the next one does the same work.
+        "prune-model-cache": {
+            "task": "workers.tasks.prune_model_cache",
+            "schedule": PRUNE_INTERVAL,
+            "options": {"queue": NODE_QUEUE, "expires": PRUNE_INTERVAL},
+        },
     },
 )
 app.autodiscover_tasks(["workers"])
+
+
+@celeryd_after_setup.connect
+def consume_node_queue(sender, instance, **kwargs) -> None:
+    """Add this host's queue to what the worker consumes (also when -Q narrowed it)."""
+    instance.app.amqp.queues.select_add(NODE_QUEUE)

@@ -3,8 +3,11 @@ from __future__ import annotations
 import logging
 import time
 
+from django.conf import settings
+
 from controlplane.services.models import Service
 from controlplane.usage import flush
+from workers import storage
 from workers.celery import app
 from workers.locks import LOCK_TTL, client
 from workers.reconciler import reconcile
@@ -60,3 +63,47 @@ def flush_usage() -> None:
     flushed = flush.flush_usage(client(), time.time())
     if flushed:
         log.debug("flushed %d minute(s) of usage", flushed)
+
+
+def paths_in_use() -> set[str] | None:
+    """Every host path this node's instances read, running or stopped; None when that cannot
+    be known, so that nothing is pruned on a partial picture."""
+    try:
+        runtime = get_runtime()
+        observed = runtime.list()
+    except Exception as exc:  # an unreachable daemon, an unreadable state dir, ...
+        log.warning("model cache prune skipped: cannot list this node's instances: %s", exc)
+        return None
+    if not settings.WHARF_RUNTIME and runtime.name == "process":
+        # Auto-detection chose local processes at start-up, when Docker did not answer; if
+        # it answers now, containers this listing cannot see may be using the cache.
+        from workers.runtimes.docker import DockerRuntime
+
+        if DockerRuntime.available():
+            log.warning(
+                "model cache prune skipped: this worker runs the process runtime but Docker "
+                "answers now; set WHARF_RUNTIME or restart the worker"
+            )
+            return None
+    return {path for instance in observed for path in instance.paths}
+
+
+@app.task(name="workers.tasks.prune_model_cache")
+def prune_model_cache() -> list[str]:
+    """Remove model versions in this node's cache (WHARF_CACHE_DIR) that no instance here uses.
+
+    Runs on the node whose cache it prunes: beat routes it to the node's own queue
+    (workers.celery.NODE_QUEUE). storage.prune keeps the newest version of every source and
+    anything staged within the hour, whatever the in-use set says.
+    """
+    in_use = paths_in_use()
+    if in_use is None:
+        return []
+    removed = storage.prune(settings.WHARF_CACHE_DIR, in_use)
+    if removed:
+        log.info(
+            "model cache: removed %d version(s) no instance uses: %s",
+            len(removed),
+            ", ".join(path.name for path in removed),
+        )
+    return [str(path) for path in removed]

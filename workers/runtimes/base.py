@@ -54,6 +54,10 @@ class ObservedInstance:
     devices: str = ""
     role: str = ""
     pd_index: int = 0
+    # Host paths the instance reads (Docker: its bind-mount sources; a process: the absolute
+    # paths its command line and environment name), reported whether it runs or not, since a
+    # stopped instance may start again. The model-cache prune keeps every folder named here.
+    paths: tuple[str, ...] = ()
 
 
 class Runtime(Protocol):

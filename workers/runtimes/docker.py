@@ -91,6 +91,20 @@ def _mounts(request: InstanceRequest, model_dir: str) -> list[DockerMount]:
     return mounts
 
 
+def bind_sources(attrs: dict) -> tuple[str, ...]:
+    """The host paths a container bind-mounts, from its inspect data (`Mounts`, which covers
+    --mount and -v binds alike); Docker keeps them while the container exists, running or not."""
+    return tuple(
+        sorted(
+            {
+                m["Source"]
+                for m in attrs.get("Mounts") or ()
+                if m.get("Type") == "bind" and m.get("Source")
+            }
+        )
+    )
+
+
 def _nfs_mount(mount) -> DockerMount:
     """NFS through Docker's local volume driver; the volume is named after its export."""
     server, _, path = mount.source.partition(":")
@@ -188,6 +202,7 @@ class DockerRuntime:
             devices=labels.get(LABEL_DEVICES, ""),
             role=labels.get(LABEL_ROLE, ""),
             pd_index=int(labels.get(LABEL_PD_INDEX) or 0),
+            paths=bind_sources(container.attrs),
         )
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:
