@@ -28,7 +28,7 @@ from workers.celery import NODE_QUEUE, app, consume_node_queue
 from workers.engines.plan import ContainerPlan
 from workers.runtimes.base import InstanceRequest, ObservedInstance
 from workers.runtimes.docker import bind_sources
-from workers.runtimes.process import ProcessRuntime, command_paths
+from workers.runtimes.process import ProcessRuntime
 from workers.storage import ObjectSource, stage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,23 +58,6 @@ def _fake_versions(cache: Path, count: int) -> list[Path]:
 # --- what instances report --------------------------------------------------------------------
 
 
-def test_command_paths_finds_every_way_a_command_names_a_path() -> None:
-    args = [
-        "vllm", "serve", "/cache/main@1", "--port", "8000",
-        "--tokenizer=/cache/tok@2",
-        "--speculative-config", json.dumps({"model": "/cache/draft@3", "n": 2}),
-        "/bin/sh -c 'serve --model \"/cache/with space@4\" --x=/cache/eq@5'",
-        "relative/path", "--flag", "{not json",
-        "unbalanced 'quote /cache/q@6",
-    ]  # fmt: skip
-    found = command_paths(args)
-    for path in ("/cache/main@1", "/cache/tok@2", "/cache/draft@3", "/cache/with space@4",
-                 "/cache/eq@5", "/cache/q@6"):  # fmt: skip
-        assert path in found, path
-    assert not [p for p in found if not p.startswith("/")]
-    assert command_paths(["serve", "--port", "8000", '{"model": "m"}']) == ()
-
-
 def test_bind_sources_are_the_host_paths_of_binds_only() -> None:
     attrs = {
         "Mounts": [
@@ -96,22 +79,21 @@ def process_runtime(tmp_path: Path) -> Any:
         runtime.remove(instance.name)
 
 
-def _start(runtime: ProcessRuntime, name: str, args: list[str], env: dict | None = None) -> Any:
-    plan = ContainerPlan(image="", args=args, port=8000, env=env or {})
-    return runtime.create(InstanceRequest("svc", name, "h", plan))
+def _start(runtime: ProcessRuntime, name: str, args: list[str], paths: tuple[str, ...]) -> Any:
+    plan = ContainerPlan(image="", args=args, port=8000)
+    return runtime.create(InstanceRequest("svc", name, "h", plan, paths=paths))
 
 
-def test_process_instances_report_the_paths_their_command_names(
+def test_process_instances_report_the_folders_they_were_created_with(
     process_runtime: ProcessRuntime, tmp_path: Path
 ) -> None:
-    main, draft, env_model = (str(tmp_path / f"cache/{n}@1") for n in ("main", "draft", "env"))
-    args = [*SLEEP, "--model", main, "--speculative-config", json.dumps({"model": draft})]
-    created = _start(process_runtime, "svc-1", args, {"SPECULATE_MODEL_PATH": env_model})
+    main, draft = (str(tmp_path / f"cache/{n}@1") for n in ("main", "draft"))
+    created = _start(process_runtime, "svc-1", [*SLEEP, "--model", main], (main, draft))
 
     (listed,) = process_runtime.list()
     assert listed.running
     for observed in (created, listed):
-        assert {main, draft, env_model} <= set(observed.paths)
+        assert observed.paths == (main, draft)
 
     # Exited, but still there (the runtime has not removed it): still reported.
     os.killpg(json.loads((tmp_path / "instances/svc-1.json").read_text())["pid"], 9)
@@ -119,21 +101,20 @@ def test_process_instances_report_the_paths_their_command_names(
     while process_runtime.list()[0].running and time.monotonic() < deadline:
         time.sleep(0.1)
     (stopped,) = process_runtime.list()
-    assert not stopped.running and {main, draft, env_model} <= set(stopped.paths)
+    assert not stopped.running and stopped.paths == (main, draft)
 
 
-def test_process_state_from_before_paths_were_recorded_is_read_from_proc(
+def test_process_state_from_before_paths_were_recorded_reports_them_unknown(
     process_runtime: ProcessRuntime, tmp_path: Path
 ) -> None:
-    main = str(tmp_path / "cache/main@1")
-    _start(process_runtime, "svc-1", [*SLEEP, "--model", main], {"HF_HOME": "/hf/home"})
+    _start(process_runtime, "svc-1", SLEEP, (str(tmp_path / "cache/main@1"),))
     state_path = tmp_path / "instances/svc-1.json"
     state = json.loads(state_path.read_text())
     del state["paths"]
     state_path.write_text(json.dumps(state))
 
     (observed,) = process_runtime.list()
-    assert observed.running and {main, "/hf/home"} <= set(observed.paths)
+    assert observed.running and observed.paths is None
 
 
 def test_unreadable_process_state_folder_is_an_error_not_an_empty_node(tmp_path: Path) -> None:
@@ -217,9 +198,8 @@ def test_task_prunes_versions_no_instance_uses(
         versions.append(stage(source, cache))
         time.sleep(0.01)  # distinct mtimes: prune keeps the newest
     v0, v1, v2 = versions
-    # An instance started on v0 (the command line names it, as a process engine's does) and
-    # stopped since: it still counts.
-    _start(node, "svc-1", [sys.executable, "-c", "pass", "--model", str(v0)])
+    # An instance started on v0 and stopped since: it still counts.
+    _start(node, "svc-1", [sys.executable, "-c", "pass"], (str(v0),))
 
     assert tasks.prune_model_cache() == []  # all three staged moments ago
     _backdate(v0, v1)
@@ -259,6 +239,20 @@ def test_task_prunes_nothing_when_instances_cannot_be_listed(
     # The same cache with a runtime that answers: the older two go.
     monkeypatch.setattr(tasks, "get_runtime", lambda: node)
     assert sorted(tasks.prune_model_cache()) == [str(v) for v in versions[:2]]
+
+
+def test_task_prunes_nothing_while_an_instance_has_unrecorded_paths(
+    node: ProcessRuntime, tmp_path: Path
+) -> None:
+    versions = _fake_versions(tmp_path / "cache", 2)
+    _start(node, "svc-1", SLEEP, ())
+    state_path = tmp_path / "instances/svc-1.json"
+    state = json.loads(state_path.read_text())
+    del state["paths"]
+    state_path.write_text(json.dumps(state))
+    assert tasks.prune_model_cache() == []
+    node.remove("svc-1")
+    assert tasks.prune_model_cache() == [str(versions[0])]
 
 
 def test_auto_chosen_process_runtime_does_not_prune_while_docker_answers(

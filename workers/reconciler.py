@@ -108,9 +108,10 @@ def _create(service: Service, runtime: Runtime, spec, slot: tuple[str, int], nam
         report(f"starting instance {name}")
         allocation = devices.encode_allocation(kind, indexes) if indexes else ""
         plan = render(spec, placement)
+        folders = tuple(staged.values())
         return runtime.create(
             InstanceRequest(
-                service.name, name, spec_hash, plan, allocation, role=role, pd_index=pd_index
+                service.name, name, spec_hash, plan, allocation, role, pd_index, folders
             )
         )
 

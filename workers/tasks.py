@@ -85,7 +85,15 @@ def paths_in_use() -> set[str] | None:
                 "answers now; set WHARF_RUNTIME or restart the worker"
             )
             return None
-    return {path for instance in observed for path in instance.paths}
+    unknown = [instance.name for instance in observed if instance.paths is None]
+    if unknown:
+        log.warning(
+            "model cache prune skipped: instances started before their paths were recorded "
+            "(%s); it resumes once they are replaced",
+            ", ".join(unknown),
+        )
+        return None
+    return {path for instance in observed for path in instance.paths or ()}
 
 
 @app.task(name="workers.tasks.prune_model_cache")

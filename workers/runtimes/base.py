@@ -38,6 +38,7 @@ class InstanceRequest:
     devices: str = ""  # the cards this instance holds, encoded (workers.devices)
     role: str = ""
     pd_index: int = 0
+    paths: tuple[str, ...] = ()  # the staged model folders it reads (workers.storage)
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,10 @@ class ObservedInstance:
     devices: str = ""
     role: str = ""
     pd_index: int = 0
-    # Host paths the instance reads (Docker: its bind-mount sources; a process: the absolute
-    # paths its command line and environment name), reported whether it runs or not, since a
-    # stopped instance may start again. The model-cache prune keeps every folder named here.
-    paths: tuple[str, ...] = ()
+    # Host paths the instance reads (Docker: its bind-mount sources; a process: the staged
+    # folders it was created with; None: not recorded), reported whether it runs or not, since
+    # a stopped instance may be restarted: the model cache keeps what they name.
+    paths: tuple[str, ...] | None = ()
 
 
 class Runtime(Protocol):

@@ -1,7 +1,7 @@
 """Instances as local process groups: the embedded default on machines without Docker.
 
 The image is ignored: the engine command runs with the vLLM virtualenv first on PATH. Each
-instance leaves a state file (pid, start time, port, the host paths its command names) so a
+instance leaves a state file (pid, start time, port, the staged folders it reads) so a
 restarted worker finds the processes it started; the start time guards against a recycled pid.
 """
 
@@ -10,15 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 from workers.engines.plan import Placement
 from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance
@@ -40,57 +37,6 @@ def _proc_start_time(pid: int) -> str | None:
         return None
     fields = stat.rsplit(")", 1)[1].split()
     return None if fields[0] == "Z" else fields[19]
-
-
-def command_paths(strings: Iterable[str]) -> tuple[str, ...]:
-    """The absolute paths a command line and environment name: a local process has no mounts,
-    so its models (a staged cache folder included) appear only here. Found as whole words,
-    after `=` (`--model=/p`, `VAR=/p`), as string values of JSON arguments (vLLM's
-    --speculative-config) and as words of a shell line (a custom command). Generous on
-    purpose: a path named here only keeps a cache folder from being pruned."""
-    found: set[str] = set()
-    seen: set[str] = set()
-    pending = list(strings)
-    while pending:
-        text = pending.pop()
-        if text in seen:
-            continue
-        seen.add(text)
-        if text.startswith("/"):
-            found.add(text)
-        if "=" in text:
-            pending.append(text.split("=", 1)[1])
-        if text.lstrip()[:1] in ("{", "["):
-            with contextlib.suppress(ValueError, RecursionError):
-                pending.extend(_json_strings(json.loads(text)))
-        if any(c.isspace() for c in text):
-            try:
-                pending.extend(shlex.split(text))
-            except ValueError:  # unbalanced quotes: plain words will do
-                pending.extend(text.split())
-    return tuple(sorted(found))
-
-
-def _json_strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _json_strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _json_strings(item)
-
-
-def _proc_paths(pid: int) -> tuple[str, ...]:
-    """command_paths of a live process, read from /proc: for a state file written before
-    the paths were recorded."""
-    strings: list[str] = []
-    for name in ("cmdline", "environ"):
-        with contextlib.suppress(OSError):
-            raw = Path(f"/proc/{pid}/{name}").read_bytes()
-            strings += [s.decode(errors="replace") for s in raw.split(b"\0") if s]
-    return command_paths(strings)
 
 
 class ProcessRuntime:
@@ -156,8 +102,7 @@ class ProcessRuntime:
             "devices": request.devices,
             "role": request.role,
             "pd_index": request.pd_index,
-            # The staged models it reads (placement.staged appears only in the command line).
-            "paths": list(command_paths([*plan.args, *plan.env.values()])),
+            "paths": list(request.paths),
         }
         tmp = self._state_path(request.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -176,12 +121,8 @@ class ProcessRuntime:
                 exit_code = os.waitstatus_to_exitcode(status) if status else None
             except ChildProcessError:
                 pass
-        if "paths" in state:
-            paths = tuple(state["paths"])
-        else:
-            # A state file from before paths were recorded: ask the process itself. A dead
-            # one reads nothing again: it is never restarted, but replaced (staging afresh).
-            paths = _proc_paths(state["pid"]) if alive else ()
+        # A state file from before paths were recorded: unknown (the cache prune then waits).
+        paths = tuple(state["paths"]) if "paths" in state else None
         return ObservedInstance(
             service=state["service"],
             name=state["name"],
