@@ -23,7 +23,6 @@ or the answer was malformed after the request went out: retrying could run it tw
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections import deque
 from dataclasses import dataclass
@@ -176,10 +175,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # asyncio and uvloop both open TCP connections with TCP_NODELAY set.
         self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
         if self.pooled is not None:
