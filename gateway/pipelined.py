@@ -4,10 +4,10 @@ redis-py's asyncio client spends about 130 µs of CPU on every command (pool che
 locks, timeout contexts), more than the rest of a proxied request's own work; the
 limiter calls Redis on every request, so its calls go through this instead: one
 connection per process; while replies are outstanding, the commands of concurrent requests
-are written together once per event loop turn (auto-pipelining); replies are parsed by
-hiredis and handed out in order. Scripts are still registered with redis-py
-(`register_script`), which also loads them when Redis says NOSCRIPT; everything else
-(snapshot, usage, health) keeps using redis-py.
+are written together once per event loop turn (auto-pipelining); hiredis packs the commands
+and parses the replies (in C), which are handed out in order. Scripts are still registered
+with redis-py (`register_script`), which also loads them when Redis says NOSCRIPT;
+everything else (snapshot, usage, health) keeps using redis-py.
 
 Failures surface as redis-py's exceptions: ConnectionError when Redis cannot be reached or
 the connection breaks (every pending call fails with it), TimeoutError when a reply is late
@@ -32,12 +32,9 @@ Arg = bytes | str | int
 
 
 def pack(args: tuple[Arg, ...]) -> bytes:
-    """One command in RESP, Redis's wire format."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+    """One command in RESP, Redis's wire format, packed by hiredis (in C)."""
+    # hiredis's stub types the argument as a one-element tuple; it takes any length.
+    return hiredis.pack_command(cast(Any, args))
 
 
 class _Protocol(asyncio.Protocol):
