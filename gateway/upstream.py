@@ -301,7 +301,15 @@ class Answer:
 
 
 class Upstream:
-    """The process's connections to engine instances."""
+    """The process's connections to engine instances.
+
+    No cap on connections: engines queue requests themselves, and a cap here would turn
+    long streams into waits for everyone behind them. Connecting on a cluster network is
+    quick or not happening, hence a short connect timeout (a refused or timed-out connect
+    lets the request move to another instance). Engines behind uvicorn (vLLM, SGLang) close
+    idle connections after 5 s, and reusing one at that moment fails the request, so idle
+    connections are retired a little earlier.
+    """
 
     def __init__(self, *, connect_timeout: float = 10.0, keepalive_s: float = 4.0) -> None:
         self._connect_timeout = connect_timeout
