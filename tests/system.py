@@ -78,14 +78,17 @@ class System:
             timeout=30,
         )
 
-    def remove_instances(self) -> None:
+    def instances(self):
+        """The stack's runtime, as its worker sees it (to list and remove instances)."""
         from workers.runtimes.docker import DockerRuntime
         from workers.runtimes.process import ProcessRuntime
 
         if self.runtime == "docker":
-            runtime = DockerRuntime(model_dir="/nonexistent")
-        else:
-            runtime = ProcessRuntime("/nonexistent", self.stack.home / "instances")
+            return DockerRuntime(model_dir="/nonexistent")
+        return ProcessRuntime("/nonexistent", self.stack.home / "instances")
+
+    def remove_instances(self) -> None:
+        runtime = self.instances()
         with self.api() as api:
             names = [s["name"] for s in api.get("/services").json()]
         for name in names:
