@@ -26,12 +26,13 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 
 class Engine:
-    """A TCP server answering each connection with `handler`; counts connections."""
+    """A TCP server answering each connection with `handler`; counts connections and notes
+    when one ends (a handler that reads until the client closes ends with it)."""
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
         self.connections = 0
-        self.closed = asyncio.Event()  # some connection was closed by the client
+        self.ended = asyncio.Event()  # some connection's handler has finished
         self.server: asyncio.Server | None = None
         self.url = ""
 
@@ -52,6 +53,7 @@ class Engine:
             pass
         finally:
             writer.close()
+            self.ended.set()
 
 
 async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
@@ -65,15 +67,39 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, await reader.readexactly(length)
 
 
-async def until_closed(reader: asyncio.StreamReader, engine: Engine) -> None:
-    """Wait for the client to close the connection, then say so."""
-    while await reader.read(65536):
-        pass
-    engine.closed.set()
+def answer_and_close(answer: bytes) -> Handler:
+    """Read one request, write `answer`, then close the connection."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+
+    return handler
+
+
+def answer_and_hold(answer: bytes = b"") -> Handler:
+    """Read one request, write `answer` (maybe nothing), then wait for the client to close."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        while await reader.read(65536):
+            pass
+
+    return handler
 
 
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(test())
+
+
+async def exchange(upstream: Upstream, engine: Engine) -> bytes:
+    """One call to the engine: its whole body, the connection given back for reuse."""
+    answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
+    body = await answer.read()
+    answer.release()
+    return body
 
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
@@ -127,9 +153,7 @@ def test_reuses_a_kept_alive_connection() -> None:
         async with Engine(keep_answering()) as engine:
             upstream = Upstream()
             for _ in range(5):
-                answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-                assert await answer.read() == b"{}"
-                answer.release()
+                assert await exchange(upstream, engine) == b"{}"
             assert engine.connections == 1
             await upstream.close()
 
@@ -157,9 +181,7 @@ def test_hands_over_chunks_as_they_arrive() -> None:
             assert await answer.read_chunk() == b"second"
             assert await answer.read_chunk() == b""
             answer.release()
-            again = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-            assert await again.read() == b"{}"
-            again.release()
+            assert await exchange(upstream, engine) == b"{}"
             assert engine.connections == 1
             await upstream.close()
 
@@ -167,18 +189,13 @@ def test_hands_over_chunks_as_they_arrive() -> None:
 
 
 def test_answer_framed_by_close_ends_with_the_connection_and_is_not_pooled() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
-        await writer.drain()
+    until_close = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it"
 
     async def test() -> None:
-        async with Engine(handler) as engine:
+        async with Engine(answer_and_close(until_close)) as engine:
             upstream = Upstream()
             for _ in range(2):
-                answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-                assert await answer.read() == b"all of it"
-                answer.release()
+                assert await exchange(upstream, engine) == b"all of it"
             assert engine.connections == 2
             await upstream.close()
 
@@ -186,22 +203,13 @@ def test_answer_framed_by_close_ends_with_the_connection_and_is_not_pooled() -> 
 
 
 def test_pooled_connection_the_engine_closes_is_not_reused() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(OK)
-        await writer.drain()
-        # An engine's idle timeout: it closes the kept-alive connection.
-
     async def test() -> None:
-        async with Engine(handler) as engine:
+        # As an engine's idle timeout does: it closes the kept-alive connection.
+        async with Engine(answer_and_close(OK)) as engine:
             upstream = Upstream()
-            answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-            assert await answer.read() == b"{}"
-            answer.release()
+            assert await exchange(upstream, engine) == b"{}"
             await asyncio.sleep(0.1)  # the close arrives while the connection sits idle
-            again = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-            assert await again.read() == b"{}"
-            again.release()
+            assert await exchange(upstream, engine) == b"{}"
             assert engine.connections == 2
             await upstream.close()
 
@@ -210,27 +218,15 @@ def test_pooled_connection_the_engine_closes_is_not_reused() -> None:
 
 def test_idle_connection_is_retired_after_the_keepalive() -> None:
     async def test() -> None:
-        engine = Engine(keep_answering())
-        engine.handler = _then_note_close(engine.handler, engine)
-        async with engine:
+        async with Engine(keep_answering()) as engine:
             upstream = Upstream(keepalive_s=0.2)
             answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
             await answer.read()
             answer.release()
-            await asyncio.wait_for(engine.closed.wait(), 2)
+            await asyncio.wait_for(engine.ended.wait(), 2)
             await upstream.close()
 
     run(test)
-
-
-def _then_note_close(handler: Handler, engine: Engine) -> Handler:
-    async def noting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await handler(reader, writer)
-        finally:
-            engine.closed.set()
-
-    return noting
 
 
 def test_refused_connection_is_connect_failed() -> None:
@@ -243,20 +239,13 @@ def test_refused_connection_is_connect_failed() -> None:
 
 
 def test_silence_before_the_head_times_out_and_drops_the_connection() -> None:
-    engine: Engine
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        await until_closed(reader, engine)
-
     async def test() -> None:
-        nonlocal engine
-        async with Engine(handler) as engine:
+        async with Engine(answer_and_hold()) as engine:
             started = asyncio.get_running_loop().time()
             with pytest.raises(UpstreamTimeoutError):
                 await Upstream().request(engine.url, "POST", "/", [], b"{}", 0.3)
             assert 0.25 < asyncio.get_running_loop().time() - started < 2
-            await asyncio.wait_for(engine.closed.wait(), 2)
+            await asyncio.wait_for(engine.ended.wait(), 2)
 
     run(test)
 
@@ -284,42 +273,29 @@ def test_silence_between_chunks_times_out_but_a_steady_stream_does_not() -> None
 
 
 def test_closing_an_answer_midway_closes_the_connection() -> None:
-    engine: Engine
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nx\r\n")
-        await until_closed(reader, engine)
+    first_chunk = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nx\r\n"
 
     async def test() -> None:
-        nonlocal engine
-        async with Engine(handler) as engine:
+        async with Engine(answer_and_hold(first_chunk)) as engine:
             upstream = Upstream()
             answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
             assert await answer.read_chunk() == b"x"
             answer.close()
-            await asyncio.wait_for(engine.closed.wait(), 2)
+            await asyncio.wait_for(engine.ended.wait(), 2)
             await upstream.close()
 
     run(test)
 
 
 def test_cancelled_call_closes_the_connection() -> None:
-    engine: Engine
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        await until_closed(reader, engine)
-
     async def test() -> None:
-        nonlocal engine
-        async with Engine(handler) as engine:
+        async with Engine(answer_and_hold()) as engine:
             call = asyncio.create_task(Upstream().request(engine.url, "POST", "/", [], b"{}", 5))
             await asyncio.sleep(0.2)
             call.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await call
-            await asyncio.wait_for(engine.closed.wait(), 2)
+            await asyncio.wait_for(engine.ended.wait(), 2)
 
     run(test)
 
@@ -330,13 +306,8 @@ def test_cancelled_call_closes_the_connection() -> None:
     ids=["cut-short", "malformed", "closed-before-head"],
 )
 def test_broken_answers_are_upstream_broken(answer: bytes) -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer)
-        await writer.drain()
-
     async def test() -> None:
-        async with Engine(handler) as engine:
+        async with Engine(answer_and_close(answer)) as engine:
             with pytest.raises(UpstreamBrokenError) as broken:
                 got = await Upstream().request(engine.url, "POST", "/", [], b"{}", 5)
                 await got.read()
@@ -374,9 +345,7 @@ def test_connection_with_bytes_after_the_answer_is_not_reused() -> None:
         async with Engine(keep_answering(OK + b"HTTP/1.1 200 OK\r\n")) as engine:
             upstream = Upstream()
             for _ in range(2):
-                answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-                assert await answer.read() == b"{}"
-                answer.release()
+                assert await exchange(upstream, engine) == b"{}"
             assert engine.connections == 2
             await upstream.close()
 
