@@ -4,17 +4,55 @@ and by the end-to-end tests, so both exercise the same start-up path."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class StartError(Exception):
+    """A part of the stack did not come up; everything already started has been stopped."""
+
+    def __init__(self, part: str, reason: str, log_tail: str):
+        self.part, self.reason, self.log_tail = part, reason, log_tail
+        super().__init__(f"{part} {reason}")
+
+    def report(self) -> str:
+        tail = "\n".join(f"    {line}" for line in self.log_tail.splitlines())
+        return f"{self.part} {self.reason}; the last lines of its log:\n{tail or '    (empty)'}"
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could not listen on host:port (uvicorn binds with SO_REUSEADDR too, so
+    a port held only by connections in TIME_WAIT counts as free, as it is for uvicorn)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def last_lines(path: Path, count: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as log:
+            return "".join(deque(log, maxlen=count)).rstrip("\n")
+    except FileNotFoundError:
+        return ""
 
 
 @dataclass
@@ -34,6 +72,10 @@ class Stack:
     def gateway_url(self) -> str:
         return f"http://127.0.0.1:{self.gateway_port}"
 
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
     def start_redis(self) -> str:
         """REDIS_URL if configured, else a real Redis server on a unix socket under home."""
         if self.env.get("REDIS_URL"):
@@ -46,45 +88,59 @@ class Stack:
         return url
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        logs = self.home / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / f"{name}.log", "ab") as log:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"{name}.log", "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
+            log.flush()
             self.processes[name] = subprocess.Popen(
                 args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
 
     def start(self) -> None:
+        """Start the parts and wait until they answer. On any failure, or an interrupt, stop
+        what was started before raising: nothing is left running."""
         self.env.setdefault("WHARF_GATEWAY_URL", self.gateway_url)
         py = sys.executable
-        self._spawn("api", [py, "-m", "uvicorn", "controlplane.asgi:application",
-                            "--host", "127.0.0.1", "--port", str(self.api_port),
-                            "--no-access-log"])  # fmt: skip
-        self._spawn("gateway", [py, "-m", "gateway", "--host", "127.0.0.1",
-                                "--port", str(self.gateway_port)])  # fmt: skip
-        self._spawn("worker", [py, "-m", "celery", "-A", "workers.celery", "worker", "--beat",
-                               "--pool", "threads", "--concurrency", "4", "--loglevel", "info",
-                               "--schedule", str(self.home / "celerybeat-schedule")])  # fmt: skip
-        self.wait_ready()
+        try:
+            self._spawn("api", [py, "-m", "uvicorn", "controlplane.asgi:application",
+                                "--host", "127.0.0.1", "--port", str(self.api_port),
+                                "--no-access-log"])  # fmt: skip
+            self._spawn("gateway", [py, "-m", "gateway", "--host", "127.0.0.1",
+                                    "--port", str(self.gateway_port)])  # fmt: skip
+            schedule = str(self.home / "celerybeat-schedule")
+            self._spawn("worker", [py, "-m", "celery", "-A", "workers.celery", "worker",
+                                   "--beat", "--pool", "threads", "--concurrency", "4",
+                                   "--loglevel", "info", "--schedule", schedule])  # fmt: skip
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Until the API and gateway answer and the worker says it is ready."""
+        worker_log = self.logs / "worker.log"
+        worker_start = worker_log.stat().st_size if worker_log.exists() else 0
         checks = {
             "api": lambda: self._answers(f"{self.api_url}/api/v1/services"),
             "gateway": lambda: self._answers(f"{self.gateway_url}/healthz"),
-            "worker": lambda: " ready." in (self.home / "logs" / "worker.log").read_text(),
+            "worker": lambda: " ready." in _read_from(worker_log, worker_start),
         }
         deadline = time.monotonic() + timeout
         while checks:
             for name, proc in self.processes.items():
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited; see {self.home}/logs/{name}.log")
+                    raise self.failed(name, f"exited with code {proc.returncode}")
             for name, check in list(checks.items()):
                 if check():
                     del checks[name]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{', '.join(checks)} did not start; see {self.home}/logs/")
+            if checks and time.monotonic() > deadline:
+                raise self.failed(next(iter(checks)), f"did not answer within {timeout:.0f} s")
             time.sleep(0.3)
+
+    def failed(self, part: str, reason: str) -> StartError:
+        """The error for a part that failed, with its last log lines."""
+        return StartError(part, reason, last_lines(self.logs / f"{part}.log"))
 
     @staticmethod
     def _answers(url: str) -> bool:
@@ -95,15 +151,27 @@ class Stack:
 
     def stop(self) -> None:
         for proc in self.processes.values():
-            if proc.poll() is None:
+            # The whole group, even when its leader is gone: what it started goes with it.
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
         for proc in self.processes.values():
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.processes.clear()
         if self._redis is not None:
             self._redis.shutdown()
             self._redis = None
+
+
+def _read_from(path: Path, offset: int) -> str:
+    """The log written since offset: a log kept from an earlier run says 'ready.' already."""
+    try:
+        with open(path, errors="replace") as log:
+            log.seek(offset)
+            return log.read()
+    except FileNotFoundError:
+        return ""

@@ -1,51 +1,27 @@
 """The console in a real browser: the whole system (tests/system.py) on the process runtime,
-a Django user to sign in as, and Debian's Chromium driven by Playwright.
-
-Playwright's own browser download does not work on these machines, so the system's
-/usr/bin/chromium is used (.ci/run installs it); without it the tests skip, except in CI.
+a Django user to sign in as, and Debian's Chromium driven by Playwright
+(tests/browser/chromium.py).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from controlplane.services.tiny_model import write_tiny_model
 from controlplane.stack import ROOT
+from tests.browser.chromium import browser_context, require_browser
 from tests.system import REDIS_DB, System, redis_db, start_system
 
-CHROMIUM = os.environ.get("WHARF_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 STATIC_FOR_SHOTS = ".deploy-bar, .preview { position: static !important; }"
 USERNAME = "console-admin"
 PASSWORD = "wharf-console-test-password"
-
-
-def _require_browser() -> None:
-    missing = []
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        missing.append("the playwright package (requirements-dev.txt)")
-    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
-        missing.append(f"Chromium at {CHROMIUM} (apt-get install chromium)")
-    if missing:
-        message = "no browser for the console tests: " + ", ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message + "; .ci/run should have installed it")
-        pytest.skip(message)
 
 
 @dataclass
@@ -75,7 +51,7 @@ class Console:
 
 @pytest.fixture(scope="module")
 def console_system(tmp_path_factory, redis_url) -> Iterator[System]:
-    _require_browser()
+    require_browser()
     import redis
 
     models = tmp_path_factory.mktemp("console-models")
@@ -113,15 +89,5 @@ def _delete_leftovers(system: System, timeout: float = 90) -> None:
 
 @pytest.fixture(scope="module")
 def console(console_system) -> Iterator[Console]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
-        )
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
-        try:
-            yield Console(console_system, context, console_system.stack.api_url)
-        finally:
-            context.close()
-            browser.close()
+    with browser_context() as context:
+        yield Console(console_system, context, console_system.stack.api_url)

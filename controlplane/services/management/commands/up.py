@@ -1,87 +1,127 @@
 """`manage.py up` (the README's `make run`): the whole system on embedded defaults, plus a demo.
 
-Steps, each printed as it starts: database, admin token, tiny model, engine (a Docker image or
-a local virtualenv), the processes (controlplane.stack), the demo service, and the call info.
-Ctrl-C stops the processes and the instances they ran; the database keeps the services, so
-the next `up` brings them back.
+Steps, each printed as it starts: checks (ports, runtime, Redis, database), database, admin
+account and token, tiny model, engine (a Docker image or a local virtualenv), the processes
+(controlplane.stack), the demo service, and the call info. Ctrl-C or SIGTERM, at any moment,
+stops the processes and the instances they ran; so does any failure, which is reported in a
+few plain lines (with the failing part's last log lines), never a traceback. The database
+keeps the services, so the next `up` brings them back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import secrets
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from contracts.env import envstr
+from controlplane import preflight
+from controlplane.admin_account import USERNAME, AdminPassword, ensure_admin
 from controlplane.services.tiny_model import write_tiny_model
-from controlplane.stack import ROOT, Stack
+from controlplane.stack import ROOT, Stack, StartError
 from controlplane.tokens.models import ApiToken, digest
 
 DEMO_SPEC = ROOT / "deploy_specs" / "demo-tiny-vllm.json"
 ENGINE_DIR = ROOT / "engine_images" / "vllm-cpu"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class Command(BaseCommand):
     help = "Bring up API, console, gateway and worker on embedded defaults and deploy a demo."
 
     def add_arguments(self, parser):
-        parser.add_argument("--api-port", type=int, default=8000)
-        parser.add_argument("--gateway-port", type=int, default=9000)
+        parser.add_argument("--api-port", type=int, help="default: WHARF_API_PORT or 8000")
+        parser.add_argument("--gateway-port", type=int, help="default: WHARF_GATEWAY_PORT or 9000")
         parser.add_argument("--no-demo", action="store_true")
 
     def step(self, message: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(f"==> {message}"))
 
-    def handle(self, *args, api_port: int, gateway_port: int, no_demo: bool, **_):
+    def handle(self, *args, api_port: int | None, gateway_port: int | None, no_demo: bool, **_):
+        # Progress as it happens, also when the output is piped (`make run | tee run.log`).
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        # SIGTERM and SIGHUP stop the stack the way Ctrl-C does, start-up included.
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _interrupt)
+        try:
+            api_port = api_port or port_from_env("WHARF_API_PORT", 8000)
+            gateway_port = gateway_port or port_from_env("WHARF_GATEWAY_PORT", 9000)
+            self.bring_up(api_port, gateway_port, no_demo)
+        except KeyboardInterrupt:
+            self.stdout.write("stopped; `make run` brings the services back")
+        except StartError as failure:
+            self.fail(failure.report())
+        except CommandError as problem:
+            self.fail(str(problem))
+
+    def fail(self, message: str) -> None:
+        self.stderr.write(self.style.ERROR(message))
+        sys.exit(1)
+
+    def bring_up(self, api_port: int, gateway_port: int, no_demo: bool) -> None:
+        self.step("checks")
+        self.preflight_checks(api_port, gateway_port)
         self.step("database")
         call_command("migrate", interactive=False, verbosity=0)
-        api_token = self.admin_token()
+        admin_password, api_token = self.admin_login()
         runtime = self.prepare_engine()
         stack = Stack(home=settings.WHARF_HOME, env=self.child_env(runtime),
                       api_port=api_port, gateway_port=gateway_port)  # fmt: skip
-        self.step("redis: " + stack.start_redis().split("?")[0])
-        self.step(f"starting API, gateway and worker (logs in {settings.WHARF_HOME}/logs)")
-        stack.start()
         try:
-            token = None if no_demo else self.deploy_demo(stack, api_token)
-            self.summary(stack, api_token, token)
-            self.wait_for_signal()
+            self.step("redis: " + preflight.redacted(stack.start_redis().split("?")[0]))
+            self.step(f"starting API, gateway and worker (logs in {stack.logs})")
+            stack.start()
+            try:
+                token = None if no_demo else self.deploy_demo(stack, api_token)
+            except httpx.HTTPError as error:
+                raise stack.failed("api", f"stopped answering ({error})") from None
+            self.summary(stack, admin_password, api_token, token)
+            signal.pause()  # until Ctrl-C or a stop signal raises KeyboardInterrupt
         finally:
-            self.step("stopping")
-            stack.stop()
-            self.remove_instances()
-            self.stdout.write("stopped; `make run` brings the services back")
+            with signals_held():
+                self.step("stopping")
+                stack.stop()
+                self.remove_instances()
 
-    def admin_token(self) -> str:
-        self.step("admin API token")
-        user_model = get_user_model()
-        admin, _ = user_model.objects.get_or_create(
-            username="admin", defaults={"is_staff": True, "is_superuser": True}
-        )
-        self.console_password = ""
-        if not admin.has_usable_password():
-            # Shown once, like every secret; `manage.py changepassword admin` resets it.
-            self.console_password = envstr("WHARF_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
-            admin.set_password(self.console_password)
-            admin.save()
+    def preflight_checks(self, api_port: int, gateway_port: int) -> None:
+        """Every problem found before anything starts, one plain line each."""
+        problems = [
+            preflight.port_problem(api_port, "the API and console", "WHARF_API_PORT"),
+            preflight.port_problem(gateway_port, "the gateway", "WHARF_GATEWAY_PORT"),
+            preflight.runtime_problem(settings.WHARF_RUNTIME),
+            preflight.database_problem(),
+        ]
+        if envstr("REDIS_URL"):
+            problems.append(preflight.redis_problem(envstr("REDIS_URL")))
+        if envstr("CELERY_BROKER_URL"):
+            broker = envstr("CELERY_BROKER_URL")
+            problems.append(preflight.redis_problem(broker, "CELERY_BROKER_URL"))
+        found = [problem for problem in problems if problem]
+        if found:
+            raise CommandError("\n".join(found))
+
+    def admin_login(self) -> tuple[AdminPassword, str]:
+        self.step("admin account and API token")
+        admin, password = ensure_admin(envstr("WHARF_ADMIN_PASSWORD"))
         token = envstr("WHARF_BOOTSTRAP_TOKEN")
         if token:
             if not ApiToken.objects.filter(digest=digest(token)).exists():
                 ApiToken.issue(admin, "bootstrap", token)
-            return token
+            return password, token
         # Tokens are shown once; a new run issues a fresh one and retires the last one.
         ApiToken.objects.filter(user=admin, name="make-run").delete()
-        return ApiToken.issue(admin, "make-run")
+        return password, ApiToken.issue(admin, "make-run")
 
     def prepare_engine(self) -> str:
         model = Path(settings.WHARF_MODEL_DIR) / "tiny-llama"
@@ -100,8 +140,17 @@ class Command(BaseCommand):
         return runtime
 
     def run_script(self, script: Path, arg: str) -> None:
-        if subprocess.call(["bash", str(script), arg]) != 0:
-            raise CommandError(f"{script.name} failed; see its output above")
+        # A group of its own, so that an interrupt stops its children too (pip, docker import).
+        proc = subprocess.Popen(["bash", str(script), arg], start_new_session=True)
+        try:
+            code = proc.wait()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        if code != 0:
+            raise CommandError(f"{script.name} failed (exit code {code}); see its output above")
 
     def child_env(self, runtime: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -140,20 +189,17 @@ class Command(BaseCommand):
             if service["phase"] == "running":
                 return
             if service["phase"] == "failed":
-                events = api.get(f"/services/{name}/events?limit=5").json()
-                raise CommandError(
-                    f"demo failed: {service['last_error']}\n"
-                    + "\n".join(f"  {e['reason']}: {e['message']}" for e in events)
-                )
+                raise CommandError(f"demo failed: {service['last_error']}\n" + why(api, name))
             time.sleep(2)
-        raise CommandError(f"demo not running after {timeout:.0f} s")
+        raise CommandError(f"demo not running after {timeout:.0f} s\n" + why(api, name))
 
-    def summary(self, stack: Stack, api_token: str, token: str | None) -> None:
+    def summary(
+        self, stack: Stack, password: AdminPassword, api_token: str, token: str | None
+    ) -> None:
         out = self.stdout.write
         out("")
         out(self.style.SUCCESS("Wharf is up."))
-        password = self.console_password or "(as set before; manage.py changepassword admin)"
-        out(f"  Console      {stack.api_url}/  (user admin, password {password})")
+        out(f"  Console      {stack.api_url}/  (user {USERNAME}, {password_note(password)})")
         out(f"  API          {stack.api_url}/api/v1/services")
         out(f"  Gateway      {stack.gateway_url}")
         out(f"  Admin token  {api_token}")
@@ -167,18 +213,66 @@ class Command(BaseCommand):
         out("")
         out("Press Ctrl-C to stop.")
 
-    def wait_for_signal(self) -> None:
-        stop = []
-        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-        try:
-            while not stop:
-                time.sleep(1)
-        except KeyboardInterrupt:
-            pass
-
     def remove_instances(self) -> None:
+        """The instances of this database's services: another checkout's on the same Docker
+        daemon are not ours to stop."""
+        from controlplane.services.models import Service
         from workers.runtimes import get_runtime
 
-        runtime = get_runtime()
-        for instance in runtime.list():
-            runtime.remove(instance.name)
+        try:
+            runtime = get_runtime()
+            for name in Service.objects.values_list("name", flat=True):
+                for instance in runtime.list(service=name):
+                    runtime.remove(instance.name)
+        except Exception as error:  # the last step of a stop: report it, never a traceback
+            self.stderr.write(f"could not remove every instance: {error}")
+
+
+def port_from_env(variable: str, default: int) -> int:
+    value = envstr(variable).strip()
+    if not value:
+        return default
+    if not value.isdigit():
+        raise CommandError(f"{variable}={value!r} is not a port number; choose one from 1 to 65535")
+    return int(value)
+
+
+def password_note(password: AdminPassword) -> str:
+    if password.generated:
+        return f"password {password.generated}"
+    if password.source == "environment":
+        return "password from WHARF_ADMIN_PASSWORD"
+    python = Path(sys.executable)
+    shown = python.relative_to(ROOT) if python.is_relative_to(ROOT) else python
+    return f"password as first printed; reset it: {shown} manage.py changepassword {USERNAME}"
+
+
+def why(api: httpx.Client, name: str) -> str:
+    """The service's last events and its first instance's last log lines."""
+    events = api.get(f"/services/{name}/events?limit=5").json()
+    lines = [f"  {event['reason']}: {event['message']}" for event in events]
+    instances = api.get(f"/services/{name}/instances").json()
+    if instances:
+        instance = instances[0]["name"]
+        logs = api.get(f"/services/{name}/instances/{instance}/logs?tail=20")
+        if logs.status_code == 200:
+            lines.append(f"  the last lines of {instance}'s log:")
+            lines += [f"    {line}" for line in logs.json()["logs"].splitlines()]
+    return "\n".join(lines)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Cleanup runs to its end (it has its own timeouts): a second Ctrl-C or SIGTERM would
+    otherwise leave half the stack running."""
+    held = (signal.SIGINT, *STOP_SIGNALS)
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

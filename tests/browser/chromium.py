@@ -1,0 +1,53 @@
+"""Debian's Chromium for the console tests, driven by Playwright.
+
+Playwright's own browser download does not work on these machines, so the system's
+/usr/bin/chromium is used (.ci/run installs it); without it the tests skip, except in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("WHARF_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+def require_browser() -> None:
+    missing = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (requirements-dev.txt)")
+    if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
+        missing.append(f"Chromium at {CHROMIUM} (apt-get install chromium)")
+    if missing:
+        message = "no browser for the console tests: " + ", ".join(missing)
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run should have installed it")
+        pytest.skip(message)
+
+
+@contextmanager
+def browser_context() -> Iterator[object]:
+    """A fresh Chromium and a browser context (playwright's BrowserContext) in it."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
+        )
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        try:
+            yield context
+        finally:
+            context.close()
+            browser.close()
