@@ -54,6 +54,8 @@ def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) 
         "command": plan.args[1:],
         "name": request.name,
         "labels": labels,
+        # The plan's env only: docker-py sends nothing of the worker's own environment (its
+        # secrets), and the container adds just its image's ENV (tests/test_engine_environment).
         "environment": plan.env,
         # Published on the node's loopback (or WHARF_NODE_ADDRESS) at a port Docker picks.
         "ports": {f"{plan.port}/tcp": (bind_address, None)},

@@ -1,6 +1,7 @@
 """Instances as local process groups: the embedded default on machines without Docker.
 
-The image is ignored: the engine command runs with the vLLM virtualenv first on PATH. Each
+The image is ignored: the engine command runs with the vLLM virtualenv first on PATH, in an
+environment of its plan's env and a few harmless basics of the worker's (INHERITED_ENV). Each
 instance leaves a state file (pid, start time, port, the staged folders it reads) so a
 restarted worker finds the processes it started; the start time guards against a recycled pid.
 """
@@ -15,18 +16,46 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-from workers.engines.plan import Placement
+from workers.engines.plan import ContainerPlan, Placement
 from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance
 
 STOP_TIMEOUT = 15.0
+
+# What an engine process inherits from the worker's environment, and why. Nothing else: the
+# worker holds the control plane's secrets (DATABASE_URL, REDIS_URL, WHARF_SECRET_KEY, the
+# bootstrap token, object-storage credentials) and an engine may be a user's own command.
+# Everything an engine needs beyond these basics comes from its plan's env.
+INHERITED_ENV = frozenset(
+    {
+        "PATH",  # where programs are found; the engine virtualenv is put in front of it
+        "HOME",  # vLLM's and torch's caches and config live under ~/.cache, ~/.config
+        "XDG_CACHE_HOME",  # where those caches go instead, on a node that moves them off HOME
+        "USER",  # getpass.getuser(), which torch names its compile-cache folder after, reads
+        "LOGNAME",  # these two first (and fails without them for a uid missing from passwd)
+        "LANG",  # the text encoding of the engine's output and of the files it reads
+        "TZ",  # the time zone of the engine's log timestamps
+        "TMPDIR",  # where temporary files go (vLLM's IPC sockets, torch's compile scratch)
+    }
+)
+INHERITED_PREFIXES = ("LC_",)  # the locale's categories (LC_ALL, LC_CTYPE, ...), as LANG
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def inherited_env(worker_env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the worker's environment an engine may see: INHERITED_ENV's basics."""
+    return {
+        name: value
+        for name, value in worker_env.items()
+        if name in INHERITED_ENV or name.startswith(INHERITED_PREFIXES)
+    }
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -58,8 +87,8 @@ class ProcessRuntime:
     def _log_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.log"
 
-    def _env(self, plan) -> dict[str, str]:
-        env = dict(os.environ)
+    def _env(self, plan: ContainerPlan) -> dict[str, str]:
+        env = inherited_env(os.environ)
         if plan.gpus:  # a process cannot get device requests; CUDA honours this instead
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in plan.gpus)
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # so the indexes mean nvidia-smi's
