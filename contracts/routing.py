@@ -99,6 +99,8 @@ class Snapshot:
     version: int = 0
     services: dict[str, RoutedService] = field(default_factory=dict)
     keys: dict[str, RoutedKey] = field(default_factory=dict)  # by token digest
+    # Entries from_json left out because they did not have the documented shape.
+    unreadable: tuple[str, ...] = field(default=(), compare=False)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -134,35 +136,24 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Snapshot:
+        """The snapshot; a service or key entry that does not have the documented shape is
+        left out (see `unreadable`), so one bad entry never costs the gateways the rest."""
         data = json.loads(text)
-        services = {
-            name: RoutedService(
-                name=name,
-                served_model_names=tuple(svc.get("served_model_names", ())),
-                token_digests=frozenset(svc.get("token_digests", ())),
-                instances=tuple(
-                    RoutedInstance(name=i["name"], url=i["url"], role=i.get("role", ""))
-                    for i in svc.get("instances", ())
-                ),
-                rate_limit=int(svc.get("rate_limit", DEFAULT_RATE_LIMIT)),
-                max_queue_size=svc.get("max_queue_size"),
-                timeout=svc.get("timeout"),
-                pd=PdRouting(**svc["pd"]) if svc.get("pd") else None,
-            )
-            for name, svc in data.get("services", {}).items()
-        }
-        keys = {
-            digest: RoutedKey(
-                id=str(key["id"]),
-                services=None if key.get("services") is None else frozenset(key["services"]),
-                expires_at=key.get("expires_at"),
-                rpm=key.get("rpm"),
-                tpm=key.get("tpm"),
-                max_concurrency=key.get("max_concurrency"),
-            )
-            for digest, key in data.get("keys", {}).items()
-        }
-        return cls(version=int(data.get("version", 0)), services=services, keys=keys)
+        services, keys, unreadable = {}, {}, []
+        for name, entry in data.get("services", {}).items():
+            try:
+                services[name] = _service_from(name, entry)
+            except (KeyError, TypeError, ValueError):
+                unreadable.append(f"service {name}")
+        for digest, entry in data.get("keys", {}).items():
+            try:
+                keys[digest] = _key_from(entry)
+            except (KeyError, TypeError, ValueError):
+                unreadable.append(f"key {digest[:8]}…")
+        return cls(
+            version=int(data.get("version", 0)), services=services, keys=keys,
+            unreadable=tuple(unreadable),
+        )  # fmt: skip
 
     def find_by_model(self, model: str) -> RoutedService | None:
         """The service a `model` value names: its service name first, else a served model name."""
@@ -172,3 +163,47 @@ class Snapshot:
             if model in svc.served_model_names:
                 return svc
         return None
+
+
+def _number(value, kind: type, optional: bool = True):
+    """value when it is a JSON number of that kind (never a bool or a string), else ValueError."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float if kind is float else int):
+        raise ValueError(f"{value!r} is not a number")
+    return kind(value)
+
+
+def _strings(values) -> tuple[str, ...]:
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) for v in values):
+        raise ValueError("not a list of strings")
+    return tuple(values)
+
+
+def _service_from(name: str, entry: dict) -> RoutedService:
+    pd = entry.get("pd")
+    return RoutedService(
+        name=name,
+        served_model_names=_strings(entry.get("served_model_names", [])),
+        token_digests=frozenset(_strings(entry.get("token_digests", []))),
+        instances=tuple(
+            RoutedInstance(name=str(i["name"]), url=str(i["url"]), role=str(i.get("role", "")))
+            for i in entry.get("instances", [])
+        ),
+        rate_limit=_number(entry.get("rate_limit", DEFAULT_RATE_LIMIT), int, optional=False),
+        max_queue_size=_number(entry.get("max_queue_size"), int),
+        timeout=_number(entry.get("timeout"), float),
+        pd=PdRouting(**pd) if pd else None,
+    )
+
+
+def _key_from(entry: dict) -> RoutedKey:
+    services = entry.get("services")
+    return RoutedKey(
+        id=str(entry["id"]),
+        services=None if services is None else frozenset(_strings(services)),
+        expires_at=_number(entry.get("expires_at"), float),
+        rpm=_number(entry.get("rpm"), int),
+        tpm=_number(entry.get("tpm"), int),
+        max_concurrency=_number(entry.get("max_concurrency"), int),
+    )

@@ -32,7 +32,19 @@ def _secret_key() -> str:
 def _database(url: str) -> dict:
     if not url:
         WHARF_HOME.mkdir(parents=True, exist_ok=True)
-        return {"ENGINE": "django.db.backends.sqlite3", "NAME": WHARF_HOME / "wharf.sqlite3"}
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": WHARF_HOME / "wharf.sqlite3",
+            # Several processes (API, worker threads) write at once. WAL lets readers go on
+            # during a write; a write transaction takes the lock when it begins (IMMEDIATE),
+            # so two writers queue on the busy timeout instead of one failing at once with
+            # "database is locked" when its read turns into a write.
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
     parsed = urlparse(url)
     if parsed.scheme not in ("postgres", "postgresql"):
         raise ValueError(f"DATABASE_URL: unsupported scheme {parsed.scheme!r}; use postgresql://")
@@ -115,6 +127,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,
+    # JSON only, with a size and depth bound; forms post to the console's own views.
+    "DEFAULT_PARSER_CLASSES": ["controlplane.json_body.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "controlplane.services.api.errors.exception_handler",
 }
 

@@ -55,6 +55,25 @@ def last_lines(path: Path, count: int = 20) -> str:
         return ""
 
 
+# A part that ran this long before it exited is restarted after the shortest delay again.
+STEADY_AFTER = 60.0
+MAX_RESTART_DELAY = 60.0
+
+
+def restart_delay(failures: int) -> float:
+    """Seconds before the nth restart in a row of a part that keeps exiting: 1, 2, 4, … 60."""
+    return min(2.0 ** max(failures - 1, 0), MAX_RESTART_DELAY)
+
+
+@dataclass
+class Supervision:
+    """One part's restarts: how many in a row, and when the next one is due."""
+
+    started_at: float
+    failures: int = 0
+    due_at: float | None = None
+
+
 @dataclass
 class Stack:
     home: Path
@@ -62,6 +81,8 @@ class Stack:
     api_port: int = 8000
     gateway_port: int = 9000
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    supervision: dict[str, Supervision] = field(default_factory=dict)
     _redis: object = None
 
     @property
@@ -96,6 +117,9 @@ class Stack:
                 args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        self.commands[name] = args
+        previous = self.supervision.get(name)
+        self.supervision[name] = Supervision(time.monotonic(), previous.failures if previous else 0)
 
     def start(self) -> None:
         """Start the parts and wait until they answer. On any failure, or an interrupt, stop
@@ -141,6 +165,31 @@ class Stack:
     def failed(self, part: str, reason: str) -> StartError:
         """The error for a part that failed, with its last log lines."""
         return StartError(part, reason, last_lines(self.logs / f"{part}.log"))
+
+    def supervise(self) -> list[str]:
+        """Restart the parts that exited, each after a growing delay (restart_delay); what
+        happened, one line each, for the log of whoever runs the stack."""
+        now, lines = time.monotonic(), []
+        for name, proc in list(self.processes.items()):
+            state = self.supervision[name]
+            code = proc.poll()
+            if code is None:
+                if now - state.started_at > STEADY_AFTER:
+                    state.failures = 0
+                continue
+            if state.due_at is None:
+                state.failures = 1 if now - state.started_at > STEADY_AFTER else state.failures + 1
+                state.due_at = now + restart_delay(state.failures)
+                tail = last_lines(self.logs / f"{name}.log", 5).replace("\n", "\n    ")
+                delay = state.due_at - now
+                lines.append(f"{name} exited with code {code}; restarting it in {delay:.0f} s. "
+                             f"Its last log lines:\n    {tail}")  # fmt: skip
+            elif now >= state.due_at:
+                with contextlib.suppress(ProcessLookupError):  # what it left in its group
+                    os.killpg(proc.pid, signal.SIGKILL)
+                self._spawn(name, self.commands[name])
+                lines.append(f"{name} restarted (restart {state.failures} in a row)")
+        return lines
 
     @staticmethod
     def _answers(url: str) -> bool:

@@ -26,10 +26,29 @@ def test_every_deploy_spec_validates(path):
     assert spec.name
 
 
-def test_eas_bladellm_seed_example_keeps_unknown_eas_fields():
+def test_eas_bladellm_seed_example_validates():
     spec = parse_spec(json.loads((SPECS[0].parent / "eas-bladellm-bloom.json").read_text()))
-    assert spec.metadata.model_extra == {"resource": "eas-r-xxxxxx"}
     assert spec.storage[0].oss.path == "oss://examplebucket/bloom_7b/"
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [(None, "rolling_strategy"), (None, "health_check"), (None, "autoscaler"),
+     ("metadata", "resource"), ("metadata", "enable_webservice"), ("containers", "prepare"),
+     ("llm", "temperature")],
+)  # fmt: skip
+def test_a_field_wharf_does_not_act_on_is_refused_by_name(section, field):
+    spec = tiny(containers=[{"port": 8000}])
+    if section == "containers":
+        spec["containers"][0][field] = {"x": 1}
+        path = f"containers[0].{field}"
+    elif section:
+        spec.setdefault(section, {})[field] = "x"
+        path = f"{section}.{field}"
+    else:
+        spec[field] = {"max_surge": 1}
+        path = field
+    assert errors_of(spec) == {path: ["Wharf does not support this field (yet); remove it"]}
 
 
 def test_rejects_missing_image():
@@ -112,3 +131,36 @@ def test_scaling_does_not_change_the_spec_hash():
     b = parse_spec(tiny(llm={"engine": "vllm-cpu", "model": "m", "pd": scaled},
                         metadata={"instance": 4}))  # fmt: skip
     assert a.spec_hash() == b.spec_hash()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path"),
+    [
+        ({"metadata": {"instance": "1"}}, "metadata.instance"),
+        ({"metadata": {"gpu": True}}, "metadata.gpu"),
+        ({"metadata": {"memory": 10**30}}, "metadata.memory"),
+        ({"metadata": {"cpu": "2"}}, "metadata.cpu"),
+        ({"metadata": {"rpc": {"rate_limit": "10"}}}, "metadata.rpc.rate_limit"),
+        ({"metadata": {"rpc": {"keepalive": 10**20}}}, "metadata.rpc.keepalive"),
+        ({"llm": {"engine": "vllm-cpu", "model": "m", "max_model_len": 10**12}},
+         "llm.max_model_len"),
+        ({"llm": {"engine": "vllm-cpu", "model": "m", "options": {"--x": 10**30}}},
+         "llm.options.--x"),
+        ({"llm": {"engine": "vllm-cpu", "model": "m", "quantization": "a b"}}, "llm.quantization"),
+        ({"llm": {"engine": "vllm-cpu", "model": "m" * 2000}}, "llm.model"),
+        ({"llm": {"engine": "vllm-cpu", "model": "m", "extra_args": ["x"] * 300}},
+         "llm.extra_args"),
+        ({"containers": [{"image": "i", "command": "c" * 70_000}]}, "containers[0].command"),
+        ({"containers": [{"image": "i", "command": "c", "env": [{"name": "A", "value": 1}]}]},
+         "containers[0].env[0].value"),
+        ({"storage": [{"mount_path": "/x" * 600, "empty_dir": {}}]}, "storage[0].mount_path"),
+        ({"name": "preview"}, "name"),
+        ({"name": "Preview"}, "name"),
+    ],
+)  # fmt: skip
+def test_types_are_types_and_every_value_has_a_bound(overrides, path):
+    assert path in errors_of(tiny(**overrides))
+
+
+def test_a_whole_number_is_a_number_of_cpus():
+    assert parse_spec(tiny(metadata={"cpu": 2})).metadata.cpu == 2.0

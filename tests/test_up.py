@@ -4,14 +4,19 @@ Each ends in plain lines and a non-zero exit (or a clean stop), with nothing lef
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import pytest
 
-from controlplane.stack import Stack, StartError
+from controlplane.stack import Stack, StartError, restart_delay
 from tests.system import free_port
-from tests.up_support import Up, leftovers, newcomer_env, wait_gone
+from tests.up_support import Up, leftovers, newcomer_env, stack_processes, wait_gone
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -89,3 +94,86 @@ def test_sigterm_while_the_demo_deploys_leaves_nothing_running(tmp_path):
     assert "Traceback" not in up.output
     held = tuple(int(port) for port in ports.values())
     assert wait_gone(tmp_path, ports=held, services=("demo",)) == []
+
+
+@pytest.mark.parametrize(("failures", "delay"), [(0, 1), (1, 1), (2, 2), (3, 4), (6, 32), (7, 60),
+                                                 (50, 60)])  # fmt: skip
+def test_a_part_that_keeps_exiting_waits_longer_each_time(failures, delay):
+    assert restart_delay(failures) == delay
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory):
+    """`make run` without the demo, on the embedded defaults (SQLite, embedded Redis), and an
+    API client with the admin token it printed."""
+    home = tmp_path_factory.mktemp("wharf-up")
+    ports = free_ports()
+    up = Up(newcomer_env(home, **ports), "--no-demo")
+    token = up.wait_for(r"^  Admin token  (wat-\S+)$", timeout=600)[1]
+    up.wait_for(r"^Press Ctrl-C to stop\.$", timeout=60)
+    api = httpx.Client(base_url=f"http://127.0.0.1:{ports['WHARF_API_PORT']}/api/v1",
+                       headers={"Authorization": f"Bearer {token}"}, timeout=60)  # fmt: skip
+    yield up, api
+    api.close()
+    assert up.stop() == 0, up.output
+    assert wait_gone(home) == []
+
+
+def idle_spec(name: str) -> dict:
+    """A service that asks for no instances: API, worker and database work, no engine."""
+    return {"name": name, "containers": [{"image": "wharf/vllm-cpu:0.32.0", "command": "true"}],
+            "metadata": {"instance": 0}}  # fmt: skip
+
+
+def wait_deleted(api: httpx.Client, names: list[str], timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := [n for n in names if api.get(f"/services/{n}").status_code != 404]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+    return left
+
+
+def test_the_embedded_database_holds_under_concurrent_changes(running):
+    """Eight clients create, update, stop, start and delete services as fast as they can while
+    the worker reconciles every change: no request fails and no task meets a locked database."""
+    up, api = running
+
+    def churn(client: int) -> list[str]:
+        problems = []
+        for round_ in range(6):
+            name = f"load-{client}-{round_}"
+            for method, path, body in [
+                ("POST", "/services", idle_spec(name)),
+                ("PUT", f"/services/{name}", {**idle_spec(name), "metadata": {"instance": 0,
+                                                                              "cpu": 1}}),
+                ("POST", f"/services/{name}/stop", None),
+                ("POST", f"/services/{name}/start", None),
+                ("GET", "/services", None),
+                ("DELETE", f"/services/{name}", None),
+            ]:  # fmt: skip
+                answer = api.request(method, path, json=body)
+                if answer.status_code >= 300:
+                    problems.append(f"{method} {path}: {answer.status_code} {answer.text[:200]}")
+        return problems
+
+    with ThreadPoolExecutor(8) as pool:
+        problems = [p for found in pool.map(churn, range(8)) for p in found]
+    assert problems == []
+    names = [f"load-{c}-{r}" for c in range(8) for r in range(6)]
+    assert wait_deleted(api, names, timeout=120) == []
+    logs = "".join((up.home / "logs" / f"{part}.log").read_text() for part in ("api", "worker"))
+    assert "database is locked" not in logs
+
+
+def test_a_killed_worker_comes_back_and_a_pending_delete_converges(running):
+    up, api = running
+    assert api.post("/services", json=idle_spec("survivor")).status_code == 201
+    # The worker's process group: the celery process it started, and its beat.
+    (worker,) = [pid for pid, cmdline in stack_processes(up.home)
+                 if "celery" in cmdline and os.getpgid(pid) == pid]  # fmt: skip
+    os.killpg(worker, signal.SIGKILL)
+    assert api.delete("/services/survivor").status_code == 202  # while no worker runs
+    up.wait_for(r"^worker exited with code -9; restarting it in \d+ s", timeout=30)
+    up.wait_for(r"^worker restarted", timeout=30)
+    assert wait_deleted(api, ["survivor"], timeout=90) == []

@@ -74,10 +74,9 @@ class Up:
         return self.finish(timeout)
 
 
-def leftovers(home: Path, ports: tuple[int, ...] = (), services: tuple[str, ...] = ()) -> list[str]:
-    """What is still running of the stack whose home is `home`: processes that inherited its
-    WHARF_HOME (API, gateway, worker, embedded Redis, local engines), ports still held, and
-    Docker containers of its services."""
+def stack_processes(home: Path) -> list[tuple[int, str]]:
+    """(pid, command line) of every process that inherited WHARF_HOME=home: the API, gateway,
+    worker and embedded Redis of a stack started with that home."""
     marker = f"WHARF_HOME={home}".encode()
     found = []
     for proc in Path("/proc").iterdir():
@@ -89,9 +88,24 @@ def leftovers(home: Path, ports: tuple[int, ...] = (), services: tuple[str, ...]
         except OSError:  # gone meanwhile, or a kernel thread
             continue
         if marker in environ:
-            found.append(f"process {proc.name}: {cmdline.strip()}")
+            found.append((int(proc.name), cmdline.strip()))
+    return found
+
+
+def leftovers(home: Path, ports: tuple[int, ...] = (), services: tuple[str, ...] = ()) -> list[str]:
+    """What is still running of the stack whose home is `home`: its processes (see
+    stack_processes; engines no longer inherit WHARF_HOME, hence the ports and containers),
+    ports still held, and Docker containers of its services."""
+    found = [f"process {pid}: {cmdline}" for pid, cmdline in stack_processes(home)]
     found += [f"port {port} still in use" for port in ports if port_taken(port)]
-    return found + _containers(services)
+    return found + _local_engines(home) + _containers(services)
+
+
+def _local_engines(home: Path) -> list[str]:
+    from workers.runtimes.process import ProcessRuntime
+
+    runtime = ProcessRuntime("/nonexistent", home / "instances")
+    return [f"engine process {i.name}" for i in runtime.list() if i.running]
 
 
 def _containers(services: tuple[str, ...]) -> list[str]:

@@ -5,6 +5,7 @@ import time
 
 from django.conf import settings
 
+from controlplane.services.events import record_once
 from controlplane.services.models import Service
 from controlplane.usage import flush
 from workers import storage
@@ -15,6 +16,7 @@ from workers.runtimes import get_runtime
 
 log = logging.getLogger(__name__)
 REQUEUE_DELAY = 2.0  # seconds between passes while a service is still moving
+FAILED_DELAY = 15.0  # seconds before a pass that raised is tried again
 
 
 def _pending_key(name: str) -> str:
@@ -38,11 +40,33 @@ def reconcile_service(name: str) -> None:
         enqueue_reconcile(name, countdown=REQUEUE_DELAY)
         return
     try:
-        moving = reconcile(name, get_runtime())
+        again = reconcile_isolated(name, get_runtime())
     finally:
         lock.release()
-    if moving:
-        enqueue_reconcile(name, countdown=REQUEUE_DELAY)
+    if again is not None:
+        enqueue_reconcile(name, countdown=again)
+
+
+def reconcile_isolated(name: str, runtime) -> float | None:
+    """One pass; seconds until the next one, or None once the service has settled. A pass
+    that raises (a runtime that does not answer, a database error, a bug) is this service's
+    problem alone: it is recorded as an event and retried later, never raised."""
+    try:
+        return REQUEUE_DELAY if reconcile(name, runtime) else None
+    except Exception as exc:  # an isolation boundary
+        log.exception("reconcile of %s failed; retrying in %.0f s", name, FAILED_DELAY)
+        _record_failure(name, exc)
+        return FAILED_DELAY
+
+
+def _record_failure(name: str, exc: Exception) -> None:
+    """An event the service's page shows, once per distinct failure."""
+    try:
+        service = Service.objects.filter(name=name).first()
+        if service is not None:
+            record_once(service, "ReconcileFailed", f"{type(exc).__name__}: {exc}"[:2000])
+    except Exception:  # the database may be what failed; the log line above has it all
+        log.exception("could not record the failure of %s", name)
 
 
 @app.task(name="workers.tasks.reconcile_all")

@@ -10,3 +10,12 @@ log = logging.getLogger("wharf.events")
 def record(service: Service, reason: str, message: str, instance: str = "") -> Event:
     log.info("%s %s%s: %s", service.name, reason, f" [{instance}]" if instance else "", message)
     return Event.objects.create(service=service, instance=instance, reason=reason, message=message)
+
+
+def record_once(service: Service, reason: str, message: str, instance: str = "") -> Event | None:
+    """Record unless the service's latest event says the same: a condition found on every
+    pass (a spec the gateway cannot route) is one event, not one per pass."""
+    latest = service.events.order_by("-id").first()
+    if latest and (latest.reason, latest.message, latest.instance) == (reason, message, instance):
+        return None
+    return record(service, reason, message, instance)

@@ -20,7 +20,9 @@ from contracts.routing import (
     Snapshot,
 )
 from controlplane.services.choices import DesiredState, InstanceState
+from controlplane.services.events import record_once
 from controlplane.services.models import Service
+from controlplane.services.spec import Pd, Rpc, ServiceSpec, typed_spec
 from controlplane.tokens.models import ApiKey
 
 log = logging.getLogger(__name__)
@@ -35,16 +37,23 @@ def build_snapshot() -> Snapshot:
 
 
 def _routed_services() -> dict[str, RoutedService]:
+    """Every live service the gateway can route. One it cannot (a spec stored before a rule
+    tightened, a value nothing expected) is left out with an event saying why: it must never
+    stop the snapshot, and with it every other service's routing and key changes."""
     services = {}
     queryset = Service.objects.exclude(desired_state=DesiredState.DELETED).prefetch_related(
         "tokens", "instances"
     )
     for service in queryset:
-        services[service.name] = _routed_service(service)
+        try:
+            services[service.name] = _routed_service(service, typed_spec(service.spec))
+        except Exception as exc:  # an isolation boundary: this service only
+            log.warning("routing snapshot: leaving out %s: %s", service.name, exc)
+            record_once(service, "Unroutable", f"left out of the gateways' routing: {exc}")
     return services
 
 
-def _routed_service(service: Service) -> RoutedService:
+def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
     ready = [
         RoutedInstance(name=i.name, url=i.url, role=i.role)
         for i in service.instances.all()
@@ -52,38 +61,31 @@ def _routed_service(service: Service) -> RoutedService:
     ]
     if service.desired_state != DesiredState.RUNNING:
         ready = []
-    spec = service.spec or {}
-    llm = spec.get("llm") or {}
-    names = (llm["served_model_name"],) if llm.get("served_model_name") else ()
-    # The stored spec passed validation when it was written, so its numbers are numbers.
-    rpc = (spec.get("metadata") or {}).get("rpc") or {}
-    keepalive = rpc.get("keepalive")
+    rpc = spec.metadata.rpc or Rpc()
     return RoutedService(
         name=service.name,
-        served_model_names=names,
+        served_model_names=spec.served_model_names,
         token_digests=frozenset(t.digest for t in service.tokens.all()),
         instances=tuple(ready),
-        rate_limit=int(rpc.get("rate_limit") or DEFAULT_RATE_LIMIT),
-        max_queue_size=rpc.get("max_queue_size"),
-        timeout=keepalive / 1000 if keepalive else None,  # EAS gives it in milliseconds
-        pd=_pd_routing(llm.get("pd")),
+        rate_limit=rpc.rate_limit or DEFAULT_RATE_LIMIT,
+        max_queue_size=rpc.max_queue_size,
+        timeout=rpc.keepalive / 1000 if rpc.keepalive else None,  # EAS gives milliseconds
+        pd=_pd_routing(spec.llm.pd if spec.llm else None),
     )
 
 
-def _pd_routing(pd: dict | None) -> PdRouting | None:
+def _pd_routing(pd: Pd | None) -> PdRouting | None:
     """What the gateway needs to route a prefill/decode-separated service."""
-    if not pd:
+    if pd is None:
         return None
     from workers.engines.pd import router_hints  # pure: what each connector asks of the router
 
-    connector = pd.get("kv_connector", "ExampleConnector")
-    router = pd.get("router") or {}
     return PdRouting(
-        connector=connector,
-        prefill_policy=router.get("prefill_policy", "least_outstanding"),
-        decode_policy=router.get("decode_policy", "least_outstanding"),
-        on_prefill_failure=pd.get("on_prefill_failure", "fail"),
-        hints=router_hints(connector),
+        connector=pd.kv_connector,
+        prefill_policy=pd.router.prefill_policy,
+        decode_policy=pd.router.decode_policy,
+        on_prefill_failure=pd.on_prefill_failure,
+        hints=router_hints(pd.kv_connector),
     )
 
 

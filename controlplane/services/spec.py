@@ -2,8 +2,10 @@
 
 Pure validation, no Django and no I/O: `parse_spec(data)` returns a typed `ServiceSpec` or
 raises `SpecError` carrying every bad field, named by its JSON path (`containers[0].port`).
-EAS sections accept fields Wharf does not use yet, so an EAS user's JSON deploys as is;
-Wharf's own `llm` section rejects unknown fields, so a typo is caught.
+
+One strict schema: types are types (no string for a number, no true for 1), every number and
+string and list has a bound, and a field Wharf does not act on is refused by name rather than
+silently ignored. So whatever the API accepts, the workers and the gateway can use.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -26,6 +28,24 @@ MODEL_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0
 OBJECT_STORAGE_SCHEMES = ("oss", "obs", "s3")
 OBJECT_URI = re.compile(r"^(oss|obs|s3)://[a-z0-9][a-z0-9.-]{1,62}(/.*)?$")
 REDACTED = "******"
+# Names the API routes use after /services/: a service of that name could not be reached.
+RESERVED_NAMES = frozenset({"preview"})
+
+# Bounds: generous for any real deployment, small enough that every part can use the value.
+MAX_STRING = 1024  # any string without a bound of its own
+MAX_COMMAND = 65536  # a command line or script
+MAX_ENV_VALUE = 32768
+MAX_CARDS = 64  # cards per instance (also the largest tensor-parallel degree)
+MAX_INSTANCES = 64  # instances per service or role
+MAX_TOKENS = 16 * 1024 * 1024  # lengths and batch sizes counted in tokens
+CARD_COUNT = Field(default=0, ge=0, le=MAX_CARDS)
+OptionValue = (
+    str
+    | Annotated[int, Field(ge=-(2**63), lt=2**63)]
+    | Annotated[float, Field(ge=-1e15, le=1e15)]
+    | bool
+)
+SAFE_WORD = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"  # engine names passed as one argument
 
 
 class SpecError(ValueError):
@@ -34,27 +54,24 @@ class SpecError(ValueError):
         self.errors = errors
 
 
-class _Eas(BaseModel):
-    """EAS sections keep fields Wharf does not act on yet."""
-
-    model_config = ConfigDict(extra="allow", str_strip_whitespace=True)
-
-
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, str_strip_whitespace=True, str_max_length=MAX_STRING,
+        allow_inf_nan=False,
+    )  # fmt: skip
 
 
-class EnvVar(_Eas):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    value: str = ""
+class EnvVar(_Strict):
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    value: str = Field(default="", max_length=MAX_ENV_VALUE)
 
 
-class Container(_Eas):
-    image: str | None = None
-    command: str | None = None
-    script: str | None = None
+class Container(_Strict):
+    image: str | None = Field(default=None, max_length=512)
+    command: str | None = Field(default=None, max_length=MAX_COMMAND)
+    script: str | None = Field(default=None, max_length=MAX_COMMAND)
     port: int | None = Field(default=None, ge=1, le=65535)
-    env: list[EnvVar] = []
+    env: list[EnvVar] = Field(default=[], max_length=256)
 
     @field_validator("image")
     @classmethod
@@ -77,12 +94,12 @@ class Container(_Eas):
         return self
 
 
-class EmptyDir(_Eas):
+class EmptyDir(_Strict):
     medium: Literal["", "memory"] = ""
-    size_limit: int | None = Field(default=None, gt=0, description="GB")
+    size_limit: int | None = Field(default=None, gt=0, le=4096, description="GB")
 
 
-class ObjectStorage(_Eas):
+class ObjectStorage(_Strict):
     path: str
     endpoint: str | None = None
     # Optional per-entry credentials; else WHARF_<SCHEME>_ACCESS_KEY_ID/_SECRET from the
@@ -91,13 +108,13 @@ class ObjectStorage(_Eas):
     access_key_secret: str | None = None
 
 
-class Nfs(_Eas):
-    server: str
-    path: str
+class Nfs(_Strict):
+    server: str = Field(min_length=1, max_length=253)
+    path: str = Field(min_length=1)
     readOnly: bool = False  # noqa: N815 (EAS spelling)
 
 
-class StorageEntry(_Eas):
+class StorageEntry(_Strict):
     mount_path: str
     empty_dir: EmptyDir | None = None
     oss: ObjectStorage | None = None
@@ -126,19 +143,19 @@ class StorageEntry(_Eas):
         return self
 
 
-class Rpc(_Eas):
-    max_queue_size: int | None = Field(default=None, ge=1)
-    keepalive: int | None = Field(default=None, ge=1, description="ms")
-    rate_limit: int | None = Field(default=None, ge=1, description="requests/s")
+class Rpc(_Strict):
+    max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
+    keepalive: int | None = Field(default=None, ge=1, le=86_400_000, description="ms")
+    rate_limit: int | None = Field(default=None, ge=1, le=1_000_000, description="requests/s")
 
 
-class Metadata(_Eas):
-    instance: int = Field(default=1, ge=0, le=64)
-    cpu: float | None = Field(default=None, gt=0)
-    memory: int | None = Field(default=None, gt=0, description="MB")
-    gpu: int = Field(default=0, ge=0)
-    npu: int = Field(default=0, ge=0)
-    shm_size: int | None = Field(default=None, gt=0, description="GB")
+class Metadata(_Strict):
+    instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
+    cpu: float | None = Field(default=None, gt=0, le=4096)
+    memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
+    gpu: int = CARD_COUNT
+    npu: int = CARD_COUNT
+    shm_size: int | None = Field(default=None, gt=0, le=4096, description="GB")
     rpc: Rpc | None = None
 
 
@@ -183,7 +200,6 @@ class Speculative(_Strict):
         return self
 
 
-OptionValue = str | int | float | bool
 PD_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
 ROLES = ("prefill", "decode")
 
@@ -191,10 +207,10 @@ ROLES = ("prefill", "decode")
 class PdRole(_Strict):
     """One side of a prefill/decode-separated service."""
 
-    instance: int = Field(default=1, ge=1, le=64)
-    gpu: int = Field(default=0, ge=0)
-    npu: int = Field(default=0, ge=0)
-    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    instance: int = Field(default=1, ge=1, le=MAX_INSTANCES)
+    gpu: int = CARD_COUNT
+    npu: int = CARD_COUNT
+    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_CARDS)
 
 
 class PdRouter(_Strict):
@@ -208,7 +224,7 @@ class Pd(_Strict):
     prefill: PdRole
     decode: PdRole
     # Which KV-cache transfer the engines use; each engine adapter knows its own.
-    kv_connector: str = "ExampleConnector"
+    kv_connector: str = Field(default="ExampleConnector", pattern=SAFE_WORD)
     router: PdRouter = PdRouter()
     # When no prefill instance can serve: fail the request (503) or let decode do it all.
     on_prefill_failure: Literal["fail", "decode_only"] = "fail"
@@ -223,21 +239,21 @@ class Llm(_Strict):
     engine: str
     model: str | None = None
     served_model_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][\w./:-]{0,127}$")
-    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
-    max_model_len: int | None = Field(default=None, ge=16)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_CARDS)
+    max_model_len: int | None = Field(default=None, ge=16, le=MAX_TOKENS)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    max_num_seqs: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=65536)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     enable_chunked_prefill: bool | None = None
-    chunked_prefill_size: int | None = Field(default=None, ge=1)
-    quantization: str | None = Field(default=None, min_length=1)
-    kv_cache_dtype: str | None = Field(default=None, min_length=1)
+    chunked_prefill_size: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    quantization: str | None = Field(default=None, pattern=SAFE_WORD)
+    kv_cache_dtype: str | None = Field(default=None, pattern=SAFE_WORD)
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
     speculative: Speculative | None = None
     pd: Pd | None = None
     # Engine flags Wharf has no field for: {"--block-size": 16, "--enable-prefix-caching": true}
-    options: dict[str, OptionValue] = {}
-    extra_args: list[str] = []
+    options: dict[str, OptionValue] = Field(default={}, max_length=128)
+    extra_args: list[str] = Field(default=[], max_length=256)
 
     @field_validator("options")
     @classmethod
@@ -260,10 +276,10 @@ class Llm(_Strict):
         return None if value is None else _model_reference(value)
 
 
-class ServiceSpec(_Eas):
+class ServiceSpec(_Strict):
     name: str
-    containers: list[Container] = []
-    storage: list[StorageEntry] = []
+    containers: list[Container] = Field(default=[], max_length=8)
+    storage: list[StorageEntry] = Field(default=[], max_length=64)
     metadata: Metadata = Metadata()
     llm: Llm | None = None
 
@@ -274,6 +290,8 @@ class ServiceSpec(_Eas):
             raise ValueError(
                 "a service name starts with a letter and has up to 63 letters, digits, '_' or '-'"
             )
+        if value.lower() in RESERVED_NAMES:
+            raise ValueError(f"{value!r} is a name the API uses for a route; choose another name")
         return value
 
     @property
@@ -295,9 +313,17 @@ class ServiceSpec(_Eas):
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+# The tags pydantic puts in an error's location for each member of OptionValue's union.
+UNION_TAGS = frozenset({"str", "int", "float", "bool", "constrained-str", "constrained-int",
+                        "constrained-float"})  # fmt: skip
+OPTION_VALUE = "give a string, a whole number below 2**63, a number up to 1e15, or true/false"
+
+
 def _path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
+        if part in UNION_TAGS:
+            break
         if isinstance(part, int):
             out += f"[{part}]"
         else:
@@ -306,6 +332,10 @@ def _path(loc: tuple[Any, ...]) -> str:
 
 
 def _message(error: dict[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "Wharf does not support this field (yet); remove it"
+    if error["loc"] and error["loc"][-1] in UNION_TAGS:
+        return OPTION_VALUE
     message = str(error["msg"])
     return message.removeprefix("Value error, ")
 
@@ -400,16 +430,26 @@ def _pd_checks(llm: Llm) -> dict[str, list[str]]:
 
 
 def parse_spec(data: Any) -> ServiceSpec:
-    if not isinstance(data, dict):
-        raise SpecError({"spec": ["the spec must be a JSON object"]})
-    try:
-        spec = ServiceSpec.model_validate(data)
-    except ValidationError as exc:
-        errors: dict[str, list[str]] = {}
-        for error in exc.errors():
-            errors.setdefault(_path(error["loc"]), []).append(_message(error))
-        raise SpecError(errors) from None
+    """The spec, or SpecError naming every bad field: the schema, then the rules that span
+    sections."""
+    spec = typed_spec(data)
     errors = _cross_checks(spec)
     if errors:
         raise SpecError(errors)
     return spec
+
+
+def typed_spec(data: Any) -> ServiceSpec:
+    """The spec's schema alone (types, bounds, fields), for readers such as the routing
+    snapshot that need its values but not the rules that decide whether it may deploy."""
+    if not isinstance(data, dict):
+        raise SpecError({"spec": ["the spec must be a JSON object"]})
+    try:
+        return ServiceSpec.model_validate(data)
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for error in exc.errors():
+            messages = errors.setdefault(_path(error["loc"]), [])
+            if (message := _message(error)) not in messages:
+                messages.append(message)
+        raise SpecError(errors) from None

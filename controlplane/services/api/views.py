@@ -25,6 +25,8 @@ from controlplane.services.secrets import keep_secrets
 from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
 from controlplane.tokens.models import ServiceToken
 
+MAX_EVENTS = 1000  # events in one answer
+
 
 def _validated(data) -> ServiceSpec:
     """The spec, checked by the schema and then by its engine; every error at once."""
@@ -59,6 +61,8 @@ class ServiceList(APIView):
     def get(self, request: Request) -> Response:
         services = Service.objects.exclude(desired_state=DesiredState.DELETED)
         if phase := request.query_params.get("phase"):
+            if phase not in Phase.values:
+                raise ParseError({"phase": [f"one of {', '.join(Phase.values)}"]})
             services = services.filter(phase=phase)
         return Response(ServiceSerializer(services, many=True).data)
 
@@ -155,10 +159,10 @@ class ServiceInstances(APIView):
 class ServiceEvents(APIView):
     def get(self, request: Request, name: str) -> Response:
         service = get_object_or_404(Service, name=name)
-        try:
-            limit = min(int(request.query_params.get("limit", 100)), 1000)
-        except ValueError:
-            raise ParseError("limit must be a number") from None
+        limit = request.query_params.get("limit", "100")
+        if not (limit.isascii() and limit.isdigit() and 1 <= int(limit) <= MAX_EVENTS):
+            raise ParseError({"limit": [f"a whole number from 1 to {MAX_EVENTS}"]})
+        limit = int(limit)
         return Response(EventSerializer(service.events.all()[:limit], many=True).data)
 
 

@@ -87,7 +87,10 @@ class Command(BaseCommand):
             except httpx.HTTPError as error:
                 raise stack.failed("api", f"stopped answering ({error})") from None
             self.summary(stack, admin_password, api_token, token)
-            signal.pause()  # until Ctrl-C or a stop signal raises KeyboardInterrupt
+            while True:  # until Ctrl-C or a stop signal raises KeyboardInterrupt
+                for line in stack.supervise():
+                    self.stdout.write(line)
+                time.sleep(1)
         finally:
             with signals_held():
                 self.step("stopping")
