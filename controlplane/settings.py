@@ -14,6 +14,9 @@ from contracts.env import envbool, envint, envstr, secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 WHARF_HOME = Path(envstr("WHARF_HOME", str(BASE_DIR / ".wharf"))).resolve()
+# It holds the secret key and the embedded database: made readable by its owner only.
+if not WHARF_HOME.exists():
+    WHARF_HOME.mkdir(parents=True, mode=0o700)
 
 
 def _secret_key() -> str:
@@ -24,8 +27,8 @@ def _secret_key() -> str:
     path = WHARF_HOME / "secret_key"
     if not path.exists():
         WHARF_HOME.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)  # owner-only before the secret is in it
         path.write_text(secrets.token_urlsafe(48))
-        path.chmod(0o600)
     return path.read_text().strip()
 
 

@@ -177,3 +177,9 @@ def test_a_killed_worker_comes_back_and_a_pending_delete_converges(running):
     up.wait_for(r"^worker exited with code -9; restarting it in \d+ s", timeout=30)
     up.wait_for(r"^worker restarted", timeout=30)
     assert wait_deleted(api, ["survivor"], timeout=90) == []
+
+
+def test_secret_files_are_readable_by_their_owner_only(running):
+    up, _ = running
+    for path in (up.home, up.home / "secret_key", up.home / "wharf.sqlite3", up.home / "logs"):
+        assert path.stat().st_mode & 0o077 == 0, f"{path} is open to others"

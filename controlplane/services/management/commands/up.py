@@ -49,6 +49,8 @@ class Command(BaseCommand):
         self.stdout.write(self.style.MIGRATE_HEADING(f"==> {message}"))
 
     def handle(self, *args, api_port: int | None, gateway_port: int | None, no_demo: bool, **_):
+        # Whatever the stack writes (database, logs, secret key) is readable by this user only.
+        os.umask(0o077)
         # Progress as it happens, also when the output is piped (`make run | tee run.log`).
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
         # SIGTERM and SIGHUP stop the stack the way Ctrl-C does, start-up included.
