@@ -34,6 +34,7 @@ from starlette.types import Receive, Scope, Send
 from contracts.routing import RoutedKey, RoutedService, Snapshot
 from contracts.tokens import bearer_token, token_digest
 from contracts.usage import SERVICE_TOKEN_ID
+from gateway import body as bodies
 from gateway import errors, metrics
 from gateway.balancer import Balancer
 from gateway.config import Settings, load_settings
@@ -53,12 +54,8 @@ log = logging.getLogger(__name__)
 # treated as down (limits count in-process) rather than holding requests up.
 _REDIS_TIMEOUT_S = 1.0
 _REDIS_CONNECTIONS = 128
-# Admission charges prompt + max_tokens against a key's tokens per minute; without a
-# max_tokens, OpenAI's completions default. The real usage replaces the estimate afterwards.
-_DEFAULT_MAX_TOKENS = 16
 # The OpenAI generation routes, also reachable through the EAS form.
 _GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
-_INCLUDE_USAGE = b'"stream_options":{"include_usage":true},'
 
 
 @dataclass
@@ -79,14 +76,6 @@ class Caller:
 
 
 _SERVICE_TOKEN = Caller(SERVICE_TOKEN_ID)
-
-
-@dataclass(frozen=True)
-class _Body:
-    """What the gateway reads from a generation request body: as little as it needs."""
-
-    data: dict[str, Any]
-    model: str
 
 
 def _runtime(request: Request) -> Runtime:
@@ -177,8 +166,8 @@ def _forward(
     prompt = len(body) // 4
     strip_usage = False
     if data is not None:
-        body, strip_usage = _ask_for_usage(data, body)
-    tokens = prompt + (_max_tokens(data) if data is not None else _DEFAULT_MAX_TOKENS)
+        body, strip_usage = bodies.ask_for_usage(data, body)
+    tokens = prompt + bodies.max_tokens(data)
     drop = frozenset({"accept-encoding"}) if data is not None else frozenset()
     prefill, policy = None, "least_outstanding"
     if service.pd is not None:
@@ -212,33 +201,6 @@ def _forward(
     return ProxyResponse(runtime.plane, call)
 
 
-def _max_tokens(data: dict[str, Any]) -> int:
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = data.get(name)
-        if isinstance(value, int) and value > 0:
-            return value
-    return _DEFAULT_MAX_TOKENS
-
-
-def _ask_for_usage(data: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
-    """The body with stream_options.include_usage set for a stream, and whether we set it.
-
-    Usage is only in a stream's last event if asked for. Without stream_options the
-    setting is spliced into the bytes (no re-serializing); the event it brings is then
-    stripped from what the client receives.
-    """
-    if data.get("stream") is not True:
-        return body, False
-    options = data.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
-        return body, False
-    if options is None:
-        at = body.index(b"{") + 1
-        return body[:at] + _INCLUDE_USAGE + body[at:], True
-    merged = {**(options if isinstance(options, dict) else {}), "include_usage": True}
-    return json.dumps({**data, "stream_options": merged}).encode(), True
-
-
 async def predict(request: Request) -> Response:
     """EAS form: /api/predict/<service>/<path> goes to <instance>/<path>."""
     arrived = time.perf_counter()
@@ -252,22 +214,19 @@ async def predict(request: Request) -> Response:
     if isinstance(caller, Response):
         return caller
     assert service is not None
-    body = await request.body()
+    body = await bodies.read(request, runtime.settings.max_body_bytes)
+    if isinstance(body, bodies.Invalid):
+        return errors.invalid_body(body)
     tail = _eas_tail(request)
-    data = None
-    if ("/" + tail.lstrip("/")).split("?")[0] in _GENERATION_PATHS:
+    data: dict[str, Any] | None = None
+    if request.method == "POST" and ("/" + tail.lstrip("/")).split("?")[0] in _GENERATION_PATHS:
         # An OpenAI call in EAS form: read like one, for usage and token limits (its body
-        # need not name a model; if it is not JSON, the engine says so).
-        data = _json_object(body)
+        # need not name a model).
+        parsed = bodies.parse(body, model_required=False)
+        if isinstance(parsed, bodies.Invalid):
+            return errors.invalid_body(parsed)
+        data = parsed
     return _forward(request, runtime, service, caller, tail, body, data, arrived)
-
-
-def _json_object(body: bytes) -> dict[str, Any] | None:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _eas_tail(request: Request) -> str:
@@ -284,32 +243,8 @@ def _eas_tail(request: Request) -> str:
     return tail
 
 
-def _parse_body(body: bytes) -> _Body | Response:
-    """The JSON object and its `model`, or the 400 that says what is wrong with the body."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return errors.error_response(
-            400,
-            errors.INVALID_REQUEST,
-            "invalid_json",
-            'The request body must be a JSON object, e.g. {"model": "<model>", "prompt": "Hello"}.',
-        )
-    model = data.get("model") if isinstance(data, dict) else None
-    if not isinstance(model, str) or not model:
-        return errors.error_response(
-            400,
-            errors.INVALID_REQUEST,
-            "missing_model",
-            "The request body needs a 'model' field naming the service or one of its served "
-            "model names; GET /v1/models lists the models your token can call.",
-        )
-    assert isinstance(data, dict)
-    return _Body(data, model)
-
-
 def _engine_body(
-    service: RoutedService, parsed: _Body, body: bytes
+    service: RoutedService, model: str, data: dict[str, Any], body: bytes
 ) -> tuple[bytes, dict[str, Any]]:
     """The body for the engine, whose model names are the served ones, not the service's name.
 
@@ -317,9 +252,9 @@ def _engine_body(
     and would answer 404, so the name is swapped for the first served name. Otherwise the
     body goes through byte for byte.
     """
-    if not service.served_model_names or parsed.model in service.served_model_names:
-        return body, parsed.data
-    data = {**parsed.data, "model": service.served_model_names[0]}
+    if not service.served_model_names or model in service.served_model_names:
+        return body, data
+    data = {**data, "model": service.served_model_names[0]}
     return json.dumps(data).encode(), data
 
 
@@ -327,20 +262,23 @@ async def openai_route(request: Request) -> Response:
     """OpenAI form: the body's `model` picks the service; the path is forwarded unchanged."""
     arrived = time.perf_counter()
     runtime = _runtime(request)
-    body = await request.body()
-    parsed = _parse_body(body)
-    if isinstance(parsed, Response):
-        return parsed
+    body = await bodies.read(request, runtime.settings.max_body_bytes)
+    if isinstance(body, bodies.Invalid):
+        return errors.invalid_body(body)
+    data = bodies.parse(body, model_required=True)
+    if isinstance(data, bodies.Invalid):
+        return errors.invalid_body(data)
+    model: str = data["model"]
     if not runtime.watcher.loaded:
         return errors.routing_not_loaded()
     snapshot = runtime.watcher.current
-    service = snapshot.find_by_model(parsed.model)
+    service = snapshot.find_by_model(model)
     if service is None:
-        return errors.unknown_model(parsed.model)
-    caller = _authorize(request, runtime, snapshot, service, parsed.model)
+        return errors.unknown_model(model)
+    caller = _authorize(request, runtime, snapshot, service, model)
     if isinstance(caller, Response):
         return caller
-    body, data = _engine_body(service, parsed, body)
+    body, data = _engine_body(service, model, data, body)
     path = request.scope["path"]
     return _forward(request, runtime, service, caller, path, body, data, arrived)
 

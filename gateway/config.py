@@ -8,6 +8,10 @@ from contracts import env
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
 from contracts.usage import USAGE_PREFIX
 
+# A request body is held whole before it is forwarded (and a generation call's parsed), so
+# larger ones are refused with 413: four times a 1M-token prompt, room for inline images.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
 
 class ConfigError(RuntimeError):
     """A setting is missing or unusable; the message says which variable to set."""
@@ -37,6 +41,7 @@ class Settings:
     # How long an instance that refused a connection or timed out is passed over.
     cooldown: float = 5.0
     usage_flush_interval: float = 1.0
+    max_body_bytes: int = MAX_BODY_BYTES
 
 
 def load_settings() -> Settings:
@@ -53,9 +58,13 @@ def load_settings() -> Settings:
             "WHARF_GATEWAY_SNAPSHOT_POLL and WHARF_GATEWAY_UPSTREAM_TIMEOUT must be positive "
             "numbers of seconds."
         )
+    max_body = env.envint("WHARF_GATEWAY_MAX_BODY_BYTES", MAX_BODY_BYTES)
+    if max_body <= 0:
+        raise ConfigError("WHARF_GATEWAY_MAX_BODY_BYTES must be a positive number of bytes.")
     return Settings(
         redis_url=env.envstr("REDIS_URL", "redis://127.0.0.1:6379/0"),
         secret_key=secret.encode(),
         snapshot_poll=poll,
         upstream_timeout=timeout,
+        max_body_bytes=max_body,
     )

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 
 from starlette.responses import JSONResponse
 
+from gateway.body import Invalid
+
 INVALID_REQUEST = "invalid_request_error"
 AUTHENTICATION = "authentication_error"
 PERMISSION = "permission_error"
@@ -21,9 +23,17 @@ def error_response(
     code: str,
     message: str,
     headers: Mapping[str, str] | None = None,
+    param: str | None = None,
 ) -> JSONResponse:
-    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def invalid_body(invalid: Invalid) -> JSONResponse:
+    """A body the gateway will not forward: 400 (413 when too large), naming the field."""
+    return error_response(
+        invalid.status, INVALID_REQUEST, invalid.code, invalid.message, param=invalid.param
+    )
 
 
 def missing_token() -> JSONResponse:
