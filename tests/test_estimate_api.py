@@ -6,6 +6,7 @@ The project's urls.py wires the view separately; this module wires it itself.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -122,4 +123,89 @@ def test_config_missing_a_key_names_it(api):
     config = {k: v for k, v in LLAMA3_8B.items() if k != "num_hidden_layers"}
     response = post(api, {"config": config, "card_memory_gb": 80})
     assert response.status_code == 400
-    assert "num_hidden_layers" in response.json()["errors"]["config"][0]
+    assert "is missing" in response.json()["errors"]["config.num_hidden_layers"][0]
+
+
+@pytest.mark.timeout(10)
+def test_absurd_layer_count_is_refused_at_once(api):
+    started = time.perf_counter()
+    response = post(
+        api, {"config": {**LLAMA3_8B, "num_hidden_layers": 10**9}, "card_memory_gb": 80}
+    )
+    assert time.perf_counter() - started < 1
+    assert response.status_code == 400
+    assert "from 1 to 4,096" in response.json()["errors"]["config.num_hidden_layers"][0]
+
+
+def test_every_bad_config_value_is_named_with_the_options(api):
+    config = {**LLAMA3_8B, "rope_scaling": [1], "num_attention_heads": 0, "vocab_size": "big"}
+    errors = post(api, {"config": config, "card_memory_gb": -1}).json()["errors"]
+    assert set(errors) == {
+        "card_memory_gb", "config.rope_scaling", "config.num_attention_heads", "config.vocab_size",
+    }  # fmt: skip
+
+
+def test_bad_config_in_the_store_is_named_under_model(api, store):
+    (store / "broken").mkdir()
+    (store / "broken" / "config.json").write_text(json.dumps({**LLAMA3_8B, "head_dim": "128"}))
+    response = post(api, {"model": "broken", "card_memory_gb": 80})
+    assert response.status_code == 400
+    assert "model.head_dim" in response.json()["errors"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a\x00b",
+        "x" * 300,
+        "llama3-8b\n",
+        "org/model/extra",
+        "-rf",
+        ".hidden",
+        "a/./b",
+        " ",
+        "llama3-8b/",
+    ],
+)
+def test_unsafe_model_name_is_refused(api, store, name):
+    response = post(api, {"model": name, "card_memory_gb": 80})
+    assert response.status_code == 400
+    assert "model" in response.json()["errors"]
+
+
+def test_deeply_nested_store_config_is_refused(api, store):
+    (store / "deep").mkdir()
+    (store / "deep" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    response = post(api, {"model": "deep", "card_memory_gb": 80})
+    assert response.status_code == 400 and "model" in response.json()["errors"]
+
+
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_body_is_refused(api, depth):
+    body = '{"card_memory_gb": 80, "config": ' + '{"a": ' * depth + "1" + "}" * (depth + 1)
+    response = api.post(URL, body, content_type="application/json")
+    assert response.status_code == 400 and "nested" in response.json()["detail"]
+
+
+def test_body_over_a_mebibyte_is_refused(api):
+    body = json.dumps({"config": {**LLAMA3_8B, "padding": "x" * 2**21}, "card_memory_gb": 80})
+    assert api.post(URL, body, content_type="application/json").status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("card_memory_gb", "1e400"),  # JSON's overflow: Python reads it as infinity
+        ("card_memory_gb", "1e300"),
+        ("card_memory_gb", "1" + "0" * 400),  # an int float() cannot hold
+        ("gpu_memory_utilization", "1" + "0" * 400),
+        ("max_model_len", str(10**30)),
+        ("cards", str(2**63)),
+        ("gpu_memory_utilization", "-1e400"),
+    ],
+)
+def test_numbers_past_their_bounds_are_refused(api, field, value):
+    body = f'{{"config": {json.dumps(LLAMA3_8B)}, "card_memory_gb": 80, "{field}": {value}}}'
+    response = api.post(URL, body, content_type="application/json")
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {field}

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import timeit
+
 import pytest
 
 from benchmarks.sizing_configs import CONFIGS, PUBLISHED_PARAMS_B
+from workers.model_config import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 from workers.sizing import (
     GIB,
     MAX_CARDS,
@@ -219,3 +222,49 @@ def test_unknown_dtype_is_refused():
 def test_benchmark_configs_match_published_sizes(model):
     """The configs the ModelArts comparison runs on count what their model cards publish."""
     assert near(count_params(CONFIGS[model]).total, PUBLISHED_PARAMS_B[model] * 1e9)
+
+
+def sparse_layers_one_by_one(config: dict) -> int:
+    """The sparse layers counted the slow, obvious way: a reference for the closed form."""
+    dense_first, dense = config.get("first_k_dense_replace", 0), config.get("mlp_only_layers", [])
+    if "decoder_sparse_step" in config:
+        step, shift = max(1, config["decoder_sparse_step"]), 1
+    else:
+        step, shift = max(1, config.get("moe_layer_freq", 1)), 0
+    return sum(
+        layer >= dense_first and layer not in dense and (layer + shift) % step == 0
+        for layer in range(config["num_hidden_layers"])
+    )
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"decoder_sparse_step": 2},
+        {"decoder_sparse_step": 3, "mlp_only_layers": [2, 5, 5, 7, 40]},
+        {"decoder_sparse_step": 0, "mlp_only_layers": [0, 23]},
+        {"first_k_dense_replace": 3, "moe_layer_freq": 2},
+        {"first_k_dense_replace": 30},
+        {"first_k_dense_replace": 1, "moe_layer_freq": 5, "mlp_only_layers": [5, 6]},
+    ],
+)
+def test_sparse_layers_are_counted_without_walking_the_layers(layout):
+    moe = {k: v for k, v in QWEN1_5_MOE_A2_7B.items() if k != "decoder_sparse_step"}
+    all_dense = count_params({**moe, "num_experts": 0}).total
+    sparse_minus_dense = (count_params(moe).total - all_dense) // moe["num_hidden_layers"]
+    config = {**moe, **layout}
+    expected = all_dense + sparse_layers_one_by_one(config) * sparse_minus_dense
+    assert count_params(config).total == expected
+
+
+def test_an_estimate_at_every_bound_takes_milliseconds():
+    config = {
+        **QWEN3_30B_A3B, "num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH,
+        "intermediate_size": MAX_WIDTH, "moe_intermediate_size": MAX_WIDTH,
+        "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS,
+        "num_experts": MAX_EXPERTS, "vocab_size": MAX_VOCAB,
+        "mlp_only_layers": list(range(0, MAX_LAYERS, 2)),
+    }  # fmt: skip
+    fastest = min(timeit.repeat(lambda: estimate(config, card_memory_gb=80), number=1, repeat=3))
+    assert fastest < 0.02, f"{fastest * 1000:.1f} ms"
+    assert not estimate(config, card_memory_gb=80).fits

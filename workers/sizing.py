@@ -13,15 +13,20 @@ engines round, pad and fragment memory in ways a config cannot show.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from workers import model_config as mc
 
 GIB = 1 << 30
 
 # TP degrees tried when the caller lets us choose: powers of two, as vLLM's TP needs
 # divisibility of heads that in practice only powers of two give.
 MAX_CARDS = 64
+# The largest card memory estimate() takes, in GB: 16 TiB, far past any card (288 GB today);
+# the bound keeps a JSON number like 1e400 (read as infinity) out of the byte arithmetic.
+MAX_CARD_MEMORY_GB = 16384
 
 # What a replica must hold at least, when no max_model_len is asked for: one sequence of
 # this many tokens (or the model's whole context if shorter). 4K is the shortest context
@@ -63,8 +68,6 @@ KV_DTYPES: dict[str, int] = {
     "int8": 1, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
 }  # fmt: skip
 
-# Families whose MLP is up/down with no gate (2 matrices, not SwiGLU's 3).
-_UNGATED_MLP = {"falcon", "gpt2", "gpt_neox", "gpt_bigcode", "gptj", "opt", "bloom", "phi", "mpt"}
 # Families that tie lm_head to the embedding when config.json does not say.
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text"}
 # Families with a bias on the q/k/v projections even without `attention_bias`.
@@ -123,34 +126,22 @@ class Estimate:
     concurrent_sequences: int  # sequences of max_model_len tokens the KV cache holds at once
 
 
-def _first(config: Mapping[str, Any], keys: Iterable[str]) -> Any:
-    return next((config[k] for k in keys if config.get(k) is not None), None)
-
-
-def _require(config: Mapping[str, Any], *keys: str) -> int:
-    """The first of `keys` present; the error names the key (and its aliases) to add."""
-    value = _first(config, keys)
-    if value is None:
-        aliases = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
-        raise ValueError(f"config.json has no {keys[0]!r}{aliases}")
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"config.json {keys[0]!r} must be a positive integer, not {value!r}")
-    return value
+def _count(config: Mapping[str, Any], keys: tuple[str, ...], default: int = 0) -> int:
+    """A whole number model_config.check has vetted; `default` where absent, null or 0."""
+    return int(mc.first(config, keys) or default)
 
 
 def _kv_heads(config: Mapping[str, Any], heads: int) -> int:
     if config.get("multi_query_attention"):  # ChatGLM: grouped-query under another name
-        return _require(config, "multi_query_group_num")
-    kv = _first(config, ("num_key_value_heads", "num_kv_heads", "n_head_kv"))
-    if kv is None and config.get("multi_query"):  # old Falcon: one shared KV head
-        return 1
-    return int(kv) if kv else heads
+        return _count(config, ("multi_query_group_num",))
+    if mc.first(config, mc.KV_HEADS) is None and config.get("multi_query"):  # old Falcon
+        return 1  # one shared KV head
+    return _count(config, mc.KV_HEADS, heads)
 
 
 def _max_len(config: Mapping[str, Any]) -> int:
     """The trained context; YaRN configs say how far their scaling stretches it."""
-    keys = ("max_position_embeddings", "seq_length", "model_max_length", "n_positions")
-    base = _require(config, *keys)
+    base = _count(config, mc.POSITIONS)
     rope = config.get("rope_scaling") or {}
     kind = rope.get("rope_type") or rope.get("type")
     if kind == "yarn" and rope.get("factor"):
@@ -160,52 +151,48 @@ def _max_len(config: Mapping[str, Any]) -> int:
 
 
 def read_shape(config: Mapping[str, Any]) -> Shape:
-    """The architecture in one vocabulary. Raises ValueError naming a missing key."""
-    model_type = str(config.get("model_type", ""))
-    hidden = _require(config, "hidden_size", "d_model", "n_embd")
-    heads = _require(config, "num_attention_heads", "n_head")
-    head_dim = _first(config, ("head_dim", "kv_channels")) or hidden // heads
-    gated = model_type not in _UNGATED_MLP
-    intermediate = _first(config, ("intermediate_size", "ffn_hidden_size"))
-    if intermediate is None and not gated:
-        intermediate = 4 * hidden  # GPT/Falcon default
-    if intermediate is None:
-        intermediate = _require(config, "intermediate_size", "ffn_hidden_size")
+    """The architecture in one vocabulary. Raises model_config.ModelConfigError (a
+    ValueError) naming every key that is missing, mistyped or out of bounds."""
+    mc.check(config)
+    model_type = str(config.get("model_type") or "")
+    hidden = _count(config, mc.HIDDEN)
+    heads = _count(config, mc.HEADS)
+    gated = model_type not in mc.UNGATED_MLP
+    # GPT/Falcon default to 4 x hidden; model_config.check required it of gated families.
+    intermediate = _count(config, mc.INTERMEDIATE, 4 * hidden)
     if model_type == "qwen":  # Qwen (v1) records the gate and up widths added together
         intermediate //= 2
-    mla = config.get("kv_lora_rank")
+    mla = _count(config, ("kv_lora_rank",))
     return Shape(
         model_type=model_type,
         hidden=hidden,
-        layers=_require(config, "num_hidden_layers", "num_layers", "n_layer"),
+        layers=_count(config, mc.LAYERS),
         heads=heads,
         kv_heads=_kv_heads(config, heads),
-        head_dim=int(head_dim),
-        intermediate=int(intermediate),
-        vocab=_require(config, "padded_vocab_size", "vocab_size"),
+        head_dim=_count(config, mc.HEAD_DIM, hidden // heads),
+        intermediate=intermediate,
+        vocab=_count(config, mc.VOCAB),
         tied=bool(config.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)),
         gated=gated,
         qkv_bias=bool(
             config.get("attention_bias") or config.get("add_qkv_bias") or model_type in _QKV_BIAS
         ),
         max_len=_max_len(config),
-        mla_kv_width=(mla + _require(config, "qk_rope_head_dim")) if mla else 0,
+        mla_kv_width=(mla + _count(config, ("qk_rope_head_dim",))) if mla else 0,
     )
 
 
 def _attention_params(config: Mapping[str, Any], s: Shape) -> tuple[int, int]:
     """(linear, other) parameters of one layer's attention."""
     if s.mla_kv_width:  # DeepSeek-V2/V3 multi-head latent attention
-        nope = _require(config, "qk_nope_head_dim")
-        rope = _require(config, "qk_rope_head_dim")
-        v_dim = _require(config, "v_head_dim")
-        kv_rank = _require(config, "kv_lora_rank")
-        q_rank = config.get("q_lora_rank")
+        nope, rope, v_dim = (_count(config, (key,)) for key in mc.MLA)
+        kv_rank = _count(config, ("kv_lora_rank",))
+        q_rank = _count(config, ("q_lora_rank",))
         q_out = s.heads * (nope + rope)
         q = (s.hidden * q_rank + q_rank * q_out) if q_rank else s.hidden * q_out
         linear = q + s.hidden * s.mla_kv_width + kv_rank * s.heads * (nope + v_dim)
         linear += s.heads * v_dim * s.hidden
-        return linear, kv_rank + (q_rank or 0)  # the latent layernorms
+        return linear, kv_rank + q_rank  # the latent layernorms
     q_width = s.heads * s.head_dim
     kv_width = s.kv_heads * s.head_dim
     linear = s.hidden * (q_width + 2 * kv_width) + q_width * s.hidden
@@ -219,30 +206,39 @@ def _mlp_params(s: Shape, width: int) -> int:
     return (3 if s.gated else 2) * s.hidden * width
 
 
-def _experts(config: Mapping[str, Any]) -> int:
-    return int(_first(config, ("num_local_experts", "num_experts", "n_routed_experts")) or 0)
+def _multiples(step: int, start: int, stop: int) -> int:
+    """How many multiples of `step` lie in [start, stop)."""
+    return max(0, (stop - 1) // step - (start - 1) // step)
 
 
-def _is_moe_layer(config: Mapping[str, Any], layer: int) -> bool:
-    """Which layers are sparse: DeepSeek/GLM keep the first k dense, Qwen-MoE can skip some."""
-    if _experts(config) <= 1 or layer in (config.get("mlp_only_layers") or []):
-        return False
-    if layer < int(config.get("first_k_dense_replace") or 0):
-        return False
-    if "decoder_sparse_step" in config:  # Qwen-MoE counts layers from one
-        return (layer + 1) % max(1, int(config["decoder_sparse_step"])) == 0
-    return layer % max(1, int(config.get("moe_layer_freq") or 1)) == 0
+def _sparse_layers(config: Mapping[str, Any], layers: int) -> int:
+    """How many layers are sparse (MoE), counted without a loop over the layers: DeepSeek/GLM
+    keep the first k dense, Qwen-MoE makes every n-th sparse (counting from one) and can list
+    some dense, DeepSeek-V2 makes every n-th sparse (counting from zero)."""
+    if _count(config, mc.EXPERTS) <= 1:
+        return 0
+    first_sparse = min(layers, _count(config, ("first_k_dense_replace",)))
+    if config.get("decoder_sparse_step") is not None:
+        step, shift = max(1, _count(config, ("decoder_sparse_step",))), 1
+    else:
+        step, shift = max(1, _count(config, ("moe_layer_freq",), 1)), 0
+
+    def sparse(layer: int) -> bool:
+        return first_sparse <= layer < layers and (layer + shift) % step == 0
+
+    kept_dense = {layer for layer in config.get("mlp_only_layers") or [] if sparse(layer)}
+    return _multiples(step, first_sparse + shift, layers + shift) - len(kept_dense)
 
 
 def _moe_params(config: Mapping[str, Any], s: Shape) -> tuple[int, int]:
     """(linear, other) parameters of one sparse layer: routed + shared experts and router."""
-    experts = _experts(config)
-    width = int(config.get("moe_intermediate_size") or s.intermediate)
+    experts = _count(config, mc.EXPERTS)
+    width = _count(config, ("moe_intermediate_size",), s.intermediate)
     linear = experts * _mlp_params(s, width)
-    shared = config.get("shared_expert_intermediate_size")  # Qwen-MoE: one wide shared expert
+    shared = _count(config, ("shared_expert_intermediate_size",))  # Qwen-MoE: one wide one
     if shared:
-        linear += _mlp_params(s, int(shared))
-    linear += int(config.get("n_shared_experts") or 0) * _mlp_params(s, width)  # DeepSeek
+        linear += _mlp_params(s, shared)
+    linear += _count(config, ("n_shared_experts",)) * _mlp_params(s, width)  # DeepSeek
     router = s.hidden * experts + (s.hidden if shared else 0)  # Qwen-MoE gates its shared one
     return linear, router
 
@@ -256,16 +252,16 @@ def count_params(config: Mapping[str, Any]) -> Params:
     loads it only for speculative decoding), and positional tables of learned-position
     models (a few million parameters).
     """
-    s = read_shape(config)
+    return _params(config, read_shape(config))
+
+
+def _params(config: Mapping[str, Any], s: Shape) -> Params:
     attn_linear, attn_other = _attention_params(config, s)
-    linear = other = 0
-    for layer in range(s.layers):
-        if _is_moe_layer(config, layer):
-            mlp_linear, mlp_other = _moe_params(config, s)
-        else:
-            mlp_linear, mlp_other = _mlp_params(s, s.intermediate), 0
-        linear += attn_linear + mlp_linear
-        other += attn_other + mlp_other + 2 * s.hidden  # two norms per layer
+    sparse = _sparse_layers(config, s.layers)
+    moe_linear, moe_other = _moe_params(config, s) if sparse else (0, 0)
+    dense = s.layers - sparse
+    linear = s.layers * attn_linear + sparse * moe_linear + dense * _mlp_params(s, s.intermediate)
+    other = s.layers * (attn_other + 2 * s.hidden) + sparse * moe_other  # two norms per layer
     embeddings = s.vocab * s.hidden * (1 if s.tied else 2)
     return Params(linear=linear, other=other + embeddings + s.hidden)  # + the final norm
 
@@ -361,8 +357,8 @@ def _tp_candidates(limit: int = MAX_CARDS) -> list[int]:
 
 
 def _check_inputs(card_memory_gb: float, utilization: float, cards: int | None) -> None:
-    if not card_memory_gb > 0:
-        raise ValueError("card_memory_gb must be > 0")
+    if not 0 < card_memory_gb <= MAX_CARD_MEMORY_GB:
+        raise ValueError(f"card_memory_gb must be > 0 and at most {MAX_CARD_MEMORY_GB}")
     if not 0 < utilization <= 1:
         raise ValueError("utilization must be in (0, 1]")
     if cards is not None and cards < 1:
@@ -387,11 +383,12 @@ def estimate(
     power-of-two cards (up to MAX_CARDS) that hold the weights and one sequence of
     `max_model_len` tokens (DEFAULT_MIN_CONTEXT when not given). reserve_bytes_per_card
     overrides the tuned reserve for engines whose overhead is known. Raises ValueError for
-    a config that lacks what sizing needs, naming the key.
+    bad arguments, and its model_config.ModelConfigError for a config.json sizing cannot
+    read, naming every bad key.
     """
     _check_inputs(card_memory_gb, utilization, cards)
     shape = read_shape(config)
-    params = count_params(config)
+    params = _params(config, shape)
     dtype_name, linear_bytes = weight_dtype(dtype, config)
     kv_name, kv_bytes = kv_dtype_bytes(kv_cache_dtype, dtype_name)
     weight_bytes = weights_in_bytes(params, linear_bytes)

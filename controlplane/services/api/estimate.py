@@ -2,7 +2,9 @@
 
 The body names the model by its config.json (`config`) or by its name in the node's model
 store (`model`), plus the card and dtypes; the answer is workers.sizing.Estimate as JSON.
-Nothing is saved and nothing is started: this only reads and computes.
+Nothing is saved and nothing is started: this only reads and computes. Every number is
+bounded (workers/model_config.py for config.json, sizing.MAX_* for the rest), so one estimate
+is a few hundred integer operations whatever the body says.
 """
 
 from __future__ import annotations
@@ -18,34 +20,37 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.services.api.errors import SpecInvalid
-from workers import sizing
+from controlplane.services.spec import MODEL_STORE_NAME
+from workers import model_config, sizing
+from workers.model_config import describe
 
 Errors = dict[str, list[str]]
+
+# A model-store name is at most this long (a folder name on Linux is at most 255 bytes).
+MAX_MODEL_NAME_CHARS = 200
 
 
 class ModelNotInStoreError(Exception):
     """The model store has no config.json for the named model."""
 
 
-def _number(data: dict, field: str, errors: Errors) -> float | None:
+def _number(data: dict, field: str, errors: Errors, *, top: float) -> float | None:
+    """A number above 0 and at most `top`, checked before float() can overflow on it."""
     value = data.get(field)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        errors[field] = [f"must be a number, not {value!r}"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= top:
+        errors[field] = [f"must be a number above 0 and at most {top:g}, not {describe(value)}"]
         return None
     return float(value)
 
 
-def _count(data: dict, field: str, errors: Errors, *, top: int | None = None) -> int | None:
+def _count(data: dict, field: str, errors: Errors, *, top: int) -> int | None:
     value = data.get(field)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        errors[field] = [f"must be a whole number of at least 1, not {value!r}"]
-        return None
-    if top is not None and value > top:
-        errors[field] = [f"must be at most {top}"]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        errors[field] = [f"must be a whole number from 1 to {top:,}, not {describe(value)}"]
         return None
     return value
 
@@ -60,21 +65,17 @@ def _dtype(data: dict, field: str, known: dict[str, Any], errors: Errors) -> str
 
 def _options(data: dict, errors: Errors) -> dict[str, Any]:
     """The keyword arguments of sizing.estimate, with every bad field named in `errors`."""
-    card = _number(data, "card_memory_gb", errors)
+    card = _number(data, "card_memory_gb", errors, top=sizing.MAX_CARD_MEMORY_GB)
     if card is None and "card_memory_gb" not in errors:
         errors["card_memory_gb"] = ["is required: the memory of one card in GB, e.g. 80"]
-    elif card is not None and card <= 0:
-        errors["card_memory_gb"] = ["must be greater than 0"]
-    utilization = _number(data, "gpu_memory_utilization", errors)
-    if utilization is not None and not 0 < utilization <= 1:
-        errors["gpu_memory_utilization"] = ["must be in (0, 1]"]
+    utilization = _number(data, "gpu_memory_utilization", errors, top=1)
     return {
         "dtype": _dtype(data, "dtype", sizing.WEIGHT_DTYPES, errors),
         "kv_cache_dtype": _dtype(data, "kv_cache_dtype", sizing.KV_DTYPES, errors),
         "card_memory_gb": card,
         "utilization": 0.9 if utilization is None else utilization,
         "cards": _count(data, "cards", errors, top=sizing.MAX_CARDS),
-        "max_model_len": _count(data, "max_model_len", errors),
+        "max_model_len": _count(data, "max_model_len", errors, top=model_config.MAX_POSITIONS),
     }
 
 
@@ -82,8 +83,16 @@ def _model_dir(name: Any) -> Path:
     """The model's folder in the store; SpecInvalid for a name that could leave it."""
     if not isinstance(name, str) or not name.strip():
         raise SpecInvalid({"model": ["must be a model name in the node's model store"]})
-    if ".." in name or name.startswith("/") or "\\" in name:
-        raise SpecInvalid({"model": ["must be a name in the model store: no '..', no leading '/'"]})
+    if len(name) > MAX_MODEL_NAME_CHARS or not MODEL_STORE_NAME.fullmatch(name) or ".." in name:
+        raise SpecInvalid(
+            {
+                "model": [
+                    f"must be a model-store name like 'tiny-llama' or 'org/model' (letters, "
+                    f"digits, '.', '_', '-'; at most {MAX_MODEL_NAME_CHARS} characters), "
+                    f"not {describe(name)}"
+                ]
+            }
+        )
     store = Path(settings.WHARF_MODEL_DIR).resolve()
     folder = (store / name).resolve()
     if not folder.is_relative_to(store):  # a symlink pointing out of the store
@@ -101,6 +110,8 @@ def _read_config(name: Any) -> dict[str, Any]:
         raise SpecInvalid({"model": [f"its config.json cannot be read: {exc.strerror}"]}) from None
     except ValueError as exc:
         raise SpecInvalid({"model": [f"its config.json is not valid JSON: {exc}"]}) from None
+    except RecursionError:
+        raise SpecInvalid({"model": ["its config.json nests too deeply to be a config"]}) from None
     if not isinstance(config, dict):
         raise SpecInvalid({"model": ["its config.json is not a JSON object"]})
     return config
@@ -130,6 +141,12 @@ def _missing(name: str) -> Response:
     )
 
 
+def _config_errors(config: dict[str, Any], source: str) -> Errors:
+    """What sizing cannot read in config.json, by field path: `config.num_hidden_layers`
+    (or `model.num_hidden_layers` for a config.json read from the model store)."""
+    return {f"{source}.{key}": v for key, v in model_config.problems(config).items()}
+
+
 class Estimate(APIView):
     def post(self, request: Request) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
@@ -143,10 +160,10 @@ class Estimate(APIView):
             if not errors:
                 return _missing(data["model"])
             errors["model"] = [f"no model {data['model']!r} in the model store"]
+        else:
+            errors.update(_config_errors(config, source))
         if errors:
             raise SpecInvalid(errors)
-        try:
-            result = sizing.estimate(config, **options)
-        except ValueError as exc:  # a config that lacks what sizing needs, key named
-            raise SpecInvalid({source: [str(exc)]}) from None
-        return Response(asdict(result))
+        # Every argument is checked above, so sizing raises nothing here: an error would be
+        # a bug in the checks, and a 500 is the honest answer to that.
+        return Response(asdict(sizing.estimate(config, **options)))
