@@ -154,6 +154,7 @@ def test_scaling_does_not_change_the_spec_hash():
         ({"containers": [{"image": "i", "command": "c", "env": [{"name": "A", "value": 1}]}]},
          "containers[0].env[0].value"),
         ({"storage": [{"mount_path": "/x" * 600, "empty_dir": {}}]}, "storage[0].mount_path"),
+        ({"llm": {"engine": "vllm-cpu", "model": "m", "options": {"--x\ny": 1}}}, "llm.options"),
         ({"name": "preview"}, "name"),
         ({"name": "Preview"}, "name"),
     ],

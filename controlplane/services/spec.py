@@ -136,8 +136,8 @@ class StorageEntry(_Strict):
             raise ValueError("give exactly one of empty_dir, oss, obs, s3, nfs")
         for scheme in OBJECT_STORAGE_SCHEMES:
             entry = getattr(self, scheme)
-            if entry and not re.match(
-                rf"^{scheme}://[a-z0-9][a-z0-9.-]{{1,62}}(/.*)?$", entry.path
+            if entry and not re.fullmatch(
+                rf"{scheme}://[a-z0-9][a-z0-9.-]{{1,62}}(/.*)?", entry.path
             ):
                 raise ValueError(f"{scheme}.path must look like {scheme}://bucket/prefix/")
         return self
@@ -170,10 +170,10 @@ def _model_reference(value: str) -> str:
     if sep:
         if scheme not in OBJECT_STORAGE_SCHEMES:
             raise ValueError(f"unknown storage scheme {scheme!r}; use oss://, obs:// or s3://")
-        if not OBJECT_URI.match(value):
+        if not OBJECT_URI.fullmatch(value):
             raise ValueError(f"an object-storage model looks like {scheme}://bucket/prefix/")
         return value
-    if not MODEL_STORE_NAME.match(value) or ".." in value:
+    if not MODEL_STORE_NAME.fullmatch(value) or ".." in value:
         raise ValueError(
             "give a model in the node's model store (e.g. 'tiny-llama'), an absolute path "
             "inside the container, or an oss://, obs:// or s3:// URI"
@@ -258,7 +258,7 @@ class Llm(_Strict):
     @field_validator("options")
     @classmethod
     def _flags(cls, value: dict[str, OptionValue]) -> dict[str, OptionValue]:
-        bad = [k for k in value if not re.match(r"^--?[A-Za-z0-9][A-Za-z0-9_.-]*$", k)]
+        bad = [k for k in value if not re.fullmatch(r"--?[A-Za-z0-9][A-Za-z0-9_.-]*", k)]
         if bad:
             raise ValueError(f"option names are flags like --block-size; not {', '.join(bad)}")
         return value
@@ -286,7 +286,7 @@ class ServiceSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_PATTERN.match(value):
+        if not NAME_PATTERN.fullmatch(value):
             raise ValueError(
                 "a service name starts with a letter and has up to 63 letters, digits, '_' or '-'"
             )
