@@ -1,6 +1,7 @@
 """API keys: the REST API, and the routing snapshot that carries them to the gateways (real
 Redis, the configured database)."""
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -107,12 +108,58 @@ def test_every_bad_field_is_named_and_nothing_is_saved(alice, services):
         ({"services": []}, "services"),
         ({"services": "qwen"}, "services"),
         ({"rpm": 2**31}, "rpm"),
+        ({"tpm": "100"}, "tpm"),
+        ({"max_concurrency": 1.0}, "max_concurrency"),
+        ({"expires_in": 2**31}, "expires_in"),
+        ({"expires_at": 1e30}, "expires_at"),
+        ({"expires_at": "10000-01-01T00:00:00Z"}, "expires_at"),
     ],
 )
 def test_bad_expiry_scope_and_limits(alice, services, body, field):
     response = create(alice, **body)
     assert response.status_code == 400
     assert set(response.json()["errors"]) == {field}
+
+
+def post_json(api, body: dict):
+    """As a client sends it: JSON in ASCII, a lone surrogate as the escape \\ud800."""
+    return api.post("/api/v1/keys", json.dumps(body), content_type="application/json")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # past year 9999 once the offset is taken off: was a 400 without a field
+        ({"name": "app", "expires_at": "9999-12-31T23:59:59-14:00"}, "expires_at"),
+        ({"name": "a\x00b"}, "name"),  # PostgreSQL stores no NUL: was a 500
+        ({"name": "\ud800"}, "name"),  # no UTF-8 for a lone surrogate: was a 500
+        ({"name": "app", "\ud800": 1}, "\\ud800"),  # an unknown field named so: was a 500
+        ({"name": "x" * 101}, "name"),
+        ({"name": "app", "services": ["qwen\x00"]}, "services[0]"),  # was a 500
+        ({"name": "app", "services": ["x" * 64]}, "services[0]"),  # longer than any name
+        ({"name": "app", "services": ["qwen"] * 101}, "services"),  # was a key of 101 names
+        ({"name": "app", "services": ["qwen", 7]}, "services[1]"),
+    ],
+)
+def test_text_and_dates_out_of_bounds_are_named_and_nothing_is_saved(alice, services, body, field):
+    response = post_json(alice, body)
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {field}
+    assert ApiKey.objects.count() == 0
+
+
+@pytest.mark.parametrize("key_id", ["9" * 5000, "k2147483648", "k" + "9" * 20, "k-1", "k1.0"])
+def test_an_id_no_key_can_have_is_a_404(alice, key_id):
+    create(alice)  # k1 or so exists; these ids name no key
+    for response in (alice.get(f"/api/v1/keys/{key_id}"), alice.delete(f"/api/v1/keys/{key_id}")):
+        assert response.status_code == 404
+    assert ApiKey.objects.get().revoked_at is None
+
+
+def test_the_key_list_names_parameters_it_does_not_take(alice):
+    response = alice.get("/api/v1/keys", {"limit": "-1", "owner": "bob"})
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {"limit", "owner"}
 
 
 def test_expiry_from_expires_in_or_expires_at(alice):

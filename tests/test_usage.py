@@ -1,5 +1,6 @@
 """Usage: the flush from a real Redis into the configured database, and the usage API."""
 
+import logging
 from datetime import UTC, datetime
 
 import pytest
@@ -18,6 +19,7 @@ from contracts.usage import (
 )
 from controlplane.tokens.models import ApiKey, ApiToken
 from controlplane.usage import flush
+from controlplane.usage.dead_letter import DEAD_LETTER_PREFIX, DEAD_LETTER_TTL, WHOLE_KEY
 from controlplane.usage.flush import LOCK_KEY, flush_usage
 from controlplane.usage.models import UsageBatch, UsageRecord
 
@@ -35,8 +37,9 @@ def store(redis_url):
 
 
 def _clear(client) -> None:
-    for key in client.scan_iter(match=f"{USAGE_PREFIX}*"):
-        client.delete(key)
+    for prefix in (USAGE_PREFIX, DEAD_LETTER_PREFIX):
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
     client.delete(LOCK_KEY)
 
 
@@ -185,6 +188,101 @@ def test_one_flush_at_a_time(store):
     assert flush_usage(store, (MINUTE + 1) * 60) == 1
 
 
+def dead_letters(store) -> dict[str, dict[bytes, bytes] | bytes]:
+    """What the flush set aside, by dead-letter key (a whole key set aside may be no hash)."""
+    found = {}
+    for raw in store.scan_iter(match=f"{DEAD_LETTER_PREFIX}*"):
+        key = raw.decode()
+        assert 0 < store.ttl(key) <= DEAD_LETTER_TTL  # it goes away by itself
+        found[key] = store.hgetall(key) if store.type(key) == b"hash" else store.get(key)
+    return found
+
+
+def test_poison_entries_are_set_aside_and_every_other_entry_written_once(store, caplog):
+    count(store, MINUTE, "qwen", "k1", 10, 5)
+    count(store, MINUTE, "llama", SERVICE_TOKEN_ID, 3, 4)
+    count(store, MINUTE, "qwen", "k99999", 7, 0)  # no such key (any more): usage all the same
+    count(store, MINUTE + 1, "qwen", "k1", 1, 1)
+    key = usage_key(MINUTE * 60)
+    poison = {
+        usage_field("qwen", "k2", "prompt"): b"many",  # not a count: its entry goes whole,
+        usage_field("qwen", "k2", "requests"): b"1",  # requests included
+        usage_field("x" * 64, "k1", "prompt"): b"1",  # a service name longer than the column
+        usage_field("qwen", "k" + "9" * 40, "prompt"): b"1",  # a key id longer than the column
+        usage_field("qwen", "k3", "prompt"): b"-5",
+        usage_field("qwen", "k4", "prompt"): b"1" * 30,  # past any count and bigint
+        "qwen|k1": b"1",  # no kind: not a usage field
+        usage_field("qwen", "k1", "colour"): b"1",
+    }
+    store.hset(key, mapping=poison)
+    with caplog.at_level(logging.ERROR, logger="controlplane.usage"):
+        assert flush_usage(store, (MINUTE + 2) * 60) == 2
+    good = {
+        (at(MINUTE), "qwen", "k1"): (10, 5, 1),
+        (at(MINUTE), "llama", SERVICE_TOKEN_ID): (3, 4, 1),
+        (at(MINUTE), "qwen", "k99999"): (7, 0, 1),
+        (at(MINUTE + 1), "qwen", "k1"): (1, 1, 1),
+    }
+    assert rows() == good
+    assert usage_keys(store) == []
+    (dead, why) = sorted(dead_letters(store))
+    assert why == f"{dead}:why" and dead.startswith(f"{DEAD_LETTER_PREFIX}{MINUTE}:flushing:")
+    assert dead_letters(store)[dead] == {k.encode(): v for k, v in poison.items()}
+    labels = {label.decode() for label in dead_letters(store)[why]}
+    assert labels == {"qwen|k2", f"{'x' * 64}|k1", f"qwen|k{'9' * 40}", "qwen|k3", "qwen|k4",
+                      "qwen|k1", "qwen|k1|colour"}  # fmt: skip
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    assert all(label in logged for label in labels)
+    assert flush_usage(store, (MINUTE + 3) * 60) == 0  # nothing left over, nothing counted again
+    assert rows() == good
+
+
+def test_a_sum_the_database_refuses_is_set_aside_alone(store):
+    UsageRecord.objects.create(minute=at(MINUTE), service="qwen", key_id="k1",
+                               prompt_tokens=2**63 - 10)  # fmt: skip
+    count(store, MINUTE, "qwen", "k1", 100, 5)  # 2**63 - 10 + 100 is past a bigint
+    count(store, MINUTE, "qwen", "k2", 1, 2)
+    assert flush_usage(store, (MINUTE + 1) * 60) == 1
+    assert rows() == {
+        (at(MINUTE), "qwen", "k1"): (2**63 - 10, 0, 0),  # its savepoint rolled back alone
+        (at(MINUTE), "qwen", "k2"): (1, 2, 1),
+    }
+    letters = dead_letters(store)
+    (why,) = [key for key in letters if key.endswith(":why")]
+    assert list(letters[why]) == [b"qwen|k1"]
+    assert b"the database refused it" in letters[why][b"qwen|k1"]
+    assert usage_keys(store) == []
+
+
+def test_usage_keys_that_cannot_be_flushed_are_moved_aside_whole(store, caplog):
+    not_a_hash = flushing_key(usage_key(MINUTE * 60))
+    store.set(not_a_hash, "a string")
+    past_9999 = f"{USAGE_PREFIX}{10**12}{FLUSHING_SUFFIX}:ab"
+    too_long = f"{USAGE_PREFIX}{MINUTE}{FLUSHING_SUFFIX}:{'ab' * 100}"  # UsageBatch.name: 200
+    for key in (past_9999, too_long):
+        count(store, MINUTE, "qwen", "k1", 10, 5, key=key)
+    count(store, MINUTE, "qwen", "k1", 1, 1)
+    with caplog.at_level(logging.ERROR, logger="controlplane.usage"):
+        assert flush_usage(store, (MINUTE + 1) * 60) == 1
+    assert rows() == {(at(MINUTE), "qwen", "k1"): (1, 1, 1)}
+    assert usage_keys(store) == []
+    letters = dead_letters(store)
+    for key in (not_a_hash, past_9999, too_long):
+        moved = DEAD_LETTER_PREFIX + key.removeprefix(USAGE_PREFIX)
+        assert WHOLE_KEY.encode() in letters[f"{moved}:why"]
+        assert key in caplog.text
+    assert letters[DEAD_LETTER_PREFIX + not_a_hash.removeprefix(USAGE_PREFIX)] == b"a string"
+    assert flush_usage(store, (MINUTE + 2) * 60) == 0
+
+
+def test_a_key_under_the_prefix_that_is_no_usage_key_does_not_stop_the_flush(store):
+    store.hset(f"{USAGE_PREFIX}\xff".encode("latin-1"), "qwen|k1|prompt", 1)  # not UTF-8
+    count(store, MINUTE, "qwen", "k1", 10, 5)
+    assert flush_usage(store, (MINUTE + 1) * 60) == 1
+    assert rows() == {(at(MINUTE), "qwen", "k1"): (10, 5, 1)}
+    store.delete(f"{USAGE_PREFIX}\xff".encode("latin-1"))
+
+
 def client_for(username: str, staff: bool = False) -> tuple[APIClient, object]:
     user = get_user_model().objects.create_user(username, is_staff=staff)
     client = APIClient()
@@ -268,6 +366,20 @@ def test_the_default_range_is_the_last_day(usage):
         ({"since": "2030-01-01T00:00:00Z", "until": "2029-01-01T00:00:00Z"}, {"since"}),
         ({"since": "2000-01-01T00:00:00Z", "group": "minute"}, {"group"}),
         ({"key": "alice"}, {"key"}),
+        ({"until": "0001-01-01T00:00:00Z"}, {"until"}),  # the default since, a day before: 500
+        ({"since": "0001-01-01"}, {"since"}),  # was blamed on group
+        ({"since": "1969-12-31T23:59:59Z", "group": "day"}, {"since"}),
+        ({"since": "9999-12-31T23:59:59+14:00"}, {"since"}),
+        ({"until": "9999-12-31T23:59:59-14:00"}, {"until"}),  # year 10000 in UTC
+        ({"since": "10000-01-01"}, {"since"}),
+        ({"since": "1e30", "until": "-1"}, {"since", "until"}),
+        ({"group": "week"}, {"group"}),
+        ({"group": ["hour", "day"]}, {"group"}),  # which one? was the last
+        ({"service": "\x00"}, {"service"}),  # PostgreSQL stores no NUL: was a 500
+        ({"service": "x" * 64}, {"service"}),  # longer than any service name
+        ({"key": "k" + "9" * 11}, {"key"}),  # longer than any key id
+        ({"key": "k٣"}, {"key"}),  # a digit, but not one a key id has
+        ({"limit": "-1", "servce": "qwen"}, {"limit", "servce"}),  # a typo answered everything
     ],
 )
 def test_bad_parameters_are_named(usage, params, fields):

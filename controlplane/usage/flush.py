@@ -10,6 +10,13 @@ flushing key either without a UsageBatch row (nothing committed: the next pass w
 with one (committed, not deleted: the next pass only deletes it). The same holds when the
 database's or Redis's reply is lost: whatever did happen, the row says so.
 
+No entry can harm another: a field, an entry (one service and key id) or a whole hash the
+flush cannot write (controlplane.usage.entries: counts that are not counts, a service name
+longer than its column, a sum the database refuses) is set aside in a dead letter that expires
+(controlplane.usage.dead_letter), logged, and the rest written as if it were not there. The
+good entries and the UsageBatch row commit together, so they stay exactly once; each entry
+goes in a savepoint of its own, so one the database refuses rolls back alone.
+
 UsageBatch rows older than BATCH_TTL are pruned at the end of a pass that went through: such a
 pass saw every flushing key that old, and either deleted it or raised before the prune.
 """
@@ -17,11 +24,10 @@ pass saw every flushing key that old, and either deleted it or raised before the
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 import redis
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import F
 
 from contracts.usage import (
@@ -30,8 +36,9 @@ from contracts.usage import (
     flushing_key,
     is_flushing,
     minute_of,
-    parse_field,
 )
+from controlplane.usage.dead_letter import move_aside, set_aside
+from controlplane.usage.entries import Entry, Poison, hash_problem, minute_start, sort_fields
 from controlplane.usage.models import UsageBatch, UsageRecord
 
 log = logging.getLogger(__name__)
@@ -40,16 +47,6 @@ log = logging.getLogger(__name__)
 LOCK_KEY = "wharf:lock:usage-flush"
 LOCK_TTL = 300  # seconds; far longer than a pass, short enough that a dead worker's lapses
 BATCH_TTL = timedelta(days=1)  # how long a flushed key's UsageBatch row is kept
-# contracts.usage.KINDS -> UsageRecord columns
-COLUMNS = {
-    "prompt": "prompt_tokens",
-    "completion": "completion_tokens",
-    "requests": "requests",
-    "latency_ms": "latency_ms",
-    "ttft_ms": "ttft_ms",
-}
-
-Counts = dict[tuple[str, str], dict[str, int]]  # (service, key id) -> {column: count}
 
 
 def flush_usage(client: redis.Redis, now: float) -> int:
@@ -85,7 +82,8 @@ def _flush_all(client: redis.Redis, now: datetime) -> int:
 def _usage_keys(client: redis.Redis) -> list[str]:
     keys = []
     for raw in client.scan_iter(match=f"{USAGE_PREFIX}*", count=1000):
-        key = raw.decode() if isinstance(raw, bytes) else raw
+        # not UTF-8: no usage key (only digits follow the prefix), and no reason to stop
+        key = raw.decode(errors="backslashreplace") if isinstance(raw, bytes) else raw
         try:
             minute_of(key)
         except ValueError:
@@ -107,43 +105,46 @@ def _claim(client: redis.Redis, key: str) -> str | None:
 
 def _flush(client: redis.Redis, key: str, now: datetime) -> int:
     """Write the flushing key `key` to the database unless a UsageBatch row says it was, then
-    delete it. Returns 1 if it was written now."""
+    delete it. Returns 1 if it was written now. What it cannot write is set aside
+    (controlplane.usage.dead_letter) and the rest written all the same."""
+    minute = minute_of(key)
+    problem = hash_problem(key, minute)
     try:
-        fields = client.hgetall(key)
-    except redis.ResponseError as exc:  # not a hash: leave it for a person to look at
-        log.error("cannot flush %s: %s", key, exc)
+        fields = {} if problem else client.hgetall(key)
+    except redis.ResponseError as exc:  # WRONGTYPE: not a hash
+        problem = f"not a hash: {exc}"
+    if problem:
+        move_aside(client, key, problem)
         return 0
-    minute = datetime.fromtimestamp(minute_of(key) * 60, tz=UTC)
+    entries, poison = sort_fields(fields)
+    start = minute_start(minute)
     with transaction.atomic():
         # A second pass racing this one (its lock lapsed) fails on the unique name instead.
         written = not UsageBatch.objects.filter(name=key).exists()
         if written:
             UsageBatch.objects.create(name=key, flushed_at=now)
-            for (service, key_id), counts in _counts(key, fields).items():
-                _add(minute, service, key_id, counts)
+            for (service, key_id), entry in entries.items():
+                refused = _add_or_refuse(start, service, key_id, entry)
+                poison.extend([refused] if refused else [])
+            # Before the commit: if this raises, nothing is committed and the next pass
+            # redoes the whole key; the same poison is written again under the same name.
+            set_aside(client, key, poison)
     if not written:
         log.info("%s was written by an earlier pass that did not delete it", key)
     client.delete(key)
     return int(written)
 
 
-def _counts(key: str, fields: dict) -> Counts:
-    counts: Counts = defaultdict(dict)
-    for raw_field, raw_value in fields.items():
-        try:
-            service, key_id, kind = parse_field(_text(raw_field))
-            value = int(raw_value)
-            column = COLUMNS[kind]
-        except (ValueError, KeyError):
-            log.warning("%s: ignoring field %r = %r", key, raw_field, raw_value)
-            continue
-        if value > 0:
-            counts[(service, key_id)][column] = value
-    return counts
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _add_or_refuse(minute: datetime, service: str, key_id: str, entry: Entry) -> Poison | None:
+    """Add the entry in a savepoint of its own; the poison it is if the database refuses it
+    (a sum past the column's range, say), so that it takes no other entry down with it.
+    A database that cannot be reached is no fault of the entry's: that still raises."""
+    try:
+        with transaction.atomic():
+            _add(minute, service, key_id, entry.counts)
+    except (DataError, IntegrityError) as exc:
+        return Poison(f"{service}|{key_id}", f"the database refused it: {exc}", entry.fields)
+    return None
 
 
 def _add(minute: datetime, service: str, key_id: str, counts: dict[str, int]) -> None:

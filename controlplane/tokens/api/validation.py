@@ -3,57 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
-
-from django.utils.dateparse import parse_datetime
 
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.tokens.api.errors import Invalid
+from controlplane.tokens.api.values import echo, positive_int, text, timestamp
 
-MAX_INT = 2**31 - 1  # the ceiling of a PositiveIntegerField on every database Django supports
 LIMITS = ("rpm", "tpm", "max_concurrency")
 FIELDS = frozenset({"name", "services", "expires_at", "expires_in", *LIMITS})
-
-
-def positive_int(value: Any) -> int:
-    # bool is an int in Python, but `true` is never a limit anyone meant
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
-        raise ValueError(f"must be a whole number from 1 to {MAX_INT}")
-    return value
-
-
-def _name(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError("required: a short name that says what the key is for")
-    if len(value.strip()) > 100:
-        raise ValueError("at most 100 characters")
-    return value.strip()
-
-
-def _services(value: Any) -> list[str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise ValueError("a non-empty list of service names, or null for every service")
-    names = list(dict.fromkeys(value))
-    live = Service.objects.exclude(desired_state=DesiredState.DELETED)
-    known = set(live.filter(name__in=names).values_list("name", flat=True))
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"no such service: {', '.join(unknown)}")
-    return names
-
-
-def timestamp(value: Any) -> datetime:
-    try:
-        parsed = parse_datetime(value) if isinstance(value, str) else None
-    except ValueError:  # well formed but impossible, e.g. February 30th
-        parsed = None
-    if parsed is None:
-        raise ValueError("an ISO 8601 date and time, e.g. 2030-01-31T00:00:00Z")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)  # naive times are UTC
+MAX_NAME = 100  # ApiKey.name
+MAX_SERVICE_NAME = 63  # Service.name
+MAX_SERVICES = 100  # services one key is scoped to; more is a key for every service (null)
 
 
 class OtherFieldError(ValueError):
@@ -62,6 +24,33 @@ class OtherFieldError(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("required: a short name that says what the key is for")
+    return text(value.strip(), MAX_NAME)
+
+
+def _services(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise ValueError("a non-empty list of service names, or null for every service")
+    if len(value) > MAX_SERVICES:
+        raise ValueError(f"at most {MAX_SERVICES} services; null scopes a key to every service")
+    for index, name in enumerate(value):
+        try:
+            text(name, MAX_SERVICE_NAME, "a service name")
+        except ValueError as exc:
+            raise OtherFieldError(f"services[{index}]", str(exc)) from None
+    names = list(dict.fromkeys(value))
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED)
+    known = set(live.filter(name__in=names).values_list("name", flat=True))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"no such service: {', '.join(unknown)}")
+    return names
 
 
 def _expires_at(data: dict, now: datetime) -> datetime | None:
@@ -92,7 +81,7 @@ def parse_key_request(data: Any, now: datetime) -> dict[str, Any]:
         "expires_at": lambda: _expires_at(data, now),
         **{limit: _optional(data.get(limit)) for limit in LIMITS},
     }
-    fields, errors = {}, {f: ["unknown field"] for f in sorted(set(data) - FIELDS)}
+    fields, errors = {}, {echo(f): ["unknown field"] for f in sorted(set(data) - FIELDS)}
     for field, check in checks.items():
         try:
             fields[field] = check()

@@ -16,8 +16,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.services.routing import publish_snapshot
+from controlplane.tokens.api.errors import Invalid
+from controlplane.tokens.api.negotiation import FORMAT, NamedFormatNegotiation
 from controlplane.tokens.api.serializers import ApiKeySerializer
 from controlplane.tokens.api.validation import parse_key_request
+from controlplane.tokens.api.values import MAX_INT, parameter_errors
 from controlplane.tokens.models import ApiKey
 
 
@@ -35,14 +38,18 @@ def _publish_on_commit() -> None:
 
 
 def _key(request: Request, key_id: str) -> ApiKey:
-    match = re.fullmatch(r"k?(\d+)", key_id)  # the public id "k7", or plainly 7
-    if match is None:
+    match = re.fullmatch(r"k?([0-9]{1,10})", key_id)  # the public id "k7", or plainly 7
+    if match is None or int(match[1]) > MAX_INT:  # no id a key can have
         raise NotFound("no such key")
     return get_object_or_404(visible_keys(request), pk=int(match[1]))
 
 
 class KeyList(APIView):
+    content_negotiation_class = NamedFormatNegotiation
+
     def get(self, request: Request) -> Response:
+        if errors := parameter_errors(request.query_params, known=(FORMAT,)):
+            raise Invalid("query", errors)
         return Response(ApiKeySerializer(visible_keys(request), many=True).data)
 
     def post(self, request: Request) -> Response:
@@ -56,6 +63,8 @@ class KeyList(APIView):
 
 
 class KeyDetail(APIView):
+    content_negotiation_class = NamedFormatNegotiation
+
     def get(self, request: Request, key_id: str) -> Response:
         return Response(ApiKeySerializer(_key(request, key_id)).data)
 
