@@ -132,6 +132,10 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     # JSON only, with a size and depth bound; forms post to the console's own views.
     "DEFAULT_PARSER_CLASSES": ["controlplane.json_body.BoundedJSONParser"],
+    # `?format=` naming no renderer: a 400 naming it, not a bare 404.
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": (
+        "controlplane.tokens.api.negotiation.NamedFormatNegotiation"
+    ),
     "EXCEPTION_HANDLER": "controlplane.services.api.errors.exception_handler",
 }
 

@@ -110,3 +110,9 @@ def test_an_unknown_phase_filter_is_a_400_naming_it(api):
     response = api.get("/api/v1/services?phase=sideways")
     assert response.status_code == 400
     assert "phase" in response.json()["errors"]
+
+
+def test_a_format_that_names_no_renderer_is_a_400_naming_it(api):
+    response = api.get("/api/v1/services?format=xml")
+    assert response.status_code == 400
+    assert "format" in response.json()["errors"]
