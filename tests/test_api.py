@@ -1,23 +1,14 @@
 """The services REST API against the configured database (PostgreSQL in CI)."""
 
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from controlplane.services.models import Event, Service
-from controlplane.tokens.models import ApiToken, ServiceToken, digest
+from controlplane.tokens.models import ServiceToken, digest
 
 pytestmark = pytest.mark.django_db
 
 SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
-
-
-@pytest.fixture
-def api() -> APIClient:
-    user = get_user_model().objects.create_user("alice")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
-    return client
 
 
 def create(api, spec=SPEC):

@@ -7,24 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
 
 from controlplane.json_body import MAX_BODY_BYTES, MAX_DEPTH, depth
 from controlplane.services.models import Event, Service
-from controlplane.tokens.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
 SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
-
-
-@pytest.fixture
-def api() -> APIClient:
-    user = get_user_model().objects.create_user("alice")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
-    return client
 
 
 def post_raw(api, body: str, path: str = "/api/v1/services"):

@@ -5,14 +5,12 @@ configured database, real runtimes)."""
 from __future__ import annotations
 
 import pytest
-import redis
-from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
 
-from contracts.routing import SNAPSHOT_KEY, Snapshot
+from contracts.routing import Snapshot
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
-from controlplane.tokens.models import ApiToken, digest
+from controlplane.tokens.models import digest
+from tests.api_support import published
 from workers.runtimes.process import ProcessRuntime
 from workers.tasks import FAILED_DELAY, reconcile_isolated
 
@@ -23,27 +21,6 @@ HEALTHY = {"name": "healthy", "llm": {"engine": "vllm-cpu", "model": "tiny-llama
 # Stored before the schema was strict: a string where the gateway expects a number.
 POISON = {"name": "poison", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"},
           "metadata": {"rpc": {"rate_limit": "10", "keepalive": "5000"}}}  # fmt: skip
-
-
-@pytest.fixture
-def store(settings, redis_url):
-    settings.REDIS_URL = redis_url
-    client = redis.Redis.from_url(redis_url)
-    client.delete(SNAPSHOT_KEY)
-    yield client
-    client.delete(SNAPSHOT_KEY)
-
-
-@pytest.fixture
-def api() -> APIClient:
-    user = get_user_model().objects.create_user("operator")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
-    return client
-
-
-def published(store) -> Snapshot:
-    return Snapshot.from_json(store.get(SNAPSHOT_KEY))
 
 
 def test_a_poison_service_is_left_out_and_the_others_keep_routing(store):

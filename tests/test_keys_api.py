@@ -5,40 +5,19 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import redis
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from contracts.routing import DEFAULT_RATE_LIMIT, SNAPSHOT_KEY, Snapshot
+from contracts.routing import DEFAULT_RATE_LIMIT
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import build_snapshot, publish_snapshot
-from controlplane.tokens.models import ApiKey, ApiToken, digest
+from controlplane.tokens.models import ApiKey, digest
+from tests.api_support import client_for, published
 from workers.reconciler import reconcile
 from workers.runtimes.process import ProcessRuntime
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def store(settings, redis_url):
-    """The Redis the control plane publishes to, without a snapshot from an earlier test."""
-    settings.REDIS_URL = redis_url
-    client = redis.Redis.from_url(redis_url)
-    client.delete(SNAPSHOT_KEY)
-    yield client
-    client.delete(SNAPSHOT_KEY)
-
-
-def published(store) -> Snapshot:
-    return Snapshot.from_json(store.get(SNAPSHOT_KEY))
-
-
-def client_for(username: str, staff: bool = False) -> APIClient:
-    user = get_user_model().objects.create_user(username, is_staff=staff)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
-    return client
 
 
 @pytest.fixture
