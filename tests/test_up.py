@@ -183,3 +183,15 @@ def test_secret_files_are_readable_by_their_owner_only(running):
     up, _ = running
     for path in (up.home, up.home / "secret_key", up.home / "wharf.sqlite3", up.home / "logs"):
         assert path.stat().st_mode & 0o077 == 0, f"{path} is open to others"
+
+
+def test_make_run_is_node_local_and_its_worker_heartbeats(running):
+    up, api = running
+    (node,) = api.get("/nodes").json()
+    assert (node["name"], node["state"], node["address"]) == ("local", "ready", "127.0.0.1")
+    assert node["runtime"] in ("docker", "process") and node["version"]
+    first = node["heartbeat_at"]
+    deadline = time.monotonic() + 30
+    while api.get("/nodes/local").json()["heartbeat_at"] == first:
+        assert time.monotonic() < deadline, "no heartbeat after the first"
+        time.sleep(1)

@@ -1,7 +1,9 @@
 """The Celery app. Workers reconcile services; beat heals drift every WHARF_RECONCILE_INTERVAL s.
 
-Every worker also consumes its node's own queue, `wharf.node.<host name>`, for work that must
-run on each host rather than on whichever worker is free: pruning the host's model cache. The
+Every worker is a node of the fleet (WHARF_NODE_NAME, by default the host name): it registers
+its Node row and heartbeats from a thread (workers.node), and it also consumes its node's own
+queue, `wharf.node.<node name>`, for work that must run on each host rather than on whichever
+worker is free: pruning the host's model cache. The
 beat embedded in a worker (`celery -A workers.celery worker --beat`, one per host) sends that
 work to its own host's queue, so each host that runs a worker with --beat prunes its own
 cache; a beat started on its own prunes only the host it runs on.
@@ -10,19 +12,17 @@ cache; a beat started on its own prunes only the host it runs on.
 from __future__ import annotations
 
 import os
-import socket
 
 import django
 from celery import Celery
-from celery.signals import celeryd_after_setup
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django.setup()
 
 from django.conf import settings  # noqa: E402
 
-# The host name is what node locks (workers.locks.node_lock) call a node, too.
-NODE_QUEUE = f"wharf.node.{socket.gethostname()}"
+NODE_QUEUE = f"wharf.node.{settings.WHARF_NODE_NAME}"
 PRUNE_INTERVAL = 3600.0  # seconds between model-cache prunes on each host
 
 app = Celery("wharf")
@@ -55,3 +55,22 @@ app.autodiscover_tasks(["workers"])
 def consume_node_queue(sender, instance, **kwargs) -> None:
     """Add this host's queue to what the worker consumes (also when -Q narrowed it)."""
     instance.app.amqp.queues.select_add(NODE_QUEUE)
+
+
+@worker_ready.connect
+def start_heartbeat(sender, **kwargs) -> None:
+    from workers.node import Heartbeat
+    from workers.runtimes import get_runtime
+
+    global _heartbeat
+    _heartbeat = Heartbeat(get_runtime(), settings.WHARF_NODE_HEARTBEAT)
+    _heartbeat.start()
+
+
+@worker_shutdown.connect
+def stop_heartbeat(sender, **kwargs) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop()
+
+
+_heartbeat = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,7 +20,7 @@ def client() -> redis.Redis:
 @contextmanager
 def node_lock(purpose: str, timeout: float = 60) -> Iterator[None]:
     """Held while a decision about this node's shared resources is made and acted on."""
-    lock = client().lock(f"wharf:node:{socket.gethostname()}:{purpose}", timeout=LOCK_TTL,
+    lock = client().lock(f"wharf:node:{settings.WHARF_NODE_NAME}:{purpose}", timeout=LOCK_TTL,
                          blocking_timeout=timeout)  # fmt: skip
     if not lock.acquire():
         raise TimeoutError(f"node lock {purpose!r} busy for {timeout} s")

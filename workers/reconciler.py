@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
@@ -46,12 +47,12 @@ def reconcile(name: str, runtime: Runtime) -> bool:
     ready = {o.name for o in observed if o.running and o.url and is_healthy(o.url, o.health_path)}
     observed = [_expire_if_stuck(service, o, ready) for o in observed]
     desired, spec, error = _desired(service)
-    result = planning.plan(name, desired, observed)
+    node = Node.objects.filter(name=settings.WHARF_NODE_NAME).first()
+    result, waiting = _respect_node_marks(node, planning.plan(name, desired, observed))
 
     for instance in result.remove:
         _remove(service, runtime, instance)
     created: list[ObservedInstance] = []
-    waiting = None
     for role, instance_name in result.create:
         try:
             taken = {o.pd_index for o in result.keep + created if o.role == role}
@@ -81,6 +82,22 @@ def reconcile(name: str, runtime: Runtime) -> bool:
             service.delete()
     publish_snapshot()
     return not settled
+
+
+def _respect_node_marks(
+    node: Node | None, result: planning.Plan
+) -> tuple[planning.Plan, str | None]:
+    """A cordoned node starts no instance; a draining one also gives up those it has. What
+    waits because of it is said in the service's status."""
+    if node is None or not (node.cordoned or node.draining):
+        return result, None
+    wanted = len(result.create) + (len(result.keep) if node.draining else 0)
+    if node.draining:
+        result = planning.Plan(keep=[], remove=result.keep + result.remove, create=[])
+    else:
+        result = replace(result, create=[])
+    mark = "draining" if node.draining else "cordoned"
+    return result, (f"{wanted} instance(s) wait: node {node.name} is {mark}" if wanted else None)
 
 
 def _create(service: Service, runtime: Runtime, spec, slot: tuple[str, int], name, spec_hash):
@@ -216,8 +233,8 @@ def _sync_instances(service, runtime, live, ready) -> None:
         if row is None:
             Instance.objects.create(
                 service=service, name=observed.name, role=observed.role, runtime=runtime.name,
-                node=settings.WHARF_NODE_ADDRESS, spec_hash=observed.spec_hash,
-                state=state, url=observed.url or "",
+                node=settings.WHARF_NODE_NAME, spec_hash=observed.spec_hash,
+                state=state, url=observed.url or "", devices=observed.devices,
             )  # fmt: skip
         elif row.state != state or row.url != (observed.url or ""):
             Instance.objects.filter(pk=row.pk).update(state=state, url=observed.url or "")

@@ -45,7 +45,8 @@ class Instance(models.Model):
     name = models.CharField(max_length=128, unique=True)
     role = models.CharField(max_length=16, blank=True, help_text="prefill | decode | ''")
     runtime = models.CharField(max_length=16)
-    node = models.CharField(max_length=128)
+    node = models.CharField(max_length=128)  # the name of the node it runs on
+    devices = models.CharField(max_length=200, blank=True, help_text="its cards: gpu:0,1")
     spec_hash = models.CharField(max_length=16)
     state = models.CharField(max_length=16, choices=InstanceState.choices)
     url = models.CharField(max_length=200, blank=True)

@@ -399,3 +399,16 @@ def test_api_refuses_writes_without_the_csrf_token(console):
     assert status == 403
     assert json.loads(page.evaluate("JSON.stringify(document.cookie.includes('csrftoken'))"))
     page.close()
+
+
+def test_nodes_page_shows_this_node_and_cordons_it(console):
+    page = console.page()
+    page.goto(console.url + "/nodes/")
+    node = page.wait_for_selector("#nodes tbody tr[data-node]")
+    assert node.query_selector("td.state .badge").inner_text() == "ready"
+    console.shot(page, "12-nodes")
+    node.query_selector("button:has-text('Cordon')").click()
+    page.wait_for_selector("#nodes td.state .badge:has-text('cordoned')")
+    page.click("#nodes button:has-text('Uncordon')")  # leave the node as the other tests need it
+    page.wait_for_selector("#nodes td.state .badge:has-text('ready')")
+    page.close()

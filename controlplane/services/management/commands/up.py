@@ -161,6 +161,7 @@ class Command(BaseCommand):
         env = dict(os.environ)
         env.update(WHARF_HOME=str(settings.WHARF_HOME), WHARF_RUNTIME=runtime,
                    DJANGO_SETTINGS_MODULE="controlplane.settings")  # fmt: skip
+        env.setdefault("WHARF_NODE_NAME", "local")  # the one node of `make run`
         if not env.get("WHARF_SECRET_KEY"):
             env.setdefault("WHARF_SECRET_KEY_FILE", str(settings.WHARF_HOME / "secret_key"))
         return env

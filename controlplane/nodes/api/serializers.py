@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rest_framework import serializers
+
+from controlplane.nodes.models import Node
+from controlplane.services.models import Instance
+from workers.devices import decode_allocation
+
+
+def cards_in_use(instances) -> dict[tuple[str, int], str]:
+    """(kind, index) -> the instance holding that card, from the instances' recorded cards."""
+    held = {}
+    for instance in instances:
+        if instance.devices:
+            kind, indexes = decode_allocation(instance.devices)
+            held.update({(kind, index): instance.name for index in indexes})
+    return held
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    state = serializers.CharField(read_only=True)
+    cards = serializers.SerializerMethodField()
+    card_counts = serializers.SerializerMethodField()
+    instances = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = ["name", "state", "address", "labels", "cordoned", "draining", "cards",
+                  "card_counts", "cpus", "memory_mb", "runtime", "images", "version",
+                  "heartbeat_at", "registered_at", "instances"]  # fmt: skip
+
+    def _instances(self, node: Node) -> list[Instance]:
+        by_node = self.context.setdefault("instances_by_node", {})
+        if not by_node:
+            for instance in Instance.objects.select_related("service"):
+                by_node.setdefault(instance.node, []).append(instance)
+        return by_node.get(node.name, [])
+
+    def get_cards(self, node: Node) -> list[dict]:
+        held = cards_in_use(self._instances(node))
+        return [{**card, "instance": held.get((card.get("kind"), card.get("index")))}
+                for card in node.cards]  # fmt: skip
+
+    def get_card_counts(self, node: Node) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = defaultdict(lambda: {"total": 0, "used": 0})
+        for card in self.get_cards(node):
+            counts[card["kind"]]["total"] += 1
+            counts[card["kind"]]["used"] += card["instance"] is not None
+        return {kind: {**c, "free": c["total"] - c["used"]} for kind, c in counts.items()}
+
+    def get_instances(self, node: Node) -> list[dict]:
+        return [{"name": i.name, "service": i.service.name, "role": i.role, "state": i.state,
+                 "cards": i.devices} for i in self._instances(node)]  # fmt: skip

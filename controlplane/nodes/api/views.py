@@ -1,0 +1,64 @@
+"""GET /api/v1/nodes[/<name>]; POST /api/v1/nodes/<name>/cordon|uncordon|drain (staff only)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.shortcuts import get_object_or_404
+from rest_framework import status
+from rest_framework.exceptions import NotFound, ParseError, PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.nodes.api.serializers import NodeSerializer
+from controlplane.nodes.models import Node
+from controlplane.nodes.state import STATES
+
+log = logging.getLogger(__name__)
+
+# What each action sets: cordon keeps the node's instances, drain gives them up too.
+ACTIONS = {
+    "cordon": {"cordoned": True},
+    "uncordon": {"cordoned": False, "draining": False},
+    "drain": {"cordoned": True, "draining": True},
+}
+
+
+class NodeList(APIView):
+    def get(self, request: Request) -> Response:
+        nodes = list(Node.objects.all())
+        if state := request.query_params.get("state"):
+            if state not in STATES:
+                raise ParseError({"state": [f"one of {', '.join(STATES)}"]})
+            nodes = [node for node in nodes if node.state == state]
+        return Response(NodeSerializer(nodes, many=True, context={}).data)
+
+
+class NodeDetail(APIView):
+    def get(self, request: Request, name: str) -> Response:
+        return Response(NodeSerializer(get_object_or_404(Node, name=name), context={}).data)
+
+
+class NodeAction(APIView):
+    def post(self, request: Request, name: str, action: str) -> Response:
+        if action not in ACTIONS:
+            raise NotFound(f"unknown action {action!r}; use {', '.join(ACTIONS)}")
+        if not request.user.is_staff:
+            raise PermissionDenied("only staff may cordon, drain or uncordon a node")
+        with transaction.atomic():
+            node = get_object_or_404(Node, name=name)
+            Node.objects.filter(pk=node.pk).update(**ACTIONS[action])
+            transaction.on_commit(_reconcile_everything, robust=True)
+        log.info("node %s: %s by %s", name, action, request.user)
+        node.refresh_from_db()
+        return Response(NodeSerializer(node, context={}).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _reconcile_everything() -> None:
+    """A drained node's instances go, a cordon's pending ones wait, an uncordoned node takes
+    new ones: every service's next pass decides, without waiting for the periodic one."""
+    from workers.tasks import reconcile_all  # the API records intent; workers act on it
+
+    reconcile_all.delay()

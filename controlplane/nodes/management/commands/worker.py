@@ -1,0 +1,55 @@
+"""`manage.py worker --node NAME --address ADDR`: this host's worker, as a node of the fleet.
+
+The rest comes from the usual environment (DATABASE_URL, REDIS_URL, WHARF_SECRET_KEY, ...);
+the command checks the node's settings and then becomes the Celery worker (with its beat),
+which registers the node and heartbeats.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import sys
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.nodes.state import parse_labels
+
+NODE_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
+
+
+class Command(BaseCommand):
+    help = "Run this host's worker as a node of the fleet (registers, heartbeats, reconciles)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--node", default=settings.WHARF_NODE_NAME, help="the node's name")
+        parser.add_argument("--address", default=settings.WHARF_NODE_ADDRESS,
+                            help="the IP address gateways reach its instances at")  # fmt: skip
+        parser.add_argument("--labels", default=settings.WHARF_NODE_LABELS,
+                            help="placement labels: gpu=h200,zone=a")  # fmt: skip
+        parser.add_argument("--concurrency", type=int, default=4)
+
+    def handle(self, *args, node: str, address: str, labels: str, concurrency: int, **_):
+        node = node.lower()
+        if not NODE_NAME.fullmatch(node):
+            raise CommandError(f"--node {node!r}: lower-case letters, digits, '.' and '-'")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            raise CommandError(f"--address {address!r} is not an IP address") from None
+        try:
+            parse_labels(labels)
+        except ValueError as exc:
+            raise CommandError(f"--labels: {exc}") from None
+        os.environ.update(
+            WHARF_NODE_NAME=node, WHARF_NODE_ADDRESS=address, WHARF_NODE_LABELS=labels
+        )
+        schedule = settings.WHARF_HOME / f"celerybeat-schedule-{node}"
+        argv = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "--beat",
+                "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", "info",
+                "--hostname", f"{node}@%h", "--schedule", str(schedule)]  # fmt: skip
+        self.stdout.write(f"node {node} at {address}: starting its worker")
+        sys.stdout.flush()
+        os.execv(sys.executable, argv)

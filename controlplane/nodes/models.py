@@ -1,0 +1,40 @@
+"""The hosts that run instances: each worker registers its node and heartbeats; the operator
+cordons, drains and uncordons it through the API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from controlplane.nodes.state import node_state
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=63, unique=True)
+    address = models.CharField(max_length=253, help_text="where the gateway reaches instances")
+    labels = models.JSONField(default=dict, blank=True)
+    # [{"kind": "gpu", "index": 0, "name": "NVIDIA H200", "memory_mb": 143771}, ...]
+    cards = models.JSONField(default=list, blank=True)
+    cpus = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveBigIntegerField(default=0)
+    runtime = models.CharField(max_length=16, blank=True)
+    images = models.JSONField(default=list, blank=True)  # engine images present on the node
+    version = models.CharField(max_length=32, blank=True)  # of the Wharf worker
+    cordoned = models.BooleanField(default=False)
+    draining = models.BooleanField(default=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def state(self) -> str:
+        grace = timedelta(seconds=settings.WHARF_NODE_GRACE)
+        return node_state(self.heartbeat_at, timezone.now(), grace, self.cordoned, self.draining)

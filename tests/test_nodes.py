@@ -1,0 +1,199 @@
+"""Nodes: state from heartbeats and marks (pure), registration by the worker's heartbeat, the
+nodes API, the reconciler honouring cordon and drain, and `manage.py worker` starting a real
+worker that registers its node (the configured database, real Redis, real processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from controlplane.nodes.models import Node
+from controlplane.nodes.state import node_state, parse_labels
+from controlplane.services.models import Instance, Service
+from controlplane.stack import ROOT
+from tests.api_support import client_for
+from tests.system import redis_db
+from workers import planning
+from workers.node import heartbeat
+from workers.reconciler import _respect_node_marks, reconcile
+from workers.runtimes.base import ObservedInstance
+from workers.runtimes.process import ProcessRuntime
+
+NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+GRACE = timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(("age", "cordoned", "draining", "state"), [
+    (5, False, False, "ready"),
+    (29, False, False, "ready"),
+    (31, False, False, "not_ready"),
+    (None, False, False, "not_ready"),
+    (5, True, False, "cordoned"),
+    (5, True, True, "draining"),
+    (60, True, True, "not_ready"),  # a silent node acts on nothing, whatever its marks
+])  # fmt: skip
+def test_a_nodes_state_comes_from_its_heartbeat_and_marks(age, cordoned, draining, state):
+    beat = None if age is None else NOW - timedelta(seconds=age)
+    assert node_state(beat, NOW, GRACE, cordoned, draining) == state
+
+
+@pytest.mark.parametrize(("text", "labels"), [
+    ("", {}), ("gpu=h200", {"gpu": "h200"}), ("flag=", {"flag": ""}),
+    (" gpu = h200 , zone=a,", {"gpu": "h200", "zone": "a"}),
+])  # fmt: skip
+def test_labels_are_key_value_pairs(text, labels):
+    assert parse_labels(text) == labels
+
+
+@pytest.mark.parametrize("text", ["gpu", "=h200", "a=b,c"])
+def test_a_label_that_is_not_key_value_is_named(text):
+    with pytest.raises(ValueError, match="is not key=value"):
+        parse_labels(text)
+
+
+def observed(name: str, running: bool = True) -> ObservedInstance:
+    return ObservedInstance(service="s", name=name, spec_hash="h", running=running, url=None)
+
+
+@pytest.mark.parametrize(("cordoned", "draining", "keep", "remove", "create", "waiting"), [
+    (False, False, ["a"], ["old"], 1, None),
+    (True, False, ["a"], ["old"], 0, "1 instance(s) wait: node n1 is cordoned"),
+    (True, True, [], ["a", "old"], 0, "2 instance(s) wait: node n1 is draining"),
+])  # fmt: skip
+def test_a_cordoned_node_starts_nothing_and_a_draining_one_gives_up_its_instances(
+    cordoned, draining, keep, remove, create, waiting
+):
+    plan = planning.Plan(keep=[observed("a")], remove=[observed("old")], create=[("", "b")])
+    node = Node(name="n1", cordoned=cordoned, draining=draining)
+    result, said = _respect_node_marks(node, plan)
+    assert [o.name for o in result.keep] == keep
+    assert [o.name for o in result.remove] == remove
+    assert len(result.create) == create and said == waiting
+
+
+@pytest.mark.django_db
+def test_the_heartbeat_registers_the_node_and_keeps_the_operators_marks(tmp_path, settings):
+    settings.WHARF_NODE_NAME, settings.WHARF_NODE_LABELS = "n1", "zone=a"
+    runtime = ProcessRuntime(str(tmp_path), tmp_path / "instances")
+    node = heartbeat(runtime)
+    assert (node.name, node.address, node.labels, node.runtime) == (
+        "n1", settings.WHARF_NODE_ADDRESS, {"zone": "a"}, "process",
+    )  # fmt: skip
+    assert node.cpus == os.cpu_count() and node.memory_mb > 0 and node.version
+    assert node.state == "ready"
+    Node.objects.filter(name="n1").update(cordoned=True)
+    assert heartbeat(runtime).state == "cordoned"
+
+
+@pytest.mark.django_db
+def test_the_api_lists_nodes_with_their_state_cards_and_instances():
+    h200 = {"kind": "gpu", "name": "H200", "memory_mb": 143771}
+    Node.objects.create(name="gpu-1", address="10.0.0.1", heartbeat_at=timezone.now(),
+                        cards=[{**h200, "index": 0}, {**h200, "index": 1}])  # fmt: skip
+    Node.objects.create(name="gone", address="10.0.0.2",
+                        heartbeat_at=timezone.now() - timedelta(minutes=5))  # fmt: skip
+    service = Service.objects.create(name="qwen", spec={"name": "qwen"})
+    Instance.objects.create(service=service, name="qwen-1", runtime="docker", node="gpu-1",
+                            devices="gpu:1", spec_hash="h", state="ready")  # fmt: skip
+    api = client_for("alice")
+    listed = {n["name"]: n for n in api.get("/api/v1/nodes").json()}
+    assert {name: n["state"] for name, n in listed.items()} == {
+        "gpu-1": "ready",
+        "gone": "not_ready",
+    }
+    node = api.get("/api/v1/nodes/gpu-1").json()
+    assert node["card_counts"] == {"gpu": {"total": 2, "used": 1, "free": 1}}
+    assert [c["instance"] for c in node["cards"]] == [None, "qwen-1"]
+    assert node["instances"] == [{"name": "qwen-1", "service": "qwen", "role": "",
+                                  "state": "ready", "cards": "gpu:1"}]  # fmt: skip
+    assert [n["name"] for n in api.get("/api/v1/nodes?state=not_ready").json()] == ["gone"]
+    assert "state" in api.get("/api/v1/nodes?state=sideways").json()["errors"]
+    assert api.get("/api/v1/nodes/nowhere").status_code == 404
+
+
+@pytest.mark.django_db
+def test_staff_cordon_drain_and_uncordon_a_node(django_capture_on_commit_callbacks):
+    Node.objects.create(name="n1", address="10.0.0.1", heartbeat_at=timezone.now())
+    assert client_for("alice").post("/api/v1/nodes/n1/cordon").status_code == 403
+    staff = client_for("root", staff=True)
+    for action, state in [("cordon", "cordoned"), ("drain", "draining"), ("uncordon", "ready")]:
+        with django_capture_on_commit_callbacks():  # the reconcile they trigger is not run here
+            answer = staff.post(f"/api/v1/nodes/n1/{action}")
+        assert answer.status_code == 202 and answer.json()["state"] == state
+    assert staff.post("/api/v1/nodes/n1/reboot").status_code == 404
+    assert staff.post("/api/v1/nodes/nowhere/cordon").status_code == 404
+
+
+SLEEPER = {"name": "sleeper", "containers": [{"image": "none", "command": "exec sleep 300"}]}
+
+
+@pytest.mark.django_db
+def test_the_reconciler_starts_nothing_on_a_cordoned_node_and_empties_a_draining_one(
+    tmp_path, settings, redis_url
+):
+    settings.WHARF_NODE_NAME, settings.REDIS_URL = "n1", redis_url
+    node = Node.objects.create(name="n1", address="127.0.0.1", heartbeat_at=timezone.now(),
+                               cordoned=True)  # fmt: skip
+    Service.objects.create(name="sleeper", spec=SLEEPER)
+    runtime = ProcessRuntime(str(tmp_path), tmp_path / "instances")
+    try:
+        reconcile("sleeper", runtime)
+        assert runtime.list() == []
+        assert "node n1 is cordoned" in Service.objects.get(name="sleeper").last_error
+        Node.objects.filter(pk=node.pk).update(cordoned=False)
+        reconcile("sleeper", runtime)
+        (started,) = runtime.list()
+        assert started.running
+        Node.objects.filter(pk=node.pk).update(cordoned=True, draining=True)
+        reconcile("sleeper", runtime)
+        assert runtime.list() == []
+        assert "node n1 is draining" in Service.objects.get(name="sleeper").last_error
+    finally:
+        for instance in runtime.list():
+            runtime.remove(instance.name)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--node", "Bad_Name"], "--node 'bad_name'"),
+    (["--address", "gpu-host"], "--address 'gpu-host' is not an IP address"),
+    (["--labels", "gpu"], "--labels: label 'gpu' is not key=value"),
+])  # fmt: skip
+def test_the_worker_command_names_a_bad_setting(tmp_path, args, message):
+    env = {**os.environ, "WHARF_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "worker", *args], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0 and message in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_the_worker_command_starts_a_worker_that_registers_its_node(tmp_path, redis_url):
+    env = {**os.environ, "WHARF_HOME": str(tmp_path), "DATABASE_URL": "",
+           "REDIS_URL": redis_db(redis_url, 13), "WHARF_RUNTIME": "process",
+           "WHARF_NODE_HEARTBEAT": "1"}  # fmt: skip
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v0"], env=env, cwd=ROOT, check=True)
+    worker = subprocess.Popen(
+        [*manage, "worker", "--node", "gpu-2", "--address", "127.0.0.2", "--labels", "zone=b"],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline, row = time.monotonic() + 60, None
+        while row is None and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.5)
+            with sqlite3.connect(tmp_path / "wharf.sqlite3") as db:
+                row = db.execute(
+                    "SELECT address, labels, runtime FROM nodes_node WHERE name = 'gpu-2'"
+                ).fetchone()
+        assert row == ("127.0.0.2", '{"zone": "b"}', "process"), f"worker exit {worker.poll()}"
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        assert worker.wait(60) is not None

@@ -1,0 +1,83 @@
+"""This host as a node of the fleet: what it offers (cards, CPUs, memory, engine images), written
+to its Node row when the worker starts and on every heartbeat after, from a thread of the
+worker. A node whose heartbeats stop is `not_ready` after WHARF_NODE_GRACE seconds."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import asdict
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
+
+from contracts.version import VERSION
+from controlplane.nodes.models import Node
+from controlplane.nodes.state import parse_labels
+from workers import devices
+
+log = logging.getLogger(__name__)
+CARDS = devices.DeviceCache()
+MAX_IMAGES = 200  # tags reported per node
+
+
+def memory_mb() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+
+
+def engine_images(runtime) -> list[str]:
+    """What the node can start without a pull: Docker image tags, or the process runtime's
+    vLLM virtualenv."""
+    if runtime.name == "docker":
+        tags = sorted(tag for image in runtime.client.images.list() for tag in image.tags)
+        return tags[:MAX_IMAGES]
+    venv = getattr(runtime, "venv", None)
+    return [f"venv:{venv}"] if venv and os.path.isdir(venv) else []
+
+
+def inventory(runtime) -> dict:
+    cards = [{k: v for k, v in asdict(card).items() if k != "uuid"} for card in CARDS.get()]
+    return {
+        "address": settings.WHARF_NODE_ADDRESS,
+        "labels": parse_labels(settings.WHARF_NODE_LABELS),
+        "cards": cards,
+        "cpus": os.cpu_count() or 0,
+        "memory_mb": memory_mb(),
+        "runtime": runtime.name,
+        "images": engine_images(runtime),
+        "version": VERSION,
+    }
+
+
+def heartbeat(runtime) -> Node:
+    """Register this node or refresh it; the operator's cordon and drain marks are kept."""
+    node, _ = Node.objects.update_or_create(
+        name=settings.WHARF_NODE_NAME,
+        defaults={**inventory(runtime), "heartbeat_at": timezone.now()},
+    )
+    return node
+
+
+class Heartbeat(threading.Thread):
+    """Beats until stop(); a beat that fails (database or Docker away) is logged and retried."""
+
+    def __init__(self, runtime, interval: float):
+        super().__init__(name="wharf-node-heartbeat", daemon=True)
+        self.runtime, self.interval = runtime, interval
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                close_old_connections()
+                heartbeat(self.runtime)
+            except (DatabaseError, OSError, ValueError) as exc:
+                log.warning("node %s: heartbeat failed: %s", settings.WHARF_NODE_NAME, exc)
+            except Exception:  # a thread that dies silently would make the node look dead
+                log.exception("node %s: heartbeat failed", settings.WHARF_NODE_NAME)
+            self._stopped.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stopped.set()
