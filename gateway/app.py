@@ -38,6 +38,7 @@ from gateway import body as bodies
 from gateway import errors, metrics
 from gateway.balancer import Balancer
 from gateway.config import Settings, load_settings
+from gateway.engine_auth import EngineKeys
 from gateway.health import RedisHealth
 from gateway.limits import Demand, Limiter
 from gateway.metrics import Metrics
@@ -370,12 +371,14 @@ async def _running(settings: Settings) -> AsyncIterator[Runtime]:
     counters = Metrics()
     watcher: SnapshotWatcher | None = None
     health = RedisHealth(client, lambda: watcher.fallback_description() if watcher else "")
+    engine_keys = EngineKeys(settings.secret_key)
     watcher = SnapshotWatcher(
         settings.redis_url,
         settings.snapshot_key,
         settings.snapshot_channel,
         settings.snapshot_poll,
         health,
+        on_load=engine_keys.load,
     )
     pipe = PipelinedRedis(settings.redis_url, _REDIS_TIMEOUT_S)
     limiter = Limiter(
@@ -390,7 +393,7 @@ async def _running(settings: Settings) -> AsyncIterator[Runtime]:
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
-    plane = Plane(Upstream(), Balancer(settings.cooldown), limiter, usage, counters)
+    plane = Plane(Upstream(), Balancer(settings.cooldown), limiter, usage, counters, engine_keys)
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     health.start()
     await watcher.start()

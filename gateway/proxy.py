@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from contracts.routing import RoutedInstance, RoutedService
 from gateway import errors, metrics
 from gateway.balancer import Balancer
+from gateway.engine_auth import EngineKeys
 from gateway.limits import Admission, Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
@@ -57,8 +58,9 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# The token is for the gateway; engines must never see it (nor log it). The gateway has
-# the whole body before it calls an engine, so the client's Expect is answered already.
+# The token is for the gateway; engines must never see it (nor log it): they get their own
+# key instead (gateway.engine_auth). The gateway has the whole body before it calls an
+# engine, so the client's Expect is answered already.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length", "expect"}
 # uvicorn writes its own; passing the engine's too would duplicate them.
 _RESPONSE_DROP = frozenset(
@@ -123,6 +125,7 @@ class Plane:
     limiter: Limiter
     usage: UsageRecorder
     metrics: Metrics
+    engine_keys: EngineKeys
 
 
 @dataclass(frozen=True)
@@ -292,7 +295,7 @@ class ProxyResponse(Response):
             return None if fallback else errors.no_prefill_instance(name)
         instance = ranked[0]
         headers = [(n, v) for n, v in call.headers if n.lower() != "content-type"]
-        headers.append(("content-type", "application/json"))
+        headers += [("content-type", "application/json"), plane.engine_keys.authorization(instance)]
         body = json.dumps(prefill_body(leg.data, leg.pd)).encode()
         plane.balancer.acquire(instance.url)
         try:
@@ -315,9 +318,10 @@ class ProxyResponse(Response):
         return None
 
     async def _open(self, instance: RoutedInstance) -> Answer:
-        call = self.call
-        return await self.plane.upstream.request(
-            instance.url, call.method, self.target, call.headers, call.body, call.timeout
+        call, plane = self.call, self.plane
+        headers = [*call.headers, plane.engine_keys.authorization(instance)]
+        return await plane.upstream.request(
+            instance.url, call.method, self.target, headers, call.body, call.timeout
         )
 
     def _failed(self, instance: RoutedInstance, kind: str, why: BaseException | str) -> None:

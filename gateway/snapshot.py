@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import suppress
 
 import redis.asyncio as aioredis
@@ -32,9 +33,16 @@ _REDIS_TIMEOUT_S = 2.0
 
 class SnapshotWatcher:
     def __init__(
-        self, redis_url: str, key: str, channel: str, poll: float, health: RedisHealth
+        self,
+        redis_url: str,
+        key: str,
+        channel: str,
+        poll: float,
+        health: RedisHealth,
+        on_load: Callable[[Snapshot], None] | None = None,
     ) -> None:
         self._redis_url = redis_url
+        self._on_load = on_load  # sees each snapshot read before requests do
         self._key = key
         self._channel = channel
         self._poll = poll
@@ -112,6 +120,8 @@ class SnapshotWatcher:
             )
             if snapshot.unreadable:  # left out; every other entry is served
                 log.error("routing snapshot entries of the wrong shape: %s", snapshot.unreadable)
+        if self._on_load is not None:
+            self._on_load(snapshot)
         self._snapshot = snapshot
         self._loaded = True
 

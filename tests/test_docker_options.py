@@ -6,13 +6,23 @@ import pytest
 
 from workers.engines.plan import ContainerPlan, Mount
 from workers.runtimes.base import InstanceError, InstanceRequest
-from workers.runtimes.docker import run_options
+from workers.runtimes.docker import publish_address, run_options
 
 
-def options(tmp_path, **plan):
+def options(tmp_path, node_address="127.0.0.1", **plan):
     base = {"image": "img", "args": ["serve", "--port", "8000"], "port": 8000}
     request = InstanceRequest("svc", "svc-1", "h", ContainerPlan(**{**base, **plan}), "gpu:2,3")
-    return run_options(request, model_dir=str(tmp_path), bind_address="127.0.0.1")
+    address = publish_address(node_address)
+    return run_options(request, model_dir=str(tmp_path), bind_address=address)
+
+
+PUBLISHED = [("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1"), ("10.0.0.7", "10.0.0.7"),
+             ("192.168.1.20", "192.168.1.20"), ("127.0.0.2", "127.0.0.2")]  # fmt: skip
+
+
+@pytest.mark.parametrize("node_address, published", PUBLISHED)
+def test_publishes_on_the_node_address_never_on_every_interface(tmp_path, node_address, published):
+    assert options(tmp_path, node_address)["ports"] == {"8000/tcp": (published, None)}
 
 
 def test_command_line_replaces_the_image_entrypoint(tmp_path):

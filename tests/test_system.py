@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
+from contracts.engine_keys import engine_key
 from controlplane.services.tiny_model import write_tiny_model
 from tests.moto_support import KEY_ID, SECRET
 from tests.system import require_runtime, start_system
@@ -384,3 +386,26 @@ def test_prefill_decode_separation_on_cpu(system):
     }
     assert len(served_by) == 2, served_by  # both decode instances took requests
     delete(system, "pd-e2e")
+
+
+def test_an_engine_refuses_direct_calls_without_its_key(system):
+    """Only the gateways (and the control plane) derive an instance's key: a direct call to
+    the engine's OpenAI routes without it is refused, one through the gateway is not."""
+    if system.runtime != "process":
+        pytest.skip("one runtime is enough: both hand the key over in the plan's env")
+    name = "e2e-keyed"
+    token = deploy(system, tiny_spec(name))
+    instance = only_instance(system, name)
+    key = engine_key(system.stack.env["WHARF_SECRET_KEY"].encode(), instance["name"])
+    models = f"{instance['url']}/v1/models"
+    assert httpx.get(models, timeout=10).status_code == 401
+    as_caller = httpx.get(models, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert as_caller.status_code == 401  # the service's token is for the gateway only
+    with_key = httpx.get(models, headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    assert with_key.status_code == 200 and with_key.json()["data"][0]["id"] == f"{name}-model"
+    assert httpx.get(f"{instance['url']}/health", timeout=10).status_code == 200  # the worker's
+    for pid in process_groups(system, name):  # in the environment, not on the command line
+        assert key.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    answer = complete(system.stack.gateway_url, token, name, "Through the front door")
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 12
+    delete(system, name)

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from contracts.engine_keys import engine_key
 from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record
@@ -120,6 +121,7 @@ def _create(service: Service, runtime: Runtime, spec, slot: tuple[str, int], nam
         placement = replace(
             runtime.placement(), devices=indexes, staged=staged, role=role, service=service.name,
             pd_index=pd_index, kv_dir=_kv_dir(service.name) if role else "",
+            engine_key=engine_key(settings.SECRET_KEY.encode(), name),
         )  # fmt: skip
         _warn_if_it_cannot_fit(service, spec, placement)
         report(f"starting instance {name}")

@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 from gateway_support import (
+    SECRET_KEY,
     Deployed,
     Engine,
     Gateway,
@@ -17,6 +18,8 @@ from gateway_support import (
     service,
     snapshot,
 )
+
+from contracts.engine_keys import engine_key
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -79,7 +82,8 @@ def test_eas_path_forwards_path_query_and_body_but_not_the_token(
     assert (seen["method"], seen["path"], seen["query"]) == ("POST", "/echo/v1/thing", "a=1&b=two")
     assert seen["body"] == '{"free": "form"}'
     assert seen["headers"]["content-type"] == "application/json"
-    assert "authorization" not in seen["headers"]
+    # The engine gets its instance's own key in place of the caller's token.
+    assert seen["headers"]["authorization"] == f"Bearer {engine_key(SECRET_KEY, 'engine-a')}"
     assert seen["headers"]["x-forwarded-for"] == "127.0.0.1"
     assert response.headers["x-wharf-instance"] == "engine-a"
 

@@ -8,6 +8,7 @@ choices). `render` below adds what every engine shares: resources, shared memory
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from types import ModuleType
 
 from controlplane.services.spec import ServiceSpec
@@ -68,18 +69,10 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement
             assert store is not None
             host_dir = placement.staged.get(store.path, f"<staged {store.path}>")
             mounts.append(Mount("bind", entry.mount_path, host_dir))
-    return ContainerPlan(
-        image=plan.image,
-        args=plan.args,
-        port=plan.port,
-        env=plan.env,
+    return replace(
+        plan,
         mounts=mounts,
-        health_path=plan.health_path,
-        metrics_path=plan.metrics_path,
         shm_size_bytes=shm,
         cpus=meta.cpu,
         memory_bytes=meta.memory * MB if meta.memory else None,
-        gpus=plan.gpus,
-        device_paths=plan.device_paths,
-        files=plan.files,
     )

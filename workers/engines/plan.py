@@ -61,6 +61,9 @@ class Placement:
     pd_layout: tuple[PdMember, ...] = ()
     node_ip: str = ""
     router_ip: str = ""
+    # The instance's engine key (contracts.engine_keys), for engines that can require one; ""
+    # where no instance exists yet (the preview). Kept out of repr, so out of logs.
+    engine_key: str = field(default="", repr=False)
 
     @property
     def models_root(self) -> str:
@@ -84,9 +87,15 @@ class ContainerPlan:
     # Generated files the engine reads (rank tables): container path -> content. The runtime
     # writes them on the node and mounts them read-only.
     files: dict[str, str] = field(default_factory=dict)
+    # Variables of `env` that hold a secret set per instance (the engine key): the preview
+    # names them here and leaves them out of `env`, which the console copies into an edited
+    # command's spec.
+    secret_env: tuple[str, ...] = ()
 
     def preview(self) -> dict:
-        """The plan as the preview API and the console show it."""
+        """The plan as the preview API and the console show it, without its secrets."""
         out = asdict(self)
         out["command"] = out.pop("args")
+        out["env"] = {k: v for k, v in self.env.items() if k not in self.secret_env}
+        out["secret_env"] = list(self.secret_env)
         return out

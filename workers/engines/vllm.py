@@ -45,6 +45,8 @@ QUANTIZATIONS = frozenset(
     }
 )  # fmt: skip
 KV_CACHE_DTYPES = frozenset({"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"})
+# Where vLLM reads the API key it then requires (vllm/envs.py; --api-key overrides it).
+ENGINE_KEY_ENV = "VLLM_API_KEY"
 
 
 def speculative_config(speculative: Speculative, draft_path: str | None) -> str:
@@ -116,6 +118,32 @@ def server_args(
     return args + option_args(llm.options)
 
 
+def engine_key_env(placement: Placement) -> dict[str, str]:
+    """The instance's engine key, which vLLM then requires on /v1/* (not on /health or
+    /metrics) as `Authorization: Bearer <key>`. Passed in the environment, since a command
+    line is visible to every local user (`ps`); vLLM reads VLLM_API_KEY when no --api-key
+    is given."""
+    return {ENGINE_KEY_ENV: placement.engine_key} if placement.engine_key else {}
+
+
+def engine_key_errors(spec: ServiceSpec) -> dict[str, list[str]]:
+    """A key of the user's own would lock the gateway out: it sends the instance's key."""
+    llm = spec.llm
+    assert llm is not None
+    if "--api-key" in llm.options:
+        field, what = "llm.options", "--api-key"
+    elif any(arg == "--api-key" or arg.startswith("--api-key=") for arg in llm.extra_args):
+        field, what = "llm.extra_args", "--api-key"
+    elif ENGINE_KEY_ENV in user_env(spec):
+        field, what = "containers[0].env", ENGINE_KEY_ENV
+    else:
+        return {}
+    return {field: [
+        f"{what} is set by Wharf: each instance gets a key only the gateways know. Remove it "
+        "and call the service through the gateway with its token"
+    ]}  # fmt: skip
+
+
 def chunked_prefill_errors(llm: Llm) -> dict[str, list[str]]:
     """One knob in vLLM (and BladeLLM) carries both the step budget and the chunk size."""
     size, budget = llm.chunked_prefill_size, llm.max_num_batched_tokens
@@ -145,7 +173,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         quantization=quantization,
     )  # fmt: skip
     kv_env, kv_mounts = pd_wiring(spec, placement, port)
-    env = {**OFFLINE_ENV, **kv_env, **user_env(spec)}
+    env = {**OFFLINE_ENV, **kv_env, **user_env(spec), **engine_key_env(placement)}
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
         if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):
@@ -166,13 +194,14 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         metrics_path="/metrics",
         shm_size_bytes=shm_size(role_cards(spec, placement, "gpu") if cuda else 0, SHM_DEFAULT),
         gpus=placement.devices if cuda else (),
+        secret_env=(ENGINE_KEY_ENV,),
     )
 
 
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:
     llm = spec.llm
     assert llm is not None
-    errors = {**chunked_prefill_errors(llm), **validate_pd(spec)}
+    errors = {**chunked_prefill_errors(llm), **validate_pd(spec), **engine_key_errors(spec)}
     if llm.quantization and llm.quantization not in QUANTIZATIONS:
         errors["llm.quantization"] = [
             f"vLLM has no quantization {llm.quantization!r}; choose one of "

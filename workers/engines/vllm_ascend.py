@@ -28,8 +28,11 @@ from workers.engines.rank_table import (
     preview_layout,
 )
 from workers.engines.vllm import (
+    ENGINE_KEY_ENV,
     SHM_DEFAULT,
     chunked_prefill_errors,
+    engine_key_env,
+    engine_key_errors,
     server_args,
 )
 
@@ -155,6 +158,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         **table_env,
     }
     env.update(user_env(spec))
+    env.update(engine_key_env(placement))
     in_container = placement.in_container
     drivers = driver_mounts() if in_container else []
     return ContainerPlan(
@@ -168,6 +172,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         shm_size_bytes=shm_size(cards, SHM_DEFAULT),
         device_paths=npu_devices(placement) if in_container else (),
         files=files,
+        secret_env=(ENGINE_KEY_ENV,),
     )
 
 
@@ -197,7 +202,10 @@ def quantization_errors(llm: Llm) -> dict[str, list[str]]:
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:
     llm = spec.llm
     assert llm is not None
-    errors = {**chunked_prefill_errors(llm), **quantization_errors(llm), **validate_pd(spec)}
+    errors = {
+        **chunked_prefill_errors(llm), **quantization_errors(llm), **validate_pd(spec),
+        **engine_key_errors(spec),
+    }  # fmt: skip
     if llm.speculative and llm.speculative.num_speculative_tokens > MAX_SPECULATIVE_TOKENS:
         errors["llm.speculative.num_speculative_tokens"] = [
             f"Ascend verifies at most {MAX_SPECULATIVE_TOKENS + 1} tokens a step; "

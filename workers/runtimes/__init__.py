@@ -25,6 +25,7 @@ def get_runtime() -> Runtime:
         )  # fmt: skip
     if choice == "process":
         return ProcessRuntime(
-            str(settings.WHARF_MODEL_DIR), settings.WHARF_INSTANCE_LOG_DIR, settings.WHARF_VLLM_VENV
-        )
+            str(settings.WHARF_MODEL_DIR), settings.WHARF_INSTANCE_LOG_DIR,
+            settings.WHARF_VLLM_VENV, node_address=settings.WHARF_NODE_ADDRESS,
+        )  # fmt: skip
     raise ValueError(f"WHARF_RUNTIME={choice!r}: use docker or process")

@@ -57,7 +57,7 @@ def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) 
         # The plan's env only: docker-py sends nothing of the worker's own environment (its
         # secrets), and the container adds just its image's ENV (tests/test_engine_environment).
         "environment": plan.env,
-        # Published on the node's loopback (or WHARF_NODE_ADDRESS) at a port Docker picks.
+        # Published on the node's address only (publish_address), at a port Docker picks.
         "ports": {f"{plan.port}/tcp": (bind_address, None)},
         "mounts": _mounts(request, model_dir),
         "shm_size": plan.shm_size_bytes,
@@ -73,6 +73,12 @@ def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) 
     if plan.memory_bytes:
         options["mem_limit"] = plan.memory_bytes
     return options
+
+
+def publish_address(node_address: str) -> str:
+    """Where a container's port is published: the node's address (WHARF_NODE_ADDRESS), the
+    one gateways reach it at, and no other interface of the host."""
+    return "127.0.0.1" if node_address == "localhost" else node_address
 
 
 def _mounts(request: InstanceRequest, model_dir: str) -> list[DockerMount]:
@@ -155,11 +161,12 @@ class DockerRuntime:
             request = replace(
                 request, plan=replace(plan, mounts=plan.mounts + self._files(request))
             )
+        address = publish_address(self.node_address)
         try:
             container = self.client.containers.run(
                 plan.image,
                 detach=True,
-                **run_options(request, model_dir=self.model_dir, bind_address=self._bind_address()),
+                **run_options(request, model_dir=self.model_dir, bind_address=address),
             )
         except APIError as exc:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
@@ -180,9 +187,6 @@ class DockerRuntime:
         """Remove what a deleted service shared between its instances (the KV volume)."""
         with contextlib.suppress(NotFound, APIError):
             self.client.volumes.get(f"wharf-kv-{service}").remove(force=True)
-
-    def _bind_address(self) -> str:
-        return "127.0.0.1" if self.node_address in ("127.0.0.1", "localhost") else "0.0.0.0"
 
     def _observe(self, container) -> ObservedInstance:
         labels = container.labels

@@ -43,9 +43,9 @@ INHERITED_ENV = frozenset(
 INHERITED_PREFIXES = ("LC_",)  # the locale's categories (LC_ALL, LC_CTYPE, ...), as LANG
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -71,14 +71,24 @@ def _proc_start_time(pid: int) -> str | None:
 class ProcessRuntime:
     name = "process"
 
-    def __init__(self, model_dir: str, state_dir: Path, venv: Path | None = None):
+    def __init__(
+        self,
+        model_dir: str,
+        state_dir: Path,
+        venv: Path | None = None,
+        node_address: str = "127.0.0.1",
+    ):
         self.model_dir = model_dir.rstrip("/")
         self.state_dir = Path(state_dir)
         self.venv = venv
+        # Engines listen on the node's address only (the one gateways reach them at), never
+        # on every interface: with the default, only this host can call them.
+        self.node_address = node_address
 
     def placement(self) -> Placement:
+        host = self.node_address
         return Placement(
-            in_container=False, model_store=self.model_dir, host="127.0.0.1", port=free_port()
+            in_container=False, model_store=self.model_dir, host=host, port=free_port(host)
         )
 
     def _state_path(self, name: str) -> Path:
@@ -126,7 +136,7 @@ class ProcessRuntime:
             "spec_hash": request.spec_hash,
             "pid": proc.pid,
             "start_time": _proc_start_time(proc.pid),
-            "url": f"http://127.0.0.1:{plan.port}",
+            "url": f"http://{self.node_address}:{plan.port}",
             "health_path": plan.health_path,
             "devices": request.devices,
             "role": request.role,
