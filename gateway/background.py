@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import suppress
+
+log = logging.getLogger(__name__)
+STOP_GRACE = 5.0  # seconds a cancelled loop gets to finish
 
 
 async def cancel(task: asyncio.Task[None] | None) -> None:
-    """Stop a background loop and wait until it has: shutdown then leaves nothing running."""
+    """Stop a background loop and wait until it has: shutdown then leaves nothing running.
+
+    The wait goes through asyncio.wait, bounded: a stop must end even if a loop is caught in a
+    client library that does not give way to its cancellation at once (seen when the server
+    could not bind its port right after start-up, so shutdown came before the loops settled).
+    """
     if task is None:
         return
     task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=STOP_GRACE)
+    if not done:
+        log.warning("%s did not stop within %.0f s of its cancel", task.get_name(), STOP_GRACE)
+        return
     with suppress(asyncio.CancelledError):
-        await task
+        task.result()

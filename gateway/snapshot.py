@@ -157,5 +157,7 @@ class SnapshotWatcher:
                 await pubsub.get_message(ignore_subscribe_messages=True, timeout=self._poll)
                 await self.reload()
         finally:
-            with suppress(RedisError, OSError):
-                await pubsub.aclose()
+            # Bounded: cancelled mid-subscribe (a stop right after start), closing the pubsub
+            # waits on the connection the subscribe still holds, and would wait forever.
+            with suppress(RedisError, OSError, TimeoutError):
+                await asyncio.wait_for(pubsub.aclose(), _REDIS_TIMEOUT_S)

@@ -121,6 +121,10 @@ def assert_disconnect_aborts_the_engine_request(gateway, token, model, instance_
                       timeout=60) as response:  # fmt: skip
         lines = response.iter_lines()
         next(line for line in lines if line.startswith("data:"))
+        # vLLM updates its gauges from the engine's stats, a moment after the first token.
+        deadline = time.monotonic() + 3
+        while requests_running(instance_url) != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert requests_running(instance_url) == 1
     deadline = time.monotonic() + 1.5
     while requests_running(instance_url) and time.monotonic() < deadline:
