@@ -11,23 +11,18 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from tests.fuzz_support import fuzz, json_values
 from tests.test_estimate_api import LLAMA3_8B, URL
 from tests.test_sizing import DEEPSEEK_V3, QWEN1_5_MOE_A2_7B
 from workers import model_config as mc
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.test_estimate_api")]
 
-FUZZ = settings(
-    derandomize=True,
-    database=None,
-    max_examples=500,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz(500)
 
 FIELDS = (
     "config", "model", "card_memory_gb", "gpu_memory_utilization", "dtype", "kv_cache_dtype",
@@ -50,20 +45,7 @@ CONFIG_KEYS = (
 BASES = (LLAMA3_8B, DEEPSEEK_V3, QWEN1_5_MOE_A2_7B)
 GONE = object()
 
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12)
-)
-JSON = st.recursive(
-    SCALARS,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=10,
-)
+JSON = json_values(max_leaves=10)
 # Numbers where they hurt: zero, negatives, the edges of int64 and float, past every bound.
 NUMBERS = st.integers(-3, 5) | st.sampled_from(
     [10**9, 2**31, 2**63, 10**100, 10**400, -(10**9), 1e308, 5e-324, -0.0, 0.5, 1.5, 4096.0]

@@ -10,22 +10,18 @@ from urllib.parse import quote, urlencode
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from controlplane.services.models import Service
 from controlplane.tokens.models import ApiKey, ApiToken
+from tests.fuzz_support import SCALARS, fuzz
+from tests.fuzz_support import json_values as any_json
 
 pytestmark = pytest.mark.django_db
 
-FUZZ = settings(
-    derandomize=True,
-    database=None,
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz(200)
 
 EDGE_DATES = [
     "9999-12-31T23:59:59+14:00", "9999-12-31T23:59:59-14:00", "0001-01-01",
@@ -36,19 +32,7 @@ EDGE_DATES = [
 EDGE_TEXT = ["", " ", "qwen", "llama", "nope", "-", "k1", "k" + "9" * 11, "x" * 64, "a\x00b",
              "\ud800", "tab\there", "minute", "hour", "day", "week"]  # fmt: skip
 EDGE_NUMBERS = [0, -1, 1, 2**31 - 1, 2**31, 2**63, -(2**63), 10**30, 1.5, 1e30, True, False]
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
-    | st.sampled_from(EDGE_DATES + EDGE_TEXT + EDGE_NUMBERS)
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
-    max_leaves=8,
-)
+json_values = any_json(SCALARS | st.sampled_from(EDGE_DATES + EDGE_TEXT + EDGE_NUMBERS))
 service_lists = st.lists(st.sampled_from(EDGE_TEXT) | st.text(max_size=70), max_size=6) | st.lists(
     st.just("qwen"), min_size=99, max_size=102
 )

@@ -10,13 +10,15 @@ import itertools
 
 import pytest
 from django.contrib.auth import get_user_model
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from controlplane.services.models import Event, Service
 from controlplane.services.routing import build_snapshot
 from controlplane.tokens.models import ApiToken
+from tests.fuzz_support import fuzz
+from tests.fuzz_support import json_values as any_json
 from workers.reconciler import reconcile
 from workers.runtimes.process import ProcessRuntime
 
@@ -52,13 +54,7 @@ scalars = st.one_of(
     st.sampled_from(["1", "512", "yes", "tiny-llama", "oss://bucket/m/", "/models/x", "--x"]),
     st.text(min_size=1500, max_size=1600), st.just("x" * 70_000),
 )  # fmt: skip
-json_values = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
+json_values = any_json(scalars, max_size=3)
 mutations = st.lists(st.tuples(st.sampled_from(PATHS), json_values), min_size=1, max_size=3)
 NAMES = itertools.count()
 
@@ -111,10 +107,7 @@ def accepted_lifecycle(api, spec: dict, runtime) -> None:
     assert not Service.objects.filter(name=name).exists()
 
 
-@settings(
-    max_examples=300, derandomize=True, deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)  # fmt: skip
+@fuzz(300)
 @given(base=st.sampled_from(BASES), changes=mutations)
 def test_no_spec_gets_a_5xx_and_every_accepted_one_can_be_deleted(api, tmp_path, base, changes):
     spec = mutated(base, changes)
