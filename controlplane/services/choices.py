@@ -22,9 +22,13 @@ class Phase(models.TextChoices):
 
 
 class InstanceState(models.TextChoices):
-    CREATING = "creating"
-    STARTING = "starting"
-    READY = "ready"
-    UNHEALTHY = "unhealthy"
-    EXITED = "exited"
-    FAILED = "failed"
+    """An instance's life, as the README's state table tells it."""
+
+    CREATING = "creating"  # placed on a node; its agent stages the model and starts it
+    STARTING = "starting"  # its engine runs; readiness not passed yet
+    READY = "ready"  # readiness passes: routed
+    UNHEALTHY = "unhealthy"  # readiness failing: out of routing until it passes again
+    BACKOFF = "backoff"  # exited or failed liveness; restarts after its back-off
+    FAILED = "failed"  # cannot start as specified (missing image, model); the spec must change
+    UNKNOWN = "unknown"  # its node stopped answering
+    DRAINING = "draining"  # out of routing; stopped once its requests finish or grace ends

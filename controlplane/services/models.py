@@ -38,12 +38,31 @@ class Service(models.Model):
         return parse_spec(self.spec)
 
 
+class ServiceVersion(models.Model):
+    """Every spec a service has had, numbered from 1; a rollback copies an old one forward."""
+
+    service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    spec = models.JSONField()
+    spec_hash = models.CharField(max_length=16)
+    note = models.CharField(max_length=200, blank=True)  # "created", "updated", "rollback to 3"
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["service", "number"], name="one_number_per_version")
+        ]
+
+
 class Instance(models.Model):
-    """The last observed state of one instance; the runtime is the source of truth."""
+    """One instance: where the scheduler placed it (node, cards, spec) and, written by that
+    node's agent, what it observes there (state, url, probes, restarts)."""
 
     service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="instances")
     name = models.CharField(max_length=128, unique=True)
     role = models.CharField(max_length=16, blank=True, help_text="prefill | decode | ''")
+    pd_index = models.PositiveIntegerField(default=0)  # its number within its role
     runtime = models.CharField(max_length=16)
     node = models.CharField(max_length=128)  # the name of the node it runs on
     devices = models.CharField(max_length=200, blank=True, help_text="its cards: gpu:0,1")
@@ -51,6 +70,17 @@ class Instance(models.Model):
     state = models.CharField(max_length=16, choices=InstanceState.choices)
     url = models.CharField(max_length=200, blank=True)
     message = models.TextField(blank=True)
+    # Written by the node's agent: probes, restarts and their back-off.
+    started_at = models.DateTimeField(null=True, blank=True)  # this run of its engine
+    ready_since = models.DateTimeField(null=True, blank=True)
+    probe_failures = models.PositiveIntegerField(default=0)  # in a row, readiness
+    probe_successes = models.PositiveIntegerField(default=0)  # in a row, readiness
+    liveness_failures = models.PositiveIntegerField(default=0)  # in a row
+    probed_at = models.DateTimeField(null=True, blank=True)
+    restarts = models.PositiveIntegerField(default=0)  # since it last stayed up 10 minutes
+    restart_at = models.DateTimeField(null=True, blank=True)  # back-off: not before then
+    # Written by the scheduler: out of routing since then; stopped once drained.
+    draining_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
