@@ -1,0 +1,233 @@
+"""Where each new instance goes: which node, and which cards on it. Pure (no Django, no I/O),
+so the scheduler's choices are tested without servers and the same call explains a refusal.
+
+Needs are placed in order and each sees what the earlier ones took. Among the nodes where a
+need fits it prefers, in turn: (1) the fewest instances of its service already there, so one
+node's loss takes few replicas; (2) a node that has its model cached, then its engine image,
+so it starts without a download; (3) the fewest free cards of its kind left afterwards, so
+large nodes stay whole for big tensor-parallel instances; (4) the node's name, so the same
+input always gives the same answer. A tensor-parallel instance never spans nodes.
+
+Free resources are kept per node and updated as needs are placed; nothing is recomputed from
+the held list per need (1,000 needs on 100 nodes must take well under a second).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from workers.devices import _first_contiguous  # the node-local allocator's rule, shared
+
+# CPUs are fractional (0.5, 0.1 + 0.2 ...): a need equal to what is free must fit.
+CPU_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Card:
+    kind: str  # "gpu" | "npu"
+    index: int
+    memory_mb: int
+
+
+# Mappings are copied on construction and left out of the hash (equality still compares
+# them): the records stay hashable and picklable, and a caller's later edit cannot reach in.
+
+
+@dataclass(frozen=True)
+class NodeOffer:
+    name: str
+    cards: tuple[Card, ...] = ()
+    cpus: float = 0  # 0 = unknown: not a constraint
+    memory_mb: int = 0  # 0 = unknown: not a constraint
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+    unschedulable: str = ""  # "" or why it takes nothing new: "not_ready", "cordoned", "draining"
+    models: frozenset[str] = frozenset()  # model sources already cached on the node
+    images: frozenset[str] = frozenset()  # engine images present on the node
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cards", tuple(self.cards))
+        object.__setattr__(self, "labels", dict(self.labels))
+        object.__setattr__(self, "models", frozenset(self.models))
+        object.__setattr__(self, "images", frozenset(self.images))
+
+
+@dataclass(frozen=True)
+class Held:
+    """An instance already assigned to a node: it holds resources there. Its cards are
+    indexes of `kind`; with no kind they are taken as of every kind on the node, because
+    handing a card out twice is worse than leaving one idle."""
+
+    node: str
+    service: str
+    kind: str = ""
+    cards: tuple[int, ...] = ()
+    cpu: float = 0
+    memory_mb: int = 0
+
+
+@dataclass(frozen=True)
+class Need:
+    """An instance to place; `cards` of `kind`, all on one node."""
+
+    key: str  # the instance name
+    service: str
+    kind: str = ""  # card kind, "" for none
+    cards: int = 0
+    cpu: float = 0
+    memory_mb: int = 0
+    selector: Mapping[str, str] = field(default_factory=dict, hash=False)  # labels required
+    model: str = ""  # preferred: nodes whose `models` contain it
+    image: str = ""  # preferred: nodes whose `images` contain it
+
+    def __post_init__(self) -> None:
+        if self.cards < 0 or self.cpu < 0 or self.memory_mb < 0:
+            raise ValueError(f"{self.key}: cards, cpu and memory_mb must be >= 0")
+        if self.cards and not self.kind:
+            raise ValueError(f"{self.key}: needs {self.cards} cards but names no kind")
+        object.__setattr__(self, "selector", dict(self.selector))
+
+
+@dataclass(frozen=True)
+class Placed:
+    key: str
+    node: str
+    cards: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    key: str
+    reasons: dict[str, str] = field(hash=False)  # node name -> what is missing there
+
+    def message(self) -> str:
+        """Every node's reason on one line (`node-a: 1 free gpu of 8, needs 2; node-b:
+        cordoned`), or "no nodes" when none was offered."""
+        if not self.reasons:
+            return "no nodes"
+        return "; ".join(f"{node}: {why}" for node, why in self.reasons.items())
+
+
+class _Node:
+    """What is still free on one node while a call places its needs."""
+
+    __slots__ = ("offer", "free", "total", "free_cards", "cpu", "memory", "services")
+
+    def __init__(self, offer: NodeOffer):
+        self.offer = offer
+        indexes: dict[str, set[int]] = {}
+        for card in offer.cards:
+            indexes.setdefault(card.kind, set()).add(card.index)
+        self.total = {kind: len(found) for kind, found in indexes.items()}
+        self.free: dict[str, list[int]] = {k: sorted(found) for k, found in indexes.items()}
+        self.free_cards = sum(self.total.values())
+        self.cpu = float(offer.cpus)
+        self.memory = offer.memory_mb
+        self.services: dict[str, int] = {}
+
+    def hold(self, service: str, kind: str, cards: Sequence[int], cpu: float, memory: int) -> None:
+        self.services[service] = self.services.get(service, 0) + 1
+        self.cpu -= cpu
+        self.memory -= memory
+        taken = set(cards)
+        for each in (kind,) if kind else tuple(self.free):
+            free = self.free.get(each)
+            if free and taken.intersection(free):
+                self.free[each] = [i for i in free if i not in taken]
+                self.free_cards -= len(free) - len(self.free[each])
+
+    def fits(self, need: Need) -> bool:
+        offer = self.offer
+        return (
+            (not need.cards or len(self.free.get(need.kind, ())) >= need.cards)
+            and (not offer.cpus or self.cpu + CPU_TOLERANCE >= need.cpu)
+            and (not offer.memory_mb or self.memory >= need.memory_mb)
+        )
+
+    def rank(self, need: Need) -> tuple[int, bool, bool, int]:
+        """Smaller is better; ties go to the earlier node in name order."""
+        offer = self.offer
+        left = len(self.free.get(need.kind, ())) if need.kind else self.free_cards
+        return (
+            self.services.get(need.service, 0),
+            bool(need.model) and need.model not in offer.models,
+            bool(need.image) and need.image not in offer.images,
+            left - need.cards,
+        )
+
+    def take(self, need: Need) -> tuple[int, ...]:
+        chosen: tuple[int, ...] = ()
+        if need.cards:
+            free = self.free[need.kind]
+            chosen = _first_contiguous(free, need.cards) or tuple(free[: need.cards])
+        self.hold(need.service, need.kind, chosen, need.cpu, need.memory_mb)
+        return chosen
+
+    def why_not(self, need: Need) -> str:
+        """What keeps `need` off this node, in plain words; "" when nothing does."""
+        offer = self.offer
+        reasons = [offer.unschedulable.replace("_", " ")] if offer.unschedulable else []
+        for key, value in need.selector.items():
+            if key not in offer.labels:
+                reasons.append(f"lacks label {key}={value}")
+            elif offer.labels[key] != value:
+                reasons.append(f"label {key} is {offer.labels[key]}, not {value}")
+        free = len(self.free.get(need.kind, ()))
+        if need.cards and not self.total.get(need.kind):
+            reasons.append(f"has no {need.kind}")
+        elif free < need.cards:
+            total = self.total[need.kind]
+            reasons.append(f"{free} free {need.kind} of {total}, needs {need.cards}")
+        if offer.cpus and self.cpu + CPU_TOLERANCE < need.cpu:
+            reasons.append(f"{max(self.cpu, 0):g} free CPUs, needs {need.cpu:g}")
+        if offer.memory_mb and self.memory < need.memory_mb:
+            reasons.append(f"{max(self.memory, 0)} MB free memory, needs {need.memory_mb}")
+        return " and ".join(reasons)
+
+
+def _matches(offer: NodeOffer, selector: Mapping[str, str]) -> bool:
+    return all(offer.labels.get(key) == value for key, value in selector.items())
+
+
+def _nodes(nodes: Sequence[NodeOffer], held: Sequence[Held]) -> list[_Node]:
+    """Every node's free state after what `held` holds, in name order."""
+    by_name: dict[str, _Node] = {}
+    for offer in nodes:
+        if offer.name in by_name:
+            raise ValueError(f"node {offer.name!r} is offered twice")
+        by_name[offer.name] = _Node(offer)
+    for h in held:
+        node = by_name.get(h.node)
+        if node is not None:  # a node that is gone holds nothing we could give out
+            node.hold(h.service, h.kind, h.cards, h.cpu, h.memory_mb)
+    return [by_name[name] for name in sorted(by_name)]
+
+
+def place(
+    needs: Sequence[Need], nodes: Sequence[NodeOffer], held: Sequence[Held]
+) -> list[Placed | Unplaced]:
+    """One Placed or Unplaced per need, in the needs' order; each need sees the earlier ones.
+    Unplaced says, for every node, what is missing there."""
+    states = _nodes(nodes, held)
+    # Schedulable nodes with a selector's labels, worked out once per distinct selector.
+    candidates: dict[frozenset[tuple[str, str]], list[_Node]] = {}
+    results: list[Placed | Unplaced] = []
+    for need in needs:
+        selector = frozenset(need.selector.items())
+        eligible = candidates.get(selector)
+        if eligible is None:
+            eligible = [
+                n for n in states if not n.offer.unschedulable and _matches(n.offer, need.selector)
+            ]
+            candidates[selector] = eligible
+        best, best_rank = None, None
+        for node in eligible:
+            if node.fits(need):
+                rank = node.rank(need)
+                if best_rank is None or rank < best_rank:
+                    best, best_rank = node, rank
+        if best is None:
+            results.append(Unplaced(need.key, {n.offer.name: n.why_not(need) for n in states}))
+        else:
+            results.append(Placed(need.key, best.offer.name, best.take(need)))
+    return results
