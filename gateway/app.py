@@ -40,6 +40,7 @@ from gateway.balancer import Balancer
 from gateway.config import Settings, load_settings
 from gateway.engine_auth import EngineKeys
 from gateway.health import RedisHealth
+from gateway.inflight import InflightReporter
 from gateway.limits import Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, by_role
@@ -372,13 +373,20 @@ async def _running(settings: Settings) -> AsyncIterator[Runtime]:
     watcher: SnapshotWatcher | None = None
     health = RedisHealth(client, lambda: watcher.fallback_description() if watcher else "")
     engine_keys = EngineKeys(settings.secret_key)
+    balancer = Balancer(settings.cooldown)
+    inflight = InflightReporter(client, balancer, health)
+
+    def loaded(snapshot: Snapshot) -> None:
+        engine_keys.load(snapshot)
+        inflight.seen(snapshot)
+
     watcher = SnapshotWatcher(
         settings.redis_url,
         settings.snapshot_key,
         settings.snapshot_channel,
         settings.snapshot_poll,
         health,
-        on_load=engine_keys.load,
+        on_load=loaded,
     )
     pipe = PipelinedRedis(settings.redis_url, _REDIS_TIMEOUT_S)
     limiter = Limiter(
@@ -393,15 +401,17 @@ async def _running(settings: Settings) -> AsyncIterator[Runtime]:
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
-    plane = Plane(Upstream(), Balancer(settings.cooldown), limiter, usage, counters, engine_keys)
+    plane = Plane(Upstream(), balancer, limiter, usage, counters, engine_keys)
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     health.start()
     await watcher.start()
     limiter.start()
     usage.start()
+    inflight.start()
     try:
         yield Runtime(settings, watcher, plane)
     finally:
+        await inflight.stop()
         await watcher.stop()
         await limiter.stop()
         await usage.stop()
