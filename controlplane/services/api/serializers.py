@@ -3,8 +3,9 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import serializers
 
-from controlplane.services.models import Event, Instance, Service
+from controlplane.services.models import Event, Instance, Service, ServiceVersion
 from controlplane.services.secrets import redact
+from controlplane.services.versions import current_number
 
 
 class InstanceSerializer(serializers.ModelSerializer):
@@ -24,12 +25,19 @@ class ServiceSerializer(serializers.ModelSerializer):
     spec = serializers.SerializerMethodField()
     instances = serializers.SerializerMethodField()
     endpoints = serializers.SerializerMethodField()
+    version = serializers.SerializerMethodField()
 
     class Meta:
         model = Service
         fields = ["name", "desired_state", "phase", "progress", "last_error", "generation",
-                  "observed_generation", "ready_instances", "instances", "endpoints", "spec",
-                  "created_at", "updated_at"]  # fmt: skip
+                  "observed_generation", "ready_instances", "instances", "endpoints", "version",
+                  "spec", "created_at", "updated_at"]  # fmt: skip
+
+    def get_version(self, service: Service) -> int | None:
+        """The current version's number: annotated by a list (`current_version`), else read."""
+        if hasattr(service, "current_version"):
+            return service.current_version
+        return current_number(service)
 
     def get_spec(self, service: Service) -> dict:
         return redact(service.spec)
@@ -44,3 +52,21 @@ class ServiceSerializer(serializers.ModelSerializer):
             "openai": f"{gateway}/v1",
             "model": (service.spec.get("llm") or {}).get("served_model_name") or service.name,
         }
+
+
+class VersionSerializer(serializers.ModelSerializer):
+    """One version; its spec with secrets masked as the service's own spec is. `current` needs
+    the current version's number in the context."""
+
+    spec = serializers.SerializerMethodField()
+    current = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ServiceVersion
+        fields = ["number", "created_at", "note", "spec_hash", "current", "spec"]
+
+    def get_spec(self, version: ServiceVersion) -> dict:
+        return redact(version.spec)
+
+    def get_current(self, version: ServiceVersion) -> bool:
+        return version.number == self.context["current"]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from controlplane.services.api import views
+from controlplane.services.api import versions, views
 from controlplane.services.api.estimate import Estimate
 from controlplane.services.api.logs import InstanceLogs
 
@@ -13,5 +13,9 @@ urlpatterns = [
     path("services/<str:name>/instances/<str:instance>/logs", InstanceLogs.as_view()),
     path("services/<str:name>/events", views.ServiceEvents.as_view()),
     path("services/<str:name>/token", views.RotateServiceToken.as_view()),
+    path("services/<str:name>/versions", versions.ServiceVersions.as_view()),
+    path("services/<str:name>/versions/<str:number>", versions.ServiceVersionDetail.as_view()),
+    path("services/<str:name>/rollback", versions.Rollback.as_view()),
+    # Last: any other word after the name is an action (start, stop).
     path("services/<str:name>/<str:action>", views.ServiceAction.as_view()),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.shortcuts import get_object_or_404
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError
@@ -23,6 +23,7 @@ from controlplane.services.events import record
 from controlplane.services.models import Service
 from controlplane.services.secrets import keep_secrets
 from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
+from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
 
 MAX_EVENTS = 1000  # events in one answer
@@ -59,7 +60,12 @@ def _live_service(name: str) -> Service:
 
 class ServiceList(APIView):
     def get(self, request: Request) -> Response:
-        services = Service.objects.exclude(desired_state=DesiredState.DELETED)
+        # Each one's current version in the same query; a GROUP BY drops Meta.ordering.
+        services = (
+            Service.objects.exclude(desired_state=DesiredState.DELETED)
+            .annotate(current_version=Max("versions__number"))
+            .order_by("name")
+        )
         if phase := request.query_params.get("phase"):
             if phase not in Phase.values:
                 raise ParseError({"phase": [f"one of {', '.join(Phase.values)}"]})
@@ -80,6 +86,7 @@ class ServiceList(APIView):
                     name=spec.name, spec=request.data, owner=request.user
                 )
                 token = ServiceToken.issue(service)
+                record_version(service, request.data, "created")
                 record(service, "Created", f"service created (generation {service.generation})")
                 _on_commit_reconcile(service.name)
         except IntegrityError:  # a concurrent create of the same name won the race
@@ -103,9 +110,10 @@ class ServiceDetail(APIView):
             data = keep_secrets(data, service.spec)
             _validated(data)
             Service.objects.filter(pk=service.pk).update(
-                spec=data, generation=F("generation") + 1, phase=Phase.UPDATING
-            )
+                spec=data, generation=F("generation") + 1
+            )  # intent only: the reconciler alone writes the phase
             service.refresh_from_db()
+            record_version(service, data, "updated")
             record(service, "Updated", f"spec updated (generation {service.generation})")
             _on_commit_reconcile(name)
         return Response(ServiceSerializer(service).data)
@@ -113,9 +121,7 @@ class ServiceDetail(APIView):
     def delete(self, request: Request, name: str) -> Response:
         with transaction.atomic():
             service = _live_service(name)
-            Service.objects.filter(pk=service.pk).update(
-                desired_state=DesiredState.DELETED, phase=Phase.DELETING
-            )
+            Service.objects.filter(pk=service.pk).update(desired_state=DesiredState.DELETED)
             record(service, "Deleting", "delete requested; removing every instance")
             _on_commit_reconcile(name)
         return Response(status=status.HTTP_202_ACCEPTED)

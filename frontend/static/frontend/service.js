@@ -1,5 +1,5 @@
-// One service: phase and progress, instances per role, events, logs, call information, the
-// online test and usage charts. Everything is polled from the REST API; nothing reloads.
+// One service: phase and progress, instances per role, events, versions and rollback, logs,
+// call information, the online test and usage charts. Everything is polled from the REST API; nothing reloads.
 "use strict";
 
 (() => {
@@ -12,6 +12,7 @@
   let instances = [];
   let revealedToken = null;
   let activeTab = "overview";
+  let versionsOf = undefined; // the service's version the versions table was loaded at
 
   // ---- polling the service -----------------------------------------------------------------
 
@@ -29,6 +30,7 @@
     renderHeader();
     renderOverview();
     if (events.ok) renderEvents(events.data);
+    if (activeTab === "versions" && service.version !== versionsOf) await loadVersions();
     renderLogChoices();
     if (activeTab === "call") renderCall();
     if (activeTab === "logs" && $("#log-follow").checked) await loadLogs();
@@ -74,6 +76,7 @@
       ["Instances", `${instanceSummary(service, instances)} ready`],
       ["Desired state", service.desired_state],
       ["Generation", `${service.observed_generation} of ${service.generation} applied`],
+      ["Version", service.version ?? "—"],
       ["Resources", resources(spec)],
       ["Created", when(service.created_at)],
       ["Updated", when(service.updated_at)],
@@ -126,6 +129,55 @@
       el("td", el("span.badge", {class: /Fail|Error|WontFit|Unhealthy/.test(e.reason) ? "failed" : ""}, e.reason)),
       el("td.endpoint", e.instance || ""),
       el("td.message", e.message))));
+  }
+
+  // ---- versions ----------------------------------------------------------------------------
+
+  async function loadVersions() {
+    const result = await api("GET", `${base}/versions`);
+    if (!result.ok) return showVersionsError(result);
+    const current = result.data.find((v) => v.current);
+    versionsOf = current ? current.number : null;
+    renderVersions(result.data);
+  }
+
+  function renderVersions(versions) {
+    const body = $("#svc-versions tbody");
+    if (!versions.length) {
+      body.replaceChildren(el("tr", el("td.muted", {colspan: 5}, "No versions yet.")));
+      return;
+    }
+    body.replaceChildren(...versions.map((v) => el("tr", {dataset: {version: v.number}},
+      el("td.name.nowrap", `v${v.number}`, v.current ? [" ", el("span.badge.ready", "current")] : null),
+      el("td.nowrap", when(v.created_at)),
+      el("td.message", v.note),
+      el("td.endpoint", v.spec_hash),
+      el("td.right", v.current ? null : el("button.btn.small",
+        {onclick: () => rollBack(v.number), dataset: {rollback: v.number}}, "Roll back")))));
+  }
+
+  // The API's answer, detail and every named field, in the panel (it stays until the next try).
+  function showVersionsError(result) {
+    const data = result.data || {};
+    const box = $("#versions-error");
+    box.replaceChildren(data.detail || `The API answered ${result.status}.`,
+      Object.keys(data.errors || {}).length ? el("ul", Object.entries(data.errors).map(([k, v]) =>
+        el("li", el("code", k), `: ${[].concat(v).join(" ")}`))) : null);
+    box.hidden = false;
+  }
+
+  async function rollBack(number) {
+    const sure = await confirm({
+      title: `Roll back ${name} to version ${number}?`,
+      message: [`Version ${number}'s spec is saved as a new version and deployed like an update:`,
+        "instances whose spec changes are replaced."],
+      action: "Roll back",
+    });
+    if (!sure) return;
+    const result = await api("POST", `${base}/rollback`, {version: number});
+    if (!Wharf.report(result, `Rolling back to version ${number}`)) return showVersionsError(result);
+    $("#versions-error").hidden = true;
+    poller.now();
   }
 
   // ---- logs ----------------------------------------------------------------------------
@@ -428,6 +480,7 @@
     clearInterval(chartTimer);
     if (tab === "logs") loadLogs();
     if (tab === "call") renderCall();
+    if (tab === "versions") loadVersions();
     if (tab === "monitoring") {
       loadCharts();
       chartTimer = setInterval(loadCharts, 30000); // usage lands once a minute
