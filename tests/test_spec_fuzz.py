@@ -27,7 +27,10 @@ pytestmark = pytest.mark.django_db
 BASES = [
     {"name": "llm", "llm": {"engine": "vllm-cpu", "model": "tiny-llama", "max_model_len": 512,
                             "options": {"--block-size": 16}},
-     "metadata": {"instance": 1, "rpc": {"rate_limit": 5, "keepalive": 1000}}},
+     "metadata": {"instance": 1, "rpc": {"rate_limit": 5, "keepalive": 1000},
+                  "resource": "default", "termination_grace_period": 30},
+     "rolling_strategy": {"max_surge": "25%", "max_unavailable": 0},
+     "health_check": {"path": "/health", "period_seconds": 5, "liveness": {"timeout_seconds": 2}}},
     {"name": "custom", "containers": [{"image": "img:1", "command": "serve", "port": 8000,
                                        "env": [{"name": "A", "value": "b"}]}],
      "storage": [{"mount_path": "/dev/shm", "empty_dir": {"medium": "memory"}}]},
@@ -45,7 +48,12 @@ PATHS = [
     ("llm", "pd"), ("llm", "pd", "prefill", "instance"), ("llm", "pd", "kv_connector"),
     ("containers",), ("containers", 0, "port"), ("containers", 0, "env"),
     ("containers", 0, "command"), ("storage",), ("storage", 0, "empty_dir", "size_limit"),
-    ("rolling_strategy",), ("metadata", "resource"),
+    ("rolling_strategy",), ("rolling_strategy", "max_surge"),
+    ("rolling_strategy", "max_unavailable"), ("metadata", "resource"),
+    ("metadata", "termination_grace_period"), ("health_check",), ("health_check", "path"),
+    ("health_check", "period_seconds"), ("health_check", "timeout_seconds"),
+    ("health_check", "startup_timeout_seconds"), ("health_check", "liveness"),
+    ("health_check", "liveness", "period_seconds"), ("health_check", "liveness", "path"),
 ]  # fmt: skip
 
 scalars = st.one_of(

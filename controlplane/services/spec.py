@@ -15,7 +15,16 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from controlplane.services.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
+    MAX_INSTANCES,
+    MAX_STRING,
+    HealthCheck,
+    Liveness,
+    RollingStrategy,
+    _Strict,
+)
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
@@ -32,11 +41,9 @@ REDACTED = "******"
 RESERVED_NAMES = frozenset({"preview"})
 
 # Bounds: generous for any real deployment, small enough that every part can use the value.
-MAX_STRING = 1024  # any string without a bound of its own
 MAX_COMMAND = 65536  # a command line or script
 MAX_ENV_VALUE = 32768
 MAX_CARDS = 64  # cards per instance (also the largest tensor-parallel degree)
-MAX_INSTANCES = 64  # instances per service or role
 MAX_TOKENS = 16 * 1024 * 1024  # lengths and batch sizes counted in tokens
 CARD_COUNT = Field(default=0, ge=0, le=MAX_CARDS)
 OptionValue = (
@@ -52,13 +59,6 @@ class SpecError(ValueError):
     def __init__(self, errors: dict[str, list[str]]):
         super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
         self.errors = errors
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", strict=True, str_strip_whitespace=True, str_max_length=MAX_STRING,
-        allow_inf_nan=False,
-    )  # fmt: skip
 
 
 class EnvVar(_Strict):
@@ -157,6 +157,16 @@ class Metadata(_Strict):
     npu: int = CARD_COUNT
     shm_size: int | None = Field(default=None, gt=0, le=4096, description="GB")
     rpc: Rpc | None = None
+    resource: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="The EAS resource group: instances are placed only on nodes labelled "
+        "resource=<value>.",
+    )  # fmt: skip
+    termination_grace_period: int = Field(
+        default=30, ge=0, le=3600,
+        description="Seconds a removed instance may finish its in-flight requests before it "
+        "is stopped.",
+    )  # fmt: skip
 
 
 def _model_reference(value: str) -> str:
@@ -282,6 +292,12 @@ class ServiceSpec(_Strict):
     storage: list[StorageEntry] = Field(default=[], max_length=64)
     metadata: Metadata = Metadata()
     llm: Llm | None = None
+    rolling_strategy: RollingStrategy = RollingStrategy()
+    health_check: HealthCheck = Field(
+        default=HealthCheck(),
+        description="Readiness probe: failing it only takes an instance out of routing; "
+        "health_check.liveness, failing, restarts it.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -302,9 +318,14 @@ class ServiceSpec(_Strict):
 
     def spec_hash(self) -> str:
         """Changes whenever anything that shapes an instance changes. Instance counts do not
-        shape an instance: scaling adds or removes instances and leaves the others alone."""
-        data = self.model_dump(mode="json")
-        data["metadata"].pop("instance", None)
+        shape an instance: scaling adds or removes instances and leaves the others alone; nor
+        do rolling_strategy, health_check and the grace period, applied to running instances.
+        metadata.resource does (instances move); unset, it leaves earlier hashes as they were."""
+        data = self.model_dump(mode="json", exclude={"rolling_strategy", "health_check"})
+        for key in ("instance", "termination_grace_period"):
+            data["metadata"].pop(key, None)
+        if data["metadata"]["resource"] is None:
+            del data["metadata"]["resource"]
         pd = (data.get("llm") or {}).get("pd")
         for role in ("prefill", "decode"):
             if pd:

@@ -1,0 +1,163 @@
+"""The spec's fleet sections: how a service's instances are replaced (`rolling_strategy`) and
+probed (`health_check`). The reconciler applies both to running instances without restarting
+them, so neither is part of `ServiceSpec.spec_hash()`.
+
+The strict base every spec model shares lives here too, because `spec.py` imports this module
+(and re-exports what it needs from it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+
+MAX_STRING = 1024  # any string without a bound of its own
+MAX_INSTANCES = 64  # instances per service or role
+PERCENT = r"^\d{1,3}%$"
+STEP = f"give a whole number 0..{MAX_INSTANCES} or a percentage from '0%' to '100%'"
+# An HTTP path on the engine's port: no spaces, query, fragment or '..'.
+PROBE_PATH = r"^/[A-Za-z0-9._~/-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", strict=True, str_strip_whitespace=True, str_max_length=MAX_STRING,
+        allow_inf_nan=False,
+    )  # fmt: skip
+
+
+Step = Annotated[int, Field(ge=0, le=MAX_INSTANCES)] | Annotated[str, Field(pattern=PERCENT)]
+
+
+def _is_zero(step: int | str) -> bool:
+    return (int(step[:-1]) if isinstance(step, str) else step) == 0
+
+
+def _scaled(step: int | str, replicas: int, round_up: bool) -> int:
+    if isinstance(step, int):
+        return step
+    share = int(step[:-1]) * replicas  # in hundredths of an instance
+    return -(-share // 100) if round_up else share // 100
+
+
+class RollingStrategy(_Strict):
+    """How an update replaces instances (EAS rolling_strategy, Kubernetes' rolling update)."""
+
+    max_surge: Step = Field(
+        default=1,
+        description="Instances started above the desired count during an update: a number, "
+        "or a percentage of the desired count rounded up.",
+    )
+    max_unavailable: Step = Field(
+        default=0,
+        description="Instances of the desired count that may be unavailable during an "
+        "update: a number, or a percentage of the desired count rounded down.",
+    )
+
+    @field_validator("max_surge", "max_unavailable", mode="wrap")
+    @classmethod
+    def _step(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> int | str:
+        try:
+            step = handler(value)
+        except ValidationError:
+            raise ValueError(STEP) from None
+        if isinstance(step, str) and int(step[:-1]) > 100:
+            raise ValueError(STEP)
+        return step
+
+    @model_validator(mode="after")
+    def _can_start(self) -> RollingStrategy:
+        if _is_zero(self.max_surge) and _is_zero(self.max_unavailable):
+            raise ValueError(
+                "max_surge and max_unavailable cannot both be 0: the update could never start"
+            )
+        return self
+
+    def resolve(self, replicas: int) -> tuple[int, int]:
+        """(surge, unavailable) as instance counts for `replicas` desired instances, the way
+        Kubernetes resolves them: a surge percentage rounds up, an unavailable one down. When
+        both come to 0 for a non-empty service, surge is 1 (Kubernetes makes unavailable 1
+        instead; Wharf never gives up capacity the spec did not allow)."""
+        if replicas < 0:
+            raise ValueError("replicas cannot be negative")
+        surge = _scaled(self.max_surge, replicas, round_up=True)
+        unavailable = _scaled(self.max_unavailable, replicas, round_up=False)
+        if surge == 0 and unavailable == 0 and replicas > 0:
+            surge = 1
+        return surge, unavailable
+
+
+def _probe_path(value: str) -> str:
+    if ".." in value:
+        raise ValueError("a health-check path must not contain '..'")
+    return value
+
+
+def _within_period(value: int, info: ValidationInfo) -> int:
+    period = info.data.get("period_seconds")
+    if period is not None and value > period:
+        raise ValueError(f"timeout_seconds ({value}) cannot exceed period_seconds ({period})")
+    return value
+
+
+ProbePath = Annotated[
+    Annotated[str, Field(max_length=256, pattern=PROBE_PATH), AfterValidator(_probe_path)] | None,
+    Field(description="HTTP path probed on the engine's port; none: the engine's own check."),
+]
+ProbeTimeout = Annotated[int, AfterValidator(_within_period)]
+INITIAL_DELAY = {"ge": 0, "le": 3600, "description": "Seconds after start before the first probe."}
+PERIOD = {"ge": 1, "le": 300, "description": "Seconds between probes."}
+TIMEOUT = {"ge": 1, "le": 300, "description": "Seconds a probe may take; at most period_seconds."}
+
+
+class Liveness(_Strict):
+    """Liveness probe: an instance failing it is restarted."""
+
+    path: ProbePath = None
+    initial_delay_seconds: int = Field(default=0, **INITIAL_DELAY)
+    period_seconds: int = Field(default=10, **PERIOD)
+    timeout_seconds: ProbeTimeout = Field(default=2, **TIMEOUT)
+    failure_threshold: int = Field(
+        default=3, ge=1, le=100,
+        description="Consecutive failed probes after which the instance is restarted.",
+    )  # fmt: skip
+
+
+class HealthCheck(_Strict):
+    """Readiness probe: an instance failing it is only taken out of routing (not restarted);
+    `liveness` is the probe that restarts it."""
+
+    path: ProbePath = None
+    initial_delay_seconds: int = Field(default=0, **INITIAL_DELAY)
+    period_seconds: int = Field(default=5, **PERIOD)
+    timeout_seconds: ProbeTimeout = Field(default=2, **TIMEOUT)
+    failure_threshold: int = Field(
+        default=3, ge=1, le=100,
+        description="Consecutive failed probes after which the instance is taken out of "
+        "routing; it is not restarted.",
+    )  # fmt: skip
+    success_threshold: int = Field(
+        default=1, ge=1, le=100,
+        description="Consecutive passed probes after which the instance is routed to again.",
+    )  # fmt: skip
+    startup_timeout_seconds: int | None = Field(
+        default=None, ge=10, le=86400,
+        description="Seconds a new instance has to become ready before it counts as failed; "
+        "none: the server's WHARF_HEALTH_TIMEOUT.",
+    )  # fmt: skip
+    liveness: Liveness | None = Field(
+        default=None,
+        description="Liveness probe: failing it restarts the instance. None: instances are "
+        "restarted only when they exit.",
+    )
