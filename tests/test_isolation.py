@@ -11,7 +11,6 @@ from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.tokens.models import digest
 from tests.api_support import published
-from workers.runtimes.process import ProcessRuntime
 from workers.tasks import FAILED_DELAY, reconcile_isolated
 
 pytestmark = pytest.mark.django_db
@@ -58,15 +57,13 @@ def test_a_snapshot_entry_of_the_wrong_shape_costs_the_gateway_only_that_entry()
     assert sorted(good.unreadable) == ["key d2…", "service b", "service c"]
 
 
-def test_a_pass_that_raises_is_recorded_and_retried_and_the_others_go_on(tmp_path):
+def test_a_pass_that_raises_is_recorded_and_retried_and_the_others_go_on(settings):
     Service.objects.create(name="healthy", spec={**HEALTHY, "metadata": {"instance": 0}})
     broken = Service.objects.create(name="broken", spec={**HEALTHY, "name": "broken"})
-    (tmp_path / "a-file").write_text("")  # a runtime whose state folder is unreadable
-    unreadable = ProcessRuntime(str(tmp_path), tmp_path / "a-file")
-    assert reconcile_isolated("broken", unreadable) == FAILED_DELAY
-    assert reconcile_isolated("broken", unreadable) == FAILED_DELAY
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # placing its instance needs a lock: refused
+    assert reconcile_isolated("broken") == FAILED_DELAY
+    assert reconcile_isolated("broken") == FAILED_DELAY
     (event,) = broken.events.filter(reason="ReconcileFailed")  # the same failure, once
-    assert event.message.startswith("NotADirectoryError")
-    processes = ProcessRuntime(str(tmp_path), tmp_path / "instances")
-    assert reconcile_isolated("healthy", processes) is None  # settled: zero instances wanted
+    assert event.message.startswith("ConnectionError")
+    assert reconcile_isolated("healthy") is None  # settled: zero instances wanted
     assert Service.objects.get(name="healthy").phase == "running"  # 0/0 instances ready

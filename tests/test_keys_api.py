@@ -14,8 +14,8 @@ from controlplane.services.models import Service
 from controlplane.services.routing import build_snapshot, publish_snapshot
 from controlplane.tokens.models import ApiKey, digest
 from tests.api_support import client_for, published
-from workers.reconciler import reconcile
-from workers.runtimes.process import ProcessRuntime
+from workers.fleet import FleetSettings
+from workers.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -194,7 +194,7 @@ def test_a_deleted_service_leaves_key_scopes_so_a_namesake_is_not_reachable(
     only = create(alice, services=["qwen"]).json()
     everything = create(alice).json()
     Service.objects.filter(name="qwen").update(desired_state=DesiredState.DELETED)
-    reconcile("qwen", ProcessRuntime(str(tmp_path / "models"), tmp_path / "instances"))
+    schedule("qwen", FleetSettings())
     assert not Service.objects.filter(name="qwen").exists()
     Service.objects.create(name="qwen", spec={"name": "qwen"})  # a new one, same name
     keys = build_snapshot().keys

@@ -1,5 +1,6 @@
 """Nodes: state from heartbeats and marks (pure), registration by the worker's heartbeat, the
-nodes API, the reconciler honouring cordon and drain, and `manage.py worker` starting a real
+nodes API (the scheduler honouring cordon and drain is in tests/test_fleet.py), and
+`manage.py worker` starting a real
 worker that registers its node (the configured database, real Redis, real processes)."""
 
 from __future__ import annotations
@@ -21,10 +22,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.stack import ROOT
 from tests.api_support import client_for
 from tests.system import redis_db
-from workers import planning
 from workers.node import heartbeat
-from workers.reconciler import _respect_node_marks, reconcile
-from workers.runtimes.base import ObservedInstance
 from workers.runtimes.process import ProcessRuntime
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
@@ -57,26 +55,6 @@ def test_labels_are_key_value_pairs(text, labels):
 def test_a_label_that_is_not_key_value_is_named(text):
     with pytest.raises(ValueError, match="is not key=value"):
         parse_labels(text)
-
-
-def observed(name: str, running: bool = True) -> ObservedInstance:
-    return ObservedInstance(service="s", name=name, spec_hash="h", running=running, url=None)
-
-
-@pytest.mark.parametrize(("cordoned", "draining", "keep", "remove", "create", "waiting"), [
-    (False, False, ["a"], ["old"], 1, None),
-    (True, False, ["a"], ["old"], 0, "1 instance(s) wait: node n1 is cordoned"),
-    (True, True, [], ["a", "old"], 0, "2 instance(s) wait: node n1 is draining"),
-])  # fmt: skip
-def test_a_cordoned_node_starts_nothing_and_a_draining_one_gives_up_its_instances(
-    cordoned, draining, keep, remove, create, waiting
-):
-    plan = planning.Plan(keep=[observed("a")], remove=[observed("old")], create=[("", "b")])
-    node = Node(name="n1", cordoned=cordoned, draining=draining)
-    result, said = _respect_node_marks(node, plan)
-    assert [o.name for o in result.keep] == keep
-    assert [o.name for o in result.remove] == remove
-    assert len(result.create) == create and said == waiting
 
 
 @pytest.mark.django_db
@@ -130,35 +108,6 @@ def test_staff_cordon_drain_and_uncordon_a_node(django_capture_on_commit_callbac
         assert answer.status_code == 202 and answer.json()["state"] == state
     assert staff.post("/api/v1/nodes/n1/reboot").status_code == 404
     assert staff.post("/api/v1/nodes/nowhere/cordon").status_code == 404
-
-
-SLEEPER = {"name": "sleeper", "containers": [{"image": "none", "command": "exec sleep 300"}]}
-
-
-@pytest.mark.django_db
-def test_the_reconciler_starts_nothing_on_a_cordoned_node_and_empties_a_draining_one(
-    tmp_path, settings, redis_url
-):
-    settings.WHARF_NODE_NAME, settings.REDIS_URL = "n1", redis_url
-    node = Node.objects.create(name="n1", address="127.0.0.1", heartbeat_at=timezone.now(),
-                               cordoned=True)  # fmt: skip
-    Service.objects.create(name="sleeper", spec=SLEEPER)
-    runtime = ProcessRuntime(str(tmp_path), tmp_path / "instances")
-    try:
-        reconcile("sleeper", runtime)
-        assert runtime.list() == []
-        assert "node n1 is cordoned" in Service.objects.get(name="sleeper").last_error
-        Node.objects.filter(pk=node.pk).update(cordoned=False)
-        reconcile("sleeper", runtime)
-        (started,) = runtime.list()
-        assert started.running
-        Node.objects.filter(pk=node.pk).update(cordoned=True, draining=True)
-        reconcile("sleeper", runtime)
-        assert runtime.list() == []
-        assert "node n1 is draining" in Service.objects.get(name="sleeper").last_error
-    finally:
-        for instance in runtime.list():
-            runtime.remove(instance.name)
 
 
 @pytest.mark.parametrize(("args", "message"), [

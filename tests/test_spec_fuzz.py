@@ -19,8 +19,8 @@ from controlplane.services.routing import build_snapshot
 from controlplane.tokens.models import ApiToken
 from tests.fuzz_support import fuzz
 from tests.fuzz_support import json_values as any_json
-from workers.reconciler import reconcile
-from workers.runtimes.process import ProcessRuntime
+from workers.fleet import FleetSettings
+from workers.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +102,7 @@ def assert_names_a_field(response) -> None:
     assert body["detail"] and (body.get("errors") or response.status_code != 400), body
 
 
-def accepted_lifecycle(api, spec: dict, runtime) -> None:
+def accepted_lifecycle(api, spec: dict) -> None:
     """What an accepted spec must allow, ending with the reconciler removing it."""
     name = spec["name"]
     assert api.get(f"/api/v1/services/{name}").status_code == 200
@@ -111,7 +111,7 @@ def accepted_lifecycle(api, spec: dict, runtime) -> None:
     assert api.post(f"/api/v1/services/{name}/stop").status_code == 202
     assert api.get(f"/api/v1/services/{name}/events?limit=5").status_code == 200
     assert api.delete(f"/api/v1/services/{name}").status_code == 202
-    reconcile(name, runtime)
+    schedule(name, FleetSettings())
     assert not Service.objects.filter(name=name).exists()
 
 
@@ -127,7 +127,7 @@ def test_no_spec_gets_a_5xx_and_every_accepted_one_can_be_deleted(api, tmp_path,
     event(f"status {created.status_code}")
     if created.status_code == 201:
         assert preview.status_code == 200, preview.content
-        accepted_lifecycle(api, spec, ProcessRuntime(str(tmp_path), tmp_path / "instances"))
+        accepted_lifecycle(api, spec)
     else:
         assert created.status_code == 400, created.content
         assert_names_a_field(created)

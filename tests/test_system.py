@@ -281,13 +281,13 @@ def test_more_cards_than_the_node_has_stays_pending_with_an_event(system):
         while time.monotonic() < deadline and not [
             e
             for e in api.get(f"/services/{name}/events").json()
-            if e["reason"] == "InsufficientDevices"
+            if e["reason"] == "InsufficientResources"
         ]:
             time.sleep(1)
         time.sleep(3)  # and it stays there, without failing
         service = api.get(f"/services/{name}").json()
         assert service["phase"] == "pending", service
-        assert "GPU" in service["progress"] and "GPU" in service["last_error"]
+        assert "has no gpu" in service["progress"] and "has no gpu" in service["last_error"]
         api.delete(f"/services/{name}")
     system.wait_phase(name, {"gone"}, timeout=60)
 

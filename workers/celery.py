@@ -58,19 +58,29 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 
 
 @worker_ready.connect
-def start_heartbeat(sender, **kwargs) -> None:
+def start_node(sender, **kwargs) -> None:
+    """The node's heartbeat and its agent, in the worker's main process."""
+    from workers.agent import Agent
+    from workers.fleet import FleetSettings
     from workers.node import Heartbeat
     from workers.runtimes import get_runtime
+    from workers.tasks import enqueue_reconcile
 
-    global _heartbeat
-    _heartbeat = Heartbeat(get_runtime(), settings.WHARF_NODE_HEARTBEAT)
-    _heartbeat.start()
+    def reconcile(services: set[str]) -> None:
+        for name in services:
+            enqueue_reconcile(name)
+
+    _threads.append(Heartbeat(get_runtime(), settings.WHARF_NODE_HEARTBEAT))
+    _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
+                          on_change=reconcile))  # fmt: skip
+    for thread in _threads:
+        thread.start()
 
 
 @worker_shutdown.connect
-def stop_heartbeat(sender, **kwargs) -> None:
-    if _heartbeat is not None:
-        _heartbeat.stop()
+def stop_node(sender, **kwargs) -> None:
+    for thread in _threads:
+        thread.stop()
 
 
-_heartbeat = None
+_threads: list = []

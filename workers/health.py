@@ -7,7 +7,7 @@ import httpx
 
 
 def is_healthy(url: str, path: str, timeout: float = 2.0) -> bool:
-    """Ready when the engine's health endpoint answers 200; with no health path (a custom
+    """Ready when the engine's health endpoint answers 2xx or 3xx; with no health path (a custom
     command), when its port accepts a connection, as EAS's default TCP check does."""
     if not path:
         parts = urlsplit(url)
@@ -17,6 +17,6 @@ def is_healthy(url: str, path: str, timeout: float = 2.0) -> bool:
         except OSError:
             return False
     try:
-        return httpx.get(url.rstrip("/") + path, timeout=timeout).status_code == 200
+        return 200 <= httpx.get(url.rstrip("/") + path, timeout=timeout).status_code < 400
     except httpx.HTTPError:
         return False

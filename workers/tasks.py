@@ -10,9 +10,10 @@ from controlplane.services.models import Service
 from controlplane.usage import flush
 from workers import storage
 from workers.celery import app
+from workers.fleet import FleetSettings
 from workers.locks import LOCK_TTL, client
-from workers.reconciler import reconcile
 from workers.runtimes import get_runtime
+from workers.scheduler import schedule
 
 log = logging.getLogger(__name__)
 REQUEUE_DELAY = 2.0  # seconds between passes while a service is still moving
@@ -40,19 +41,20 @@ def reconcile_service(name: str) -> None:
         enqueue_reconcile(name, countdown=REQUEUE_DELAY)
         return
     try:
-        again = reconcile_isolated(name, get_runtime())
+        again = reconcile_isolated(name)
     finally:
         lock.release()
     if again is not None:
         enqueue_reconcile(name, countdown=again)
 
 
-def reconcile_isolated(name: str, runtime) -> float | None:
-    """One pass; seconds until the next one, or None once the service has settled. A pass
-    that raises (a runtime that does not answer, a database error, a bug) is this service's
-    problem alone: it is recorded as an event and retried later, never raised."""
+def reconcile_isolated(name: str, fleet: FleetSettings | None = None) -> float | None:
+    """One scheduler pass (workers.scheduler); seconds until the next one, or None once the
+    service has settled. A pass that raises (a database error, a lock that stays busy, a bug)
+    is this service's problem alone: it is recorded as an event and retried later, never
+    raised."""
     try:
-        return REQUEUE_DELAY if reconcile(name, runtime) else None
+        return schedule(name, fleet or FleetSettings.from_django())
     except Exception as exc:  # an isolation boundary
         log.exception("reconcile of %s failed; retrying in %.0f s", name, FAILED_DELAY)
         _record_failure(name, exc)
@@ -71,13 +73,9 @@ def _record_failure(name: str, exc: Exception) -> None:
 
 @app.task(name="workers.tasks.reconcile_all")
 def reconcile_all() -> None:
-    """The periodic pass: every service, and instances whose service no longer exists."""
-    names = set(Service.objects.values_list("name", flat=True))
-    for observed in get_runtime().list():
-        if observed.service not in names:
-            log.info("removing orphan instance %s", observed.name)
-            get_runtime().remove(observed.name)
-    for name in names:
+    """The periodic pass over every service (instances whose service is gone are removed by
+    their node's agent)."""
+    for name in Service.objects.values_list("name", flat=True):
         enqueue_reconcile(name)
 
 

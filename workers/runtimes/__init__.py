@@ -21,11 +21,12 @@ def get_runtime() -> Runtime:
     if choice == "docker":
         return DockerRuntime(
             str(settings.WHARF_MODEL_DIR), settings.WHARF_NODE_ADDRESS,
-            settings.WHARF_INSTANCE_LOG_DIR,
+            settings.WHARF_INSTANCE_LOG_DIR, node=settings.WHARF_NODE_NAME,
         )  # fmt: skip
     if choice == "process":
         return ProcessRuntime(
             str(settings.WHARF_MODEL_DIR), settings.WHARF_INSTANCE_LOG_DIR,
             settings.WHARF_VLLM_VENV, node_address=settings.WHARF_NODE_ADDRESS,
+            node=settings.WHARF_NODE_NAME,
         )  # fmt: skip
     raise ValueError(f"WHARF_RUNTIME={choice!r}: use docker or process")

@@ -14,6 +14,13 @@ LABEL_SPEC_HASH = "wharf.spec-hash"
 LABEL_DEVICES = "wharf.devices"  # workers.devices.encode_allocation, e.g. "gpu:0,1"
 LABEL_ROLE = "wharf.role"  # "prefill" | "decode" in a prefill/decode-separated service
 LABEL_PD_INDEX = "wharf.pd-index"  # the instance's number within its role (engine ids, tables)
+LABEL_NODE = "wharf.node"  # the node whose worker owns it (several may share one dockerd)
+
+
+def owned_by(node: str, label: str | None) -> bool:
+    """Whether an instance labelled `label` belongs to this runtime's node; one from before
+    nodes were recorded belongs to whichever node looks (there was only one)."""
+    return not node or not label or label == node
 
 
 class InstanceError(Exception):

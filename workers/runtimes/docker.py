@@ -19,6 +19,7 @@ from workers.engines.plan import Mount, Placement
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
+    LABEL_NODE,
     LABEL_PD_INDEX,
     LABEL_ROLE,
     LABEL_SERVICE,
@@ -27,13 +28,16 @@ from workers.runtimes.base import (
     InstanceRequest,
     ObservedInstance,
     missing_bind_source,
+    owned_by,
 )
 
 LABEL_HEALTH_PATH = "wharf.health-path"
 LABEL_PORT = "wharf.port"
 
 
-def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) -> dict:
+def run_options(
+    request: InstanceRequest, *, model_dir: str, bind_address: str, node: str = ""
+) -> dict:
     """The container's options for docker-py's containers.run: pure, so it is tested
     without a daemon (devices and mounts can't be exercised on a machine without cards)."""
     plan = request.plan
@@ -46,6 +50,7 @@ def run_options(request: InstanceRequest, *, model_dir: str, bind_address: str) 
         LABEL_DEVICES: request.devices,
         LABEL_ROLE: request.role,
         LABEL_PD_INDEX: str(request.pd_index),
+        LABEL_NODE: node,
     }
     options: dict = {
         # Plans are whole command lines: replace the image's entrypoint (vLLM's and TGI's
@@ -129,9 +134,14 @@ class DockerRuntime:
     name = "docker"
 
     def __init__(
-        self, model_dir: str, node_address: str = "127.0.0.1", files_dir: Path | None = None
+        self,
+        model_dir: str,
+        node_address: str = "127.0.0.1",
+        files_dir: Path | None = None,
+        node: str = "",
     ):
         self.client = docker.from_env()
+        self.node = node  # lists and labels only this node's containers
         self.model_dir = model_dir.rstrip("/")
         self.node_address = node_address
         # Generated files (rank tables) are written here and bind-mounted read-only.
@@ -166,7 +176,9 @@ class DockerRuntime:
             container = self.client.containers.run(
                 plan.image,
                 detach=True,
-                **run_options(request, model_dir=self.model_dir, bind_address=address),
+                **run_options(
+                    request, model_dir=self.model_dir, bind_address=address, node=self.node
+                ),
             )
         except APIError as exc:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
@@ -214,7 +226,8 @@ class DockerRuntime:
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         label = f"{LABEL_SERVICE}={service}" if service else LABEL_SERVICE
         containers = self.client.containers.list(all=True, filters={"label": label})
-        return [self._observe(c) for c in containers]
+        mine = [c for c in containers if owned_by(self.node, c.labels.get(LABEL_NODE))]
+        return [self._observe(c) for c in mine]
 
     def remove(self, name: str) -> None:
         shutil.rmtree(self.files_dir / name, ignore_errors=True)

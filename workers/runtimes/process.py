@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.engines.plan import ContainerPlan, Placement
-from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance
+from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance, owned_by
 
 STOP_TIMEOUT = 15.0
 
@@ -77,7 +77,9 @@ class ProcessRuntime:
         state_dir: Path,
         venv: Path | None = None,
         node_address: str = "127.0.0.1",
+        node: str = "",
     ):
+        self.node = node  # lists only this node's instances (nodes may share a state dir)
         self.model_dir = model_dir.rstrip("/")
         self.state_dir = Path(state_dir)
         self.venv = venv
@@ -142,6 +144,7 @@ class ProcessRuntime:
             "role": request.role,
             "pd_index": request.pd_index,
             "paths": list(request.paths),
+            "node": self.node,
         }
         tmp = self._state_path(request.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -186,6 +189,8 @@ class ProcessRuntime:
             try:
                 state = json.loads(path.read_text())
             except (OSError, ValueError):
+                continue
+            if not owned_by(self.node, state.get("node")):
                 continue
             if service is None or state["service"] == service:
                 observed.append(self._observe(state))

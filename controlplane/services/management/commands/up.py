@@ -11,6 +11,7 @@ keeps the services, so the next `up` brings them back.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import signal
@@ -226,7 +227,9 @@ class Command(BaseCommand):
         from workers.runtimes import get_runtime
 
         try:
-            runtime = get_runtime()
+            # Whichever node's they are (the worker is node `local`, this process is not).
+            runtime = copy.copy(get_runtime())
+            runtime.node = ""
             for name in Service.objects.values_list("name", flat=True):
                 for instance in runtime.list(service=name):
                     runtime.remove(instance.name)

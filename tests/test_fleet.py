@@ -1,0 +1,200 @@
+"""The scheduler and the node agents together, on in-memory runtimes (workers.runtimes.memory)
+with the real database and Redis: placement across nodes, rolling updates, drain, back-off,
+dead and returning nodes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from contracts.inflight import encode_report, report_key
+from controlplane.nodes.models import Node
+from controlplane.services.choices import DesiredState
+from controlplane.services.models import Service
+from controlplane.services.versions import record_version
+from tests.fleet_support import Fleet
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet(store, settings, redis_url):
+    settings.REDIS_URL = redis_url
+    return Fleet()
+
+
+def custom(name: str, instances: int = 1, gpu: int = 0, **extra) -> dict:
+    return {"name": name, "containers": [{"image": "none", "command": "exec sleep 300",
+            "port": 8000}], "metadata": {"instance": instances, "gpu": gpu}, **extra}  # fmt: skip
+
+
+def deploy(spec: dict) -> Service:
+    with transaction.atomic():
+        service = Service.objects.create(name=spec["name"], spec=spec)
+        record_version(service, spec, "created")
+    return service
+
+
+def update(name: str, spec: dict) -> None:
+    with transaction.atomic():
+        service = Service.objects.get(name=name)
+        Service.objects.filter(pk=service.pk).update(spec=spec, generation=service.generation + 1)
+        record_version(service, spec, "updated")
+
+
+def service(name: str) -> Service:
+    return Service.objects.get(name=name)
+
+
+def test_replicas_spread_and_no_card_is_given_twice(fleet):
+    for name in ("a", "b", "c"):
+        fleet.node(name, cards=3)
+    deploy(custom("web", instances=3, gpu=1))
+    fleet.settle()
+    deploy(custom("big", instances=1, gpu=2))
+    fleet.settle()
+    assert sorted(node for node, _ in fleet.states("web")) == ["a", "b", "c"]
+    held = [(r.node, r.devices) for s in ("web", "big") for r in fleet.rows(s)]
+    cards = [(node, card) for node, devices in held for card in devices[4:].split(",")]
+    assert len(cards) == len(set(cards)) == 5
+    assert service("web").phase == "running" and service("big").phase == "running"
+
+
+def test_a_spec_too_big_for_any_node_stays_pending_saying_why_per_node(fleet):
+    fleet.node("a", cards=2)
+    fleet.node("b", cards=4, cordoned=True)
+    deploy(custom("huge", gpu=4))
+    fleet.settle(3)
+    huge = service("huge")
+    assert huge.phase == "pending" and fleet.rows("huge") == []
+    assert "a: 2 free gpu of 2, needs 4" in huge.last_error and "b: cordoned" in huge.last_error
+    assert huge.events.filter(reason="InsufficientResources").count() == 1
+
+
+def test_an_update_starts_new_instances_before_draining_old_ones(fleet):
+    fleet.node("a", cards=4)
+    deploy(custom("web", instances=2))
+    fleet.settle()
+    old = {r.name for r in fleet.rows("web")}
+    changed = custom("web", instances=2)
+    changed["containers"][0]["env"] = [{"name": "V", "value": "2"}]
+    update("web", changed)
+    seen_ready = []
+    for _ in range(12):
+        fleet.step()
+        rows = fleet.rows("web")
+        seen_ready.append(sum(r.state == "ready" for r in rows))
+        assert len([r for r in rows if r.state != "draining"]) <= 3  # surge 1
+    assert min(seen_ready) >= 2, seen_ready  # never fewer ready than replicas
+    assert not old & {r.name for r in fleet.rows("web")}
+    assert service("web").phase == "running"
+
+
+def test_a_broken_version_pauses_the_rollout_and_a_rollback_restores_the_old_spec(fleet):
+    fleet.node("a")
+    original = custom("web", instances=2)
+    deploy(original)
+    fleet.settle()
+    update("web", {**custom("web", instances=2), "containers": [{"image": "none",
+           "command": "exit 3", "port": 8000}]})  # fmt: skip
+    fleet.healthy = False
+    runtime = fleet.runtimes["a"]
+    for _ in range(4):
+        fleet.step()
+        for row in fleet.rows("web"):
+            if row.state == "starting" and row.name in runtime.instances:
+                runtime.exit(row.name, 3)
+    web = service("web")
+    assert web.phase == "updating" and "rollout paused" in web.progress
+    assert [r.state for r in fleet.rows("web")].count("ready") == 2  # the old ones serve on
+    assert web.events.filter(reason="RolloutPaused").exists()
+    update("web", original)  # what a rollback does
+    fleet.healthy = True
+    fleet.settle()
+    assert [r.state for r in fleet.rows("web")] == ["ready", "ready"]
+    assert service("web").phase == "running"
+
+
+def test_a_crashed_engine_restarts_after_a_growing_back_off(fleet):
+    fleet.node("a")
+    deploy(custom("web"))
+    fleet.settle()
+    runtime, now = fleet.runtimes["a"], timezone.now()
+    delays = []
+    for _ in range(3):
+        (row,) = fleet.rows("web")
+        runtime.exit(row.name, 1)
+        fleet.step(now)
+        (row,) = fleet.rows("web")
+        assert row.state == "backoff"
+        delays.append(round((row.restart_at - now).total_seconds()))
+        fleet.step(now + timedelta(seconds=delays[-1] - 1))
+        assert fleet.rows("web")[0].state == "backoff"  # not before its time
+        now += timedelta(seconds=delays[-1] + 1)
+        fleet.settle(3, now)
+        assert fleet.rows("web")[0].state == "ready"
+    assert delays == [10, 20, 40]
+    exits = service("web").events.filter(reason="InstanceExited").order_by("id")
+    assert [e.message.split("; ")[1] for e in exits] == [
+        "restart 1 in 10 s", "restart 2 in 20 s", "restart 3 in 40 s"]  # fmt: skip
+
+
+def test_a_dead_nodes_instances_move_and_its_return_runs_nothing_twice(fleet):
+    fleet.node("a")
+    fleet.node("b")
+    deploy(custom("web", instances=2))
+    fleet.settle()
+    lost = [r.name for r in fleet.rows("web") if r.node == "a"]
+    fleet.down.add("a")
+    now = timezone.now() + timedelta(seconds=40)  # past the first grace: unknown
+    fleet.step(now)
+    assert dict(fleet.states("web"))["a"] == "unknown"
+    fleet.settle(4, now + timedelta(seconds=60))  # past the second: placed elsewhere
+    assert [node for node, state in fleet.states("web")] == ["b", "b"]
+    fleet.down.discard("a")
+    fleet.settle(2, now + timedelta(seconds=61))
+    assert fleet.runtimes["a"].list() == []  # it removed what is no longer assigned to it
+    assert set(lost) <= set(service("web").events.filter(reason="InstanceLost")
+                            .values_list("instance", flat=True))  # fmt: skip
+
+
+def test_drain_waits_for_the_requests_in_flight(fleet, redis_url):
+    import redis
+
+    fleet.node("a")
+    deploy(custom("web"))
+    fleet.settle()
+    (row,) = fleet.rows("web")
+    gateway = redis.Redis.from_url(redis_url)
+    key = report_key("test-gateway")
+    # a gateway that serves a snapshot taken after the drain, with one request still going
+    later = int((timezone.now() + timedelta(seconds=5)).timestamp() * 1000)
+    gateway.set(key, encode_report(0, later, {row.name: 1}), ex=30)
+    try:
+        Service.objects.filter(name="web").update(desired_state=DesiredState.STOPPED)
+        fleet.settle(3)
+        assert fleet.states("web") == [("a", "draining")]
+        assert row.name in fleet.runtimes["a"].instances  # still serving its request
+        gateway.set(key, encode_report(0, later, {}), ex=30)
+        fleet.settle(2)
+        assert fleet.rows("web") == [] and fleet.runtimes["a"].list() == []
+        assert service("web").phase == "stopped"
+    finally:
+        gateway.delete(key)
+
+
+def test_a_draining_node_is_emptied_replacements_first(fleet):
+    fleet.node("a")
+    fleet.node("b", cordoned=True)
+    deploy(custom("web"))
+    fleet.settle()
+    assert fleet.states("web") == [("a", "ready")]
+    Node.objects.filter(name="b").update(cordoned=False)
+    Node.objects.filter(name="a").update(cordoned=True, draining=True)
+    fleet.step()
+    assert sorted(fleet.states("web")) == [("a", "ready"), ("b", "starting")]
+    fleet.settle()
+    assert fleet.states("web") == [("b", "ready")]

@@ -1,0 +1,310 @@
+"""The node agent: each node's worker runs one, and it alone acts on that node's instances.
+
+Level-triggered, every couple of seconds and whenever a scheduler wakes it: it compares the
+rows assigned to its node (workers.scheduler writes them) with what its runtime runs, starts
+what is placed here, stops what is drained or no longer assigned here, probes readiness and
+liveness (workers.probes), restarts crashed engines after an exponential back-off, and writes
+what it observes to the rows. Starts (staging a model can take minutes) run on their own
+threads so that probes and drains never wait behind them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+
+from django.db import close_old_connections
+from django.utils import timezone
+
+from contracts import inflight
+from controlplane.services.choices import InstanceState
+from controlplane.services.events import record
+from controlplane.services.models import Instance, Service
+from workers import probes
+from workers.fleet import FleetSettings, wait_for_wake
+from workers.locks import client
+from workers.runtimes import ObservedInstance, Runtime
+from workers.starter import spec_of, start_instance
+
+log = logging.getLogger(__name__)
+LOG_TAIL = 15  # log lines kept with an exit event
+DRAIN_GRACE = 30  # seconds, when the spec does not say
+
+
+def converge(
+    node: str,
+    runtime: Runtime,
+    fleet: FleetSettings,
+    start: Callable[[str], None],
+    busy: frozenset[str] = frozenset(),
+    now: datetime | None = None,
+    liveness_clock: dict[str, float] | None = None,
+    check: Callable[[str, str, probes.Probe], bool] = probes.check,
+) -> set[str]:
+    """One pass over this node; the names of services whose instances changed state."""
+    now = now or timezone.now()
+    observed = {o.name: o for o in runtime.list()}
+    rows = {r.name: r for r in Instance.objects.filter(node=node).select_related("service")}
+    touched = _remove_unassigned(node, runtime, observed, rows, busy)
+    reports: list[dict] | None = None
+    due: list[tuple[Instance, ObservedInstance]] = []
+    for row in rows.values():
+        if row.name in busy or row.state == InstanceState.FAILED:
+            continue
+        found = observed.get(row.name)
+        if row.state == InstanceState.DRAINING:
+            if reports is None:
+                reports = _in_flight_reports()
+            if _stop_if_drained(row, found, runtime, fleet, reports, now):
+                touched.add(row.service.name)
+        elif found is None or not found.running:
+            if _start_due(row, now):
+                start(row.name)
+            elif row.state != InstanceState.BACKOFF and row.state != InstanceState.CREATING:
+                why = "its engine is gone" if found is None else _exit_text(found)
+                crashed(row, runtime, fleet, now, why, logs=found is not None)
+                touched.add(row.service.name)
+        else:
+            if row.state in (InstanceState.CREATING, InstanceState.BACKOFF, InstanceState.UNKNOWN):
+                _found_running(row, found, now)  # the node came back, or the worker restarted
+                touched.add(row.service.name)
+            due.append((row, found))
+    clock = liveness_clock if liveness_clock is not None else {}
+    touched |= _probe_all(due, runtime, fleet, now, clock, check)
+    return touched
+
+
+def _remove_unassigned(node, runtime, observed, rows, busy) -> set[str]:
+    """Whatever runs here that is not assigned here goes: a service deleted, an instance
+    placed elsewhere while this node was away."""
+    touched = set()
+    for name, found in observed.items():
+        if name in rows or name in busy:
+            continue
+        log.info("node %s: removing %s, no longer assigned to it", node, name)
+        runtime.remove(name)
+        service = Service.objects.filter(name=found.service).first()
+        if service is None:
+            if not runtime.list(service=found.service):
+                runtime.forget(found.service)
+        else:
+            record(service, "InstanceRemoved", f"no longer assigned to node {node}; removed",
+                   name)  # fmt: skip
+            touched.add(service.name)
+    return touched
+
+
+def _start_due(row: Instance, now: datetime) -> bool:
+    if row.state == InstanceState.CREATING:
+        return True
+    return row.state == InstanceState.BACKOFF and (row.restart_at is None or row.restart_at <= now)
+
+
+def _exit_text(found: ObservedInstance) -> str:
+    return "exited" + ("" if found.exit_code is None else f" with code {found.exit_code}")
+
+
+def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = True) -> None:
+    """Into back-off: the restart waits 10 s, doubling to 5 min; an engine that stayed up
+    10 minutes starts over from 10 s. The event keeps its last log lines."""
+    tail = runtime.logs(row.name, tail=LOG_TAIL).strip() if logs else ""
+    up = (now - row.started_at).total_seconds() if row.started_at else 0.0
+    restarts = 1 if up >= fleet.backoff_reset else row.restarts + 1
+    delay = fleet.backoff(restarts)
+    message = f"{why}; restart {restarts} in {delay:.0f} s"
+    Instance.objects.filter(pk=row.pk).update(
+        state=InstanceState.BACKOFF, restarts=restarts, message=message, url="",
+        restart_at=now + timedelta(seconds=delay), ready_since=None, probe_failures=0,
+        probe_successes=0, liveness_failures=0, probed_at=None,
+    )  # fmt: skip
+    record(row.service, "InstanceExited", message + (f"; last log lines:\n{tail}" if tail else ""),
+           row.name)  # fmt: skip
+
+
+def _found_running(row: Instance, found: ObservedInstance, now: datetime) -> None:
+    Instance.objects.filter(pk=row.pk).update(
+        state=InstanceState.STARTING, url=found.url or "", started_at=row.started_at or now,
+        probe_successes=0, probe_failures=0,
+    )  # fmt: skip
+    row.state, row.url, row.started_at = (
+        InstanceState.STARTING,
+        found.url or "",
+        row.started_at or now,
+    )
+
+
+def _in_flight_reports() -> list[dict]:
+    try:
+        return inflight.read_reports(client())
+    except Exception as exc:  # Redis away: nobody can say, so wait for the grace
+        log.warning("cannot read the gateways' in-flight reports: %s", exc)
+        return [{"at": 0, "snapshot": 0, "in_flight": {}}]
+
+
+def _grace(row: Instance) -> float:
+    try:
+        spec = row.service.parsed_spec()
+    except Exception:  # a spec stored before a rule tightened: the default
+        return DRAIN_GRACE
+    return getattr(spec.metadata, "termination_grace_period", DRAIN_GRACE)
+
+
+def _stop_if_drained(row, found, runtime, fleet, reports, now) -> bool:
+    """Stop a draining instance once no gateway routes to it or has requests in flight to
+    it, or once its grace has passed."""
+    since = row.draining_since or now
+    waited = (now - since).total_seconds()
+    clear = inflight.drained(reports, row.name, int(since.timestamp() * 1000))
+    clear = clear and waited >= fleet.drain_settle
+    if not clear and waited < _grace(row):
+        return False
+    if found is not None:
+        runtime.remove(row.name)
+    row.delete()
+    if not Instance.objects.filter(service=row.service_id, node=row.node).exists():
+        runtime.forget(row.service.name)  # what its instances shared here (the KV folder)
+    why = "its requests finished" if clear else f"its grace of {_grace(row):.0f} s passed"
+    record(row.service, "InstanceRemoved", f"stopped after draining: {why}", row.name)
+    return True
+
+
+def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
+    """Readiness and liveness for the running instances whose checks are due, in parallel."""
+    checks = []
+    for row, found in due:
+        spec = spec_of(row)
+        hc = getattr(spec, "health_check", None) if spec else None
+        ready = probes.Probe.of(hc)
+        alive = probes.Probe.of(hc.liveness) if hc and hc.liveness else None
+        started = (row.started_at or now).timestamp()
+        last = row.probed_at.timestamp() if row.probed_at else None
+        if probes.due(last, started, now.timestamp(), ready):
+            checks.append((row, found, "readiness", ready))
+        if alive and probes.due(liveness_clock.get(row.name), started, now.timestamp(), alive):
+            liveness_clock[row.name] = now.timestamp()
+            checks.append((row, found, "liveness", alive))
+    if not checks:
+        return set()
+    with ThreadPoolExecutor(max_workers=min(8, len(checks))) as pool:
+        results = list(pool.map(lambda c: check(c[1].url or "", c[1].health_path, c[3]), checks))
+    touched = set()
+    for (row, _, kind, probe), passed in zip(checks, results, strict=True):
+        if kind == "readiness":
+            touched |= _after_readiness(row, passed, probe, runtime, fleet, now)
+        elif not passed:
+            touched |= _after_liveness_failure(row, probe, runtime, fleet, now)
+        elif row.liveness_failures:
+            Instance.objects.filter(pk=row.pk).update(liveness_failures=0)
+    return touched
+
+
+def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
+    current = probes.Readiness(row.state, row.probe_successes, row.probe_failures)
+    result = probes.after_readiness(current, passed, probe)
+    deadline = _startup_deadline(row, fleet)
+    if (
+        row.state == InstanceState.STARTING
+        and not passed
+        and row.started_at
+        and ((now - row.started_at).total_seconds() > deadline)
+    ):
+        runtime.remove(row.name)
+        crashed(row, runtime, fleet, now, f"not ready within {deadline:.0f} s", logs=False)
+        return {row.service.name}
+    changes = dict(state=result.state, probe_successes=result.successes,
+                   probe_failures=result.failures, probed_at=now)  # fmt: skip
+    if result.event == "InstanceReady":
+        changes.update(ready_since=now, message="")
+    Instance.objects.filter(pk=row.pk).update(**changes)
+    if result.event == "InstanceReady":
+        record(row.service, "InstanceReady", f"readiness check passed at {row.url}", row.name)
+    elif result.event == "InstanceUnhealthy":
+        record(row.service, "InstanceUnhealthy", f"readiness check failed {result.failures} "
+               "times in a row; out of routing until it passes again", row.name)  # fmt: skip
+    return {row.service.name} if result.event else set()
+
+
+def _startup_deadline(row: Instance, fleet: FleetSettings) -> float:
+    spec = spec_of(row)
+    hc = getattr(spec, "health_check", None) if spec else None
+    return float(getattr(hc, "startup_timeout_seconds", None) or fleet.health_timeout)
+
+
+def _after_liveness_failure(row, probe, runtime, fleet, now) -> set[str]:
+    failures = row.liveness_failures + 1
+    if failures < probe.failure_threshold:
+        Instance.objects.filter(pk=row.pk).update(liveness_failures=failures)
+        return set()
+    tail = runtime.logs(row.name, tail=LOG_TAIL)
+    runtime.remove(row.name)
+    crashed(row, runtime, fleet, now, f"liveness check failed {failures} times", logs=False)
+    if tail.strip():
+        record(row.service, "InstanceLogs", f"last log lines:\n{tail.strip()}", row.name)
+    return {row.service.name}
+
+
+class Agent(threading.Thread):
+    """The node's agent loop, in the worker's main process next to its heartbeat."""
+
+    def __init__(self, node: str, runtime: Runtime, fleet: FleetSettings, on_change=None):
+        super().__init__(name="wharf-node-agent", daemon=True)
+        self.node, self.runtime, self.fleet = node, runtime, fleet
+        self.on_change = on_change or (lambda services: None)
+        self._stopped = threading.Event()
+        self._starts = ThreadPoolExecutor(max_workers=4, thread_name_prefix="wharf-start")
+        self._starting: set[str] = set()
+        self._lock = threading.Lock()
+        self._liveness: dict[str, float] = {}
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                close_old_connections()
+                with self._lock:
+                    busy = frozenset(self._starting)
+                touched = converge(self.node, self.runtime, self.fleet, self._start, busy,
+                                   liveness_clock=self._liveness)  # fmt: skip
+                self.on_change(touched)
+            except Exception:  # the loop must outlive a database or runtime hiccup
+                log.exception("node %s: agent pass failed", self.node)
+            try:
+                wait_for_wake(self.node, self.fleet.agent_interval)
+            except Exception:
+                self._stopped.wait(self.fleet.agent_interval)
+
+    def _start(self, name: str) -> None:
+        with self._lock:
+            if name in self._starting:
+                return
+            self._starting.add(name)
+        self._starts.submit(self._run_start, name)
+
+    def _run_start(self, name: str) -> None:
+        try:
+            close_old_connections()
+            service = start_instance(name, self.node, self.runtime, self.fleet,
+                                     stopping=self._stopped.is_set)  # fmt: skip
+            if service:
+                self.on_change({service})
+        except Exception:
+            log.exception("node %s: starting %s failed", self.node, name)
+        finally:
+            with self._lock:
+                self._starting.discard(name)
+            close_old_connections()
+
+    def stop(self, timeout: float = 30) -> None:
+        """Stop looping; wait (bounded: staging a model is not interruptible) for starts under
+        way, so that no engine is created after the worker has gone."""
+        self._stopped.set()
+        self._starts.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._starting:
+                    return
+            time.sleep(0.1)

@@ -1,0 +1,304 @@
+"""The scheduler: one pass over one service, on any worker, deciding what should run where.
+
+It reads the service's intent (spec, desired state) and its instance rows, asks the rollout
+planner (workers.rollout) what to create and what to drain, places new instances with the
+placement function (workers.placement) under a fleet-wide lock, and writes the decisions as
+rows: a placed instance is a row in state `creating` on its node; one to remove is `draining`.
+The nodes' agents (workers.agent) carry them out and write what they observe. The scheduler
+alone writes a service's observed status (phase, progress, last_error).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.nodes.models import Node
+from controlplane.nodes.state import DRAINING as NODE_DRAINING
+from controlplane.nodes.state import READY as NODE_READY
+from controlplane.nodes.state import node_state
+from controlplane.services.choices import DesiredState, InstanceState
+from controlplane.services.events import record, record_once
+from controlplane.services.models import Instance, Service
+from controlplane.services.routing import publish_snapshot
+from controlplane.services.spec import ServiceSpec, SpecError
+from controlplane.tokens.models import ApiKey
+from workers import devices, placement, planning, provisioning, rollout
+from workers.fleet import FleetSettings, placement_lock, wake
+
+log = logging.getLogger(__name__)
+
+MOVING = 2.0  # seconds to the next pass while instances start, drain or wait for cards
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one pass decided, for the status and the next pass."""
+
+    waiting: str = ""  # why instances wait for a node
+    paused: str = ""  # why a rollout waits
+    woken: frozenset[str] = frozenset()
+
+
+def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> float | None:
+    """One pass; seconds until the next one, or None once the service has settled."""
+    now = now or timezone.now()
+    service = Service.objects.filter(name=name).first()
+    if service is None:
+        return None
+    nodes = {node.name: node for node in Node.objects.all()}
+    states = {name: _node_state(node, now, fleet) for name, node in nodes.items()}
+    woken = _follow_nodes(service, states, nodes, fleet, now)
+    spec, error = _spec(service)
+    replicas = _replicas(service, spec)
+    rows = list(service.instances.all())
+    waiting, paused = "", ""
+    if error is None:
+        placed, waiting = _drain_and_create(service, spec, replicas, rows, states, now)
+        woken |= placed
+        rows = list(service.instances.all())
+        paused = _paused(spec, replicas, rows, states)
+    else:  # an invalid stored spec: start nothing, drain everything
+        woken |= _drain(service, [r for r in rows if r.state != InstanceState.DRAINING], now)
+        rows = list(service.instances.all())
+    settled = _write_status(service, spec, replicas, rows, error, paused, waiting)
+    if service.desired_state == DesiredState.DELETED and not rows:
+        record(service, "Deleted", "every instance removed; service deleted")
+        with transaction.atomic():
+            ApiKey.objects.forget_service(service.name)
+            service.delete()
+        publish_snapshot()
+        return None
+    publish_snapshot()
+    wake(woken)
+    return None if settled and not waiting else MOVING
+
+
+def _node_state(node: Node, now: datetime, fleet: FleetSettings) -> str:
+    grace = timedelta(seconds=fleet.node_grace)
+    return node_state(node.heartbeat_at, now, grace, node.cordoned, node.draining)
+
+
+def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> set[str]:
+    """Rows on a node that stopped answering are `unknown` (out of routing); past the second
+    grace they are given up, so replacements are placed elsewhere. A row on a node that never
+    registered is given up at once. When the node returns, its agent removes what is no
+    longer assigned to it."""
+    evict_after = timedelta(seconds=fleet.node_grace + fleet.node_evict)
+    for row in service.instances.all():
+        node = nodes.get(row.node)
+        if node is None or (node.heartbeat_at and now - node.heartbeat_at > evict_after):
+            why = "is gone" if node is None else f"has been silent since {node.heartbeat_at:%X}"
+            record(service, "InstanceLost", f"node {row.node} {why}; placing it elsewhere",
+                   row.name)  # fmt: skip
+            row.delete()
+        elif states[row.node] == "not_ready" and row.state != InstanceState.UNKNOWN:
+            Instance.objects.filter(pk=row.pk).update(state=InstanceState.UNKNOWN)
+            record(service, "InstanceUnknown", f"node {row.node} stopped answering", row.name)
+    return set()
+
+
+def _spec(service: Service) -> tuple[ServiceSpec | None, str | None]:
+    if service.desired_state != DesiredState.RUNNING:
+        return None, None
+    try:
+        return service.parsed_spec(), None
+    except SpecError as exc:  # stored before a validation rule tightened: a permanent error
+        return None, f"invalid spec: {exc}"
+
+
+def _replicas(service: Service, spec: ServiceSpec | None) -> dict[str, int]:
+    """Instances wanted per role; roles the spec no longer has want none."""
+    wanted = {"": 0}
+    if spec is not None:
+        pd = spec.llm.pd if spec.llm else None
+        wanted = (
+            {"prefill": pd.prefill.instance, "decode": pd.decode.instance}
+            if pd
+            else {"": spec.metadata.instance}
+        )
+    for role in service.instances.values_list("role", flat=True).distinct():
+        wanted.setdefault(role, 0)
+    return wanted
+
+
+def _members(rows, states) -> list[rollout.Member]:
+    return [
+        rollout.Member(
+            name=row.name,
+            spec_hash=row.spec_hash,
+            state=row.state,
+            movable=states.get(row.node) == NODE_DRAINING,
+            failing=row.message
+            if row.state in (InstanceState.BACKOFF, InstanceState.FAILED)
+            else "",
+        )  # fmt: skip
+        for row in rows
+    ]
+
+
+def _strategy(spec: ServiceSpec | None, replicas: int) -> tuple[int, int]:
+    strategy = getattr(spec, "rolling_strategy", None) if spec else None
+    return strategy.resolve(replicas) if strategy else (1, 0)
+
+
+def _drain_and_create(service, spec, replicas, rows, states, now) -> tuple[set[str], str]:
+    target = spec.spec_hash() if spec else ""
+    woken: set[str] = set()
+    creates: list[str] = []
+    for role, count in replicas.items():
+        surge, unavailable = _strategy(spec, count)
+        members = _members([r for r in rows if r.role == role], states)
+        step = rollout.step(count, target, members, surge, unavailable)
+        woken |= _drain(service, [r for r in rows if r.name in step.drain], now)
+        creates += [role] * step.create
+    if not creates or spec is None:
+        return woken, ""
+    placed, waiting = _place(service, spec, creates, target, states)
+    return woken | placed, waiting
+
+
+def _drain(service: Service, rows: list[Instance], now) -> set[str]:
+    """Out of routing now; the node's agent stops each once its requests are done."""
+    for row in rows:
+        Instance.objects.filter(pk=row.pk).update(state=InstanceState.DRAINING, draining_since=now)
+        record(service, "InstanceDraining", "out of routing; stopping once its requests finish",
+               row.name)  # fmt: skip
+    return {row.node for row in rows}
+
+
+def _place(service, spec, roles: list[str], target: str, states) -> tuple[set[str], str]:
+    """Place one new instance per entry of `roles` and record each as a row; those that fit
+    nowhere wait, with what each node lacks (returned, and an event)."""
+    needs = [_need(service.name, spec, role) for role in roles]
+    woken: set[str] = set()
+    with placement_lock():
+        offers, held = _fleet(states)
+        results = placement.place(needs, offers, held)
+        taken = Counter()
+        for role, result in zip(roles, results, strict=True):
+            if isinstance(result, placement.Unplaced):
+                waiting = result.message()
+                record_once(service, "InsufficientResources", f"no node fits: {waiting}")
+                return woken, waiting
+            kind, _ = provisioning.device_need(spec, role)
+            index = _free_index(service, role) + taken[role]
+            taken[role] += 1
+            Instance.objects.create(
+                service=service, name=result.key, role=role, pd_index=index,
+                runtime="", node=result.node, spec_hash=target, state=InstanceState.CREATING,
+                devices=devices.encode_allocation(kind, result.cards) if result.cards else "",
+            )  # fmt: skip
+            where = f"{result.node}" + (f" ({kind}:{','.join(map(str, result.cards))})"
+                                        if result.cards else "")  # fmt: skip
+            record(service, "InstanceCreated", f"placed on node {where}", result.key)
+            woken.add(result.node)
+    return woken, ""
+
+
+def _free_index(service: Service, role: str) -> int:
+    """The lowest number within the role no row holds (rank tables, engine ids)."""
+    taken = set(service.instances.filter(role=role).values_list("pd_index", flat=True))
+    return min(set(range(len(taken) + 1)) - taken)
+
+
+def _need(service: str, spec: ServiceSpec, role: str) -> placement.Need:
+    kind, count = provisioning.device_need(spec, role)
+    resource = getattr(spec.metadata, "resource", None)
+    return placement.Need(
+        key=planning.instance_name(service, role), service=service,
+        kind=kind if count else "", cards=count, cpu=spec.metadata.cpu or 0,
+        memory_mb=spec.metadata.memory or 0,
+        selector={"resource": resource} if resource else {},
+        model=(spec.llm.model or "") if spec.llm else "",
+    )  # fmt: skip
+
+
+def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[placement.Held]]:
+    """Every node as the placement sees it (in the states this pass found), and what every
+    instance holds."""
+    offers = []
+    for node in Node.objects.filter(name__in=states):
+        state = states[node.name]
+        offers.append(placement.NodeOffer(
+            name=node.name,
+            cards=tuple(placement.Card(c["kind"], c["index"], c.get("memory_mb", 0))
+                        for c in node.cards),
+            cpus=node.cpus, memory_mb=node.memory_mb, labels=dict(node.labels),
+            unschedulable="" if state == NODE_READY else state,
+            images=frozenset(node.images),
+        ))  # fmt: skip
+    held = []
+    specs: dict[int, ServiceSpec | None] = {}
+    for row in Instance.objects.select_related("service"):
+        if row.service_id not in specs:
+            try:
+                specs[row.service_id] = row.service.parsed_spec()
+            except SpecError:
+                specs[row.service_id] = None
+        spec = specs[row.service_id]
+        kind, cards = devices.decode_allocation(row.devices) if row.devices else ("", ())
+        held.append(placement.Held(
+            node=row.node, service=row.service.name, kind=kind, cards=tuple(cards),
+            cpu=(spec.metadata.cpu or 0) if spec else 0,
+            memory_mb=(spec.metadata.memory or 0) if spec else 0,
+        ))  # fmt: skip
+    return offers, held
+
+
+def _paused(spec, replicas, rows, states) -> str:
+    if spec is None:
+        return ""
+    target = spec.spec_hash()
+    for role, count in replicas.items():
+        surge, unavailable = _strategy(spec, count)
+        members = _members([r for r in rows if r.role == role], states)
+        step = rollout.step(count, target, members, surge, unavailable)
+        if step.paused:
+            return step.paused
+    return ""
+
+
+def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool:
+    """Write the observed status if the intent has not changed meanwhile; True when settled."""
+    target = spec.spec_hash() if spec else ""
+    live = [r for r in rows if r.state != InstanceState.DRAINING]
+    ready = Counter(
+        r.role for r in live if r.state == InstanceState.READY and r.spec_hash == target
+    )
+    failed = [r for r in live if r.state == InstanceState.FAILED and r.spec_hash == target]
+    error = error or (f"{failed[0].name}: {failed[0].message}" if failed else None)
+    backoff = [r for r in live if r.state == InstanceState.BACKOFF]
+    notes = [f"{r.name} {r.message.splitlines()[0] if r.message else 'restarting'}"
+             for r in backoff]  # fmt: skip
+    notes += [
+        f"{r.name}: {r.message}" for r in live if r.state == InstanceState.CREATING and r.message
+    ]  # staging, starting
+    status = planning.status(
+        service.desired_state, replicas, dict(ready), len(rows), service.phase,
+        failed=bool(error), waiting=f"no node fits: {waiting}" if waiting else None,
+        updating=any(r.spec_hash != target for r in live) or bool(paused), paused=paused,
+        notes=notes,
+    )  # fmt: skip
+    last_error = error or (f"rollout paused: {paused}" if paused else "") or (
+        f"no node fits: {waiting}" if waiting else "")  # fmt: skip
+    with transaction.atomic():
+        updated = Service.objects.filter(pk=service.pk, generation=service.generation).update(
+            phase=status.phase, progress=status.progress[:200],
+            ready_instances=sum(ready.values()), observed_generation=service.generation,
+            last_error=last_error,
+        )  # fmt: skip
+        if updated and status.phase != service.phase:
+            record(service, status.phase.capitalize(), status.progress)
+        if updated and paused and "rollout paused" not in service.last_error:
+            record(service, "RolloutPaused", f"the new version does not start ({paused}); "
+                   "the old instances keep serving; roll back or update the spec")  # fmt: skip
+    if error and error != service.last_error:
+        log.warning("service %s failed: %s", service.name, error)
+    moving = any(r.state not in (InstanceState.READY, InstanceState.FAILED) for r in rows)
+    return not moving and status.phase in ("running", "stopped", "failed", "pending")

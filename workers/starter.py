@@ -1,0 +1,133 @@
+"""Starting one placed instance on this node: stage its models, check the model store, render
+its engine for the cards the scheduler gave it, and create it in the runtime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from django.conf import settings
+from django.utils import timezone
+
+from contracts.engine_keys import engine_key
+from controlplane.services.choices import InstanceState
+from controlplane.services.events import record
+from controlplane.services.models import Instance, Service, ServiceVersion
+from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
+from workers import devices, provisioning, sizing
+from workers.engines import render
+from workers.runtimes import InstanceError, InstanceRequest, Runtime
+
+log = logging.getLogger(__name__)
+CARDS = devices.DeviceCache()  # this node's cards, for the will-it-fit warning
+
+
+def spec_of(row: Instance) -> ServiceSpec | None:
+    """The spec an instance was placed for: the service's current one, or the kept version
+    with its hash (an instance of the previous version while a rollout runs)."""
+    try:
+        spec = row.service.parsed_spec()
+        if spec.spec_hash() == row.spec_hash:
+            return spec
+    except SpecError:
+        pass
+    version = ServiceVersion.objects.filter(service=row.service_id, spec_hash=row.spec_hash).first()
+    try:
+        return parse_spec(version.spec) if version else None
+    except SpecError:
+        return None
+
+
+def start_instance(
+    name: str, node: str, runtime: Runtime, fleet, stopping: Callable[[], bool] = lambda: False
+) -> str | None:
+    """Start the instance `name` placed on `node`; the service's name once its state changed.
+    Nothing is created once `stopping()` says the worker is going (the row stays `creating`
+    for its next start)."""
+    from workers.agent import crashed  # the agent owns back-off
+
+    row = Instance.objects.select_related("service").filter(name=name, node=node).first()
+    if row is None or row.state not in (InstanceState.CREATING, InstanceState.BACKOFF):
+        return None
+    service = row.service
+    spec = spec_of(row)
+    if spec is None:
+        _fail(row, "its spec version is no longer valid or kept; update the service")
+        return service.name
+    runtime.remove(name)  # what is left of an earlier run (an exited container keeps its cards)
+
+    def report(progress: str) -> None:
+        Instance.objects.filter(pk=row.pk).update(message=progress[:200])
+
+    try:
+        staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report)
+        provisioning.check_model_store(spec, settings.WHARF_MODEL_DIR)
+        _, indexes = devices.decode_allocation(row.devices) if row.devices else ("", ())
+        placement = replace(
+            runtime.placement(), devices=tuple(indexes), staged=staged, role=row.role,
+            service=service.name, pd_index=row.pd_index,
+            kv_dir=_kv_dir(service.name) if row.role else "",
+            engine_key=engine_key(settings.SECRET_KEY.encode(), name),
+        )  # fmt: skip
+        _warn_if_it_cannot_fit(service, spec, placement)
+        if stopping():
+            return None
+        report(f"starting the engine on node {node}")
+        observed = runtime.create(InstanceRequest(
+            service.name, name, row.spec_hash, render(spec, placement), row.devices, row.role,
+            row.pd_index, tuple(staged.values()),
+        ))  # fmt: skip
+    except InstanceError as exc:  # the user must change something: a permanent failure
+        _fail(row, str(exc))
+        return service.name
+    except Exception as exc:  # a daemon hiccup, a full disk: try again after a back-off
+        log.warning("starting %s failed: %s", name, exc)
+        crashed(row, runtime, fleet, timezone.now(), f"could not start: {exc}", logs=False)
+        return service.name
+    started = Instance.objects.filter(
+        pk=row.pk, state__in=(InstanceState.CREATING, InstanceState.BACKOFF)
+    ).update(
+        state=InstanceState.STARTING, runtime=runtime.name, url=observed.url or "",
+        started_at=timezone.now(), message="", restart_at=None, probe_failures=0,
+        probe_successes=0, liveness_failures=0, probed_at=None,
+    )  # fmt: skip
+    if started:  # else drained or moved meanwhile: the next pass deals with it
+        record(service, "InstanceStarted", f"engine started on node {node}", name)
+    return service.name
+
+
+def _fail(row: Instance, message: str) -> None:
+    Instance.objects.filter(pk=row.pk).update(state=InstanceState.FAILED, message=message)
+    record(row.service, "InstanceFailed", message, row.name)
+
+
+def _kv_dir(service: str) -> str:
+    """The folder a local prefill and decode instance exchange KV cache through."""
+    path = settings.WHARF_INSTANCE_LOG_DIR.parent / "kv" / service
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def _warn_if_it_cannot_fit(service: Service, spec: ServiceSpec, placement) -> None:
+    """A deploy-time warning, never a refusal: the estimate is only an estimate."""
+    config = provisioning.model_config(spec, placement)
+    kind, _ = provisioning.device_need(spec)
+    cards = [d for d in CARDS.get() if d.kind == kind and d.index in placement.devices]
+    if config is None or not cards or spec.llm is None:
+        return
+    try:
+        estimate = sizing.estimate(
+            config,
+            dtype=spec.llm.quantization or spec.llm.dtype or "auto",
+            kv_cache_dtype=spec.llm.kv_cache_dtype or "auto",
+            card_memory_gb=min(d.memory_mb for d in cards) / 1024,
+            utilization=spec.llm.gpu_memory_utilization or 0.9,
+            cards=len(cards),
+            max_model_len=spec.llm.max_model_len,
+        )
+    except ValueError as exc:  # a config the estimator does not understand: say nothing
+        log.info("no fit estimate for %s: %s", service.name, exc)
+        return
+    if not estimate.fits and not service.events.filter(reason="WontFit").exists():
+        record(service, "WontFit", f"this spec may not fit: {estimate.reason}")
