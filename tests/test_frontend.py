@@ -83,28 +83,42 @@ def test_session_writes_to_the_api_need_the_csrf_token(user):
     assert "--model" in preview.json()["containers"][0]["command"]
 
 
-class FakeRuntime:
-    def logs(self, name: str, tail: int = 200) -> str:
-        return f"log of {name}, last {tail} lines"
-
-
 @pytest.fixture
-def instance(monkeypatch):
-    monkeypatch.setattr("workers.runtimes.get_runtime", lambda: FakeRuntime())
+def instance(settings, redis_url, tmp_path):
+    """tiny-abc on node n, whose worker's log server answers from a real process runtime."""
+    from workers.node_logs import LogServer
+    from workers.runtimes.process import ProcessRuntime
+
+    settings.REDIS_URL = redis_url
+    (tmp_path / "instances").mkdir()
+    lines = "\n".join(f"line {i}" for i in range(300))
+    (tmp_path / "instances" / "tiny-abc.log").write_text(lines)
+    server = LogServer("n", ProcessRuntime(str(tmp_path), tmp_path / "instances"))
+    server.start()
     service = Service.objects.create(name="tiny", spec=SPEC)
     Service.objects.create(name="other", spec={**SPEC, "name": "other"})
-    return Instance.objects.create(
+    yield Instance.objects.create(
         service=service, name="tiny-abc", runtime="process", node="n", spec_hash="x", state="ready"
     )
+    server.stop()
+    server.join(5)
 
 
-def test_instance_logs_come_from_the_runtime(client, instance):
+def test_instance_logs_come_from_the_instances_node(client, instance):
     response = client.get("/api/v1/services/tiny/instances/tiny-abc/logs?tail=50")
     assert response.status_code == 200
-    assert response.json() == {"instance": "tiny-abc", "tail": 50,
-                               "logs": "log of tiny-abc, last 50 lines"}  # fmt: skip
+    body = response.json()
+    assert (body["instance"], body["tail"]) == ("tiny-abc", 50)
+    assert body["logs"].splitlines() == [f"line {i}" for i in range(250, 300)]
     default = client.get("/api/v1/services/tiny/instances/tiny-abc/logs").json()
-    assert default["tail"] == 200
+    assert default["tail"] == 200 and len(default["logs"].splitlines()) == 200
+
+
+def test_a_node_that_does_not_answer_is_named(client, instance, monkeypatch):
+    Instance.objects.filter(name="tiny-abc").update(node="gone")
+    monkeypatch.setattr("workers.node_logs.fetch.__defaults__", (0.5,))
+    response = client.get("/api/v1/services/tiny/instances/tiny-abc/logs")
+    assert response.status_code == 504 and "node gone did not answer" in response.json()["detail"]
 
 
 def test_instance_logs_only_of_the_services_own_instances(client, instance):

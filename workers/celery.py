@@ -59,10 +59,11 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 
 @worker_ready.connect
 def start_node(sender, **kwargs) -> None:
-    """The node's heartbeat and its agent, in the worker's main process."""
+    """The node's heartbeat, its agent and its log server, in the worker's main process."""
     from workers.agent import Agent
     from workers.fleet import FleetSettings
     from workers.node import Heartbeat
+    from workers.node_logs import LogServer
     from workers.runtimes import get_runtime
     from workers.tasks import enqueue_reconcile
 
@@ -71,6 +72,7 @@ def start_node(sender, **kwargs) -> None:
             enqueue_reconcile(name)
 
     _threads.append(Heartbeat(get_runtime(), settings.WHARF_NODE_HEARTBEAT))
+    _threads.append(LogServer(settings.WHARF_NODE_NAME, get_runtime()))
     _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
                           on_change=reconcile))  # fmt: skip
     for thread in _threads:

@@ -1,8 +1,7 @@
 """GET /api/v1/services/<name>/instances/<instance>/logs?tail=200: an instance's container log.
 
-The log is read from this node's runtime (Docker or the process runtime's log files), so it
-answers for instances on the node the API runs on; with workers on other hosts the log has to
-come from that host's runtime instead.
+The log is read on the instance's node, by that node's worker (workers.node_logs), whichever
+host serves the API; a node that does not answer within a few seconds is a 504 naming it.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ def _tail(value: str | None) -> int:
 
 class InstanceLogs(APIView):
     def get(self, request: Request, name: str, instance: str) -> Response:
-        from workers.runtimes import get_runtime  # the API reads logs; importing it is lazy
+        from workers.node_logs import fetch  # the API asks the node; importing it is lazy
 
         tail = _tail(request.query_params.get("tail"))
         # Only an instance the service owns: the name alone must not open another's log.
@@ -43,5 +42,10 @@ class InstanceLogs(APIView):
             service__name=name,
             name=instance,
         )
-        text = get_runtime().logs(found.name, tail)
+        text = fetch(found.node, found.name, tail)
+        if text is None:
+            return Response(
+                {"detail": f"node {found.node} did not answer for the log of {found.name}; "
+                 "is its worker running?"}, status=504,
+            )  # fmt: skip
         return Response({"instance": found.name, "tail": tail, "logs": text})
