@@ -16,12 +16,10 @@ from workers.devices import (
     NVIDIA_SMI_ARGS,
     Device,
     DeviceCache,
-    InsufficientDevices,
-    allocate,
     decode_allocation,
     discover,
     encode_allocation,
-    in_use_from,
+    first_contiguous,
     parse_npu_smi,
     parse_nvidia_smi,
 )
@@ -146,66 +144,12 @@ def test_parsers_do_not_cross():
 # --- allocation ---------------------------------------------------------------------------------
 
 
-def test_allocate_lowest_free():
-    assert allocate("gpu", 2, gpus(8), set()) == (0, 1)
-    assert allocate("gpu", 1, gpus(8), {0, 1}) == (2,)
-
-
-def test_allocate_prefers_contiguous_block():
-    # 0 and 2 are the lowest free, but 2,3 share a switch more often than 0,2.
-    assert allocate("gpu", 2, gpus(8), {1}) == (2, 3)
-    assert allocate("gpu", 4, gpus(8), {1, 2}) == (3, 4, 5, 6)
-
-
-def test_allocate_falls_back_to_lowest_when_no_block():
-    assert allocate("gpu", 3, gpus(8), {1, 3, 5, 7}) == (0, 2, 4)
-
-
-def test_allocate_never_returns_an_index_in_use():
-    devices = gpus(8)
-    for mask in range(256):
-        in_use = {i for i in range(8) if mask >> i & 1}
-        for count in range(1, 9 - len(in_use)):
-            got = allocate("gpu", count, devices, in_use)
-            assert len(got) == len(set(got)) == count
-            assert not set(got) & in_use
-
-
-def test_allocate_uses_indexes_present_not_a_range():
-    # A card missing from the listing (failed, or not mounted) is never handed out.
-    devices = [Device("gpu", i, "NVIDIA A10", 23028) for i in (0, 2, 3)]
-    assert allocate("gpu", 2, devices, set()) == (2, 3)
-    assert allocate("gpu", 3, devices, set()) == (0, 2, 3)
-
-
-def test_allocate_insufficient_names_counts():
-    with pytest.raises(InsufficientDevices) as err:
-        allocate("gpu", 2, gpus(4), {0, 1, 3})
-    assert str(err.value) == "needs 2 GPUs; this node has 1 free of 4 (3 in use)"
-    with pytest.raises(InsufficientDevices, match=r"needs 1 GPU; .* 0 free of 2 \(2 in use\)"):
-        allocate("gpu", 1, gpus(2), {0, 1})
-
-
-def test_allocate_filters_by_kind():
-    host = parse_nvidia_smi(H100.read_text())
-    with pytest.raises(InsufficientDevices, match="needs 1 NPU; this node has no NPUs"):
-        allocate("npu", 1, host, set())
-    mixed = host + parse_npu_smi(NPU_32G.read_text())
-    # GPU 0-3 busy says nothing about NPU 0-3.
-    assert allocate("npu", 2, mixed, in_use_from("npu", ["gpu:0,1,2,3"])) == (0, 1)
-    assert allocate("npu", 2, mixed, in_use_from("npu", ["npu:0,1,2,3"])) == (4, 5)
-
-
-def test_allocate_zero_and_invalid():
-    assert allocate("gpu", 0, [], set()) == ()
-    assert allocate("npu", 0, gpus(1), {0}) == ()
-    with pytest.raises(ValueError):
-        allocate("tpu", 1, gpus(1), set())
-    with pytest.raises(ValueError):
-        allocate("gpu", -1, gpus(1), set())
-
-
-# --- allocation labels --------------------------------------------------------------------------
+@pytest.mark.parametrize(("free", "count", "block"), [
+    ([0, 1, 2, 3], 2, (0, 1)), ([1, 2, 3, 5], 2, (1, 2)), ([0, 2, 3, 4], 3, (2, 3, 4)),
+    ([0, 2, 4, 6], 2, None), ([], 1, None), ([3], 1, (3,)),
+])  # fmt: skip
+def test_first_contiguous_is_the_lowest_run(free, count, block):
+    assert first_contiguous(free, count) == block
 
 
 @pytest.mark.parametrize(
@@ -234,16 +178,6 @@ def test_encode_invalid_raises():
         encode_allocation("tpu", (0,))
     with pytest.raises(ValueError):
         encode_allocation("gpu", (-1,))
-
-
-def test_in_use_from_labels():
-    labels = ["gpu:0,1", "", "npu:3", "gpu:5"]
-    assert in_use_from("gpu", labels) == {0, 1, 5}
-    assert in_use_from("npu", labels) == {3}
-    assert in_use_from("gpu", []) == set()
-
-
-# --- discovery ----------------------------------------------------------------------------------
 
 
 def _tool_dir(tmp_path: Path, *tools: str, body: str = "exit 0") -> Path:

@@ -43,10 +43,6 @@ class Device:
     uuid: str = ""
 
 
-class InsufficientDevices(Exception):  # noqa: N818 (the name callers already use)
-    """This node has too few free cards of the requested kind."""
-
-
 # --- nvidia-smi --------------------------------------------------------------------------------
 
 
@@ -198,44 +194,16 @@ class DeviceCache:
         self._taken_at = None
 
 
-# --- allocation --------------------------------------------------------------------------------
+# --- a block of cards --------------------------------------------------------------------------
 
 
-def _plural(kind: str, count: int) -> str:
-    label = kind.upper()
-    return label if count == 1 else f"{label}s"
-
-
-def _first_contiguous(free: Sequence[int], count: int) -> tuple[int, ...] | None:
+def first_contiguous(free: Sequence[int], count: int) -> tuple[int, ...] | None:
     """The lowest run of ``count`` consecutive indexes in sorted ``free``: neighbouring cards
     usually share a PCIe switch or HCCS/NVLink group, so a block talks faster than a spread."""
     for start in range(len(free) - count + 1):
         if free[start + count - 1] - free[start] == count - 1:
             return tuple(free[start : start + count])
     return None
-
-
-def allocate(kind: str, count: int, devices: list[Device], in_use: set[int]) -> tuple[int, ...]:
-    """``count`` free indexes of ``kind``: the lowest contiguous block when one exists, else
-    the lowest free ones. ``in_use`` holds the indexes of this kind already held by instances.
-    Pure; raises InsufficientDevices when too few are free."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown device kind {kind!r}; expected one of {', '.join(KINDS)}")
-    if count < 0:
-        raise ValueError(f"device count must be >= 0, got {count}")
-    if count == 0:
-        return ()
-    present = sorted({d.index for d in devices if d.kind == kind})
-    free = [i for i in present if i not in in_use]
-    if len(free) < count:
-        wanted = f"needs {count} {_plural(kind, count)}"
-        if not present:
-            raise InsufficientDevices(f"{wanted}; this node has no {_plural(kind, 2)}")
-        busy = len(present) - len(free)
-        raise InsufficientDevices(
-            f"{wanted}; this node has {len(free)} free of {len(present)} ({busy} in use)"
-        )
-    return _first_contiguous(free, count) or tuple(free[:count])
 
 
 # --- what an instance holds, as a label -------------------------------------------------------
@@ -270,13 +238,3 @@ def decode_allocation(text: str) -> tuple[str, tuple[int, ...]]:
     if any(i < 0 for i in indexes):
         raise ValueError(f"negative device index in {text!r}")
     return kind, indexes
-
-
-def in_use_from(kind: str, allocations: Iterable[str]) -> set[int]:
-    """Indexes of ``kind`` held by instances, from their encoded allocation labels."""
-    held: set[int] = set()
-    for text in allocations:
-        held_kind, indexes = decode_allocation(text)
-        if held_kind == kind:
-            held.update(indexes)
-    return held

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from workers.devices import _first_contiguous  # the node-local allocator's rule, shared
+from workers.devices import first_contiguous  # the node-local allocator's rule, shared
 
 # CPUs are fractional (0.5, 0.1 + 0.2 ...): a need equal to what is free must fit.
 CPU_TOLERANCE = 1e-9
@@ -159,7 +159,7 @@ class _Node:
         chosen: tuple[int, ...] = ()
         if need.cards:
             free = self.free[need.kind]
-            chosen = _first_contiguous(free, need.cards) or tuple(free[: need.cards])
+            chosen = first_contiguous(free, need.cards) or tuple(free[: need.cards])
         self.hold(need.service, need.kind, chosen, need.cpu, need.memory_mb)
         return chosen
 

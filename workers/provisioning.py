@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from controlplane.services.spec import ServiceSpec
-from workers import devices
-from workers.runtimes.base import InstanceError, ObservedInstance
+from workers.runtimes.base import InstanceError
 from workers.storage import ObjectSource, StagingError, source_from_env, stage
 
 GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
@@ -28,17 +27,6 @@ def device_need(spec: ServiceSpec, role: str = "") -> tuple[str, int]:
     if spec.metadata.npu and not spec.metadata.gpu:
         return "npu", spec.metadata.npu
     return "gpu", spec.metadata.gpu
-
-
-def cards_in_use(observed: Iterable[ObservedInstance], kind: str) -> set[int]:
-    """Cards held by instances that exist on this node, running or not: an exited container
-    still owns its cards until it is removed."""
-    used: set[int] = set()
-    for instance in observed:
-        held_kind, indexes = devices.decode_allocation(instance.devices)
-        if held_kind == kind:
-            used.update(indexes)
-    return used
 
 
 def object_sources(spec: ServiceSpec) -> list[ObjectSource]:
