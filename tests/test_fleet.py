@@ -198,3 +198,11 @@ def test_a_draining_node_is_emptied_replacements_first(fleet):
     assert sorted(fleet.states("web")) == [("a", "ready"), ("b", "starting")]
     fleet.settle()
     assert fleet.states("web") == [("b", "ready")]
+
+
+def test_a_node_that_holds_the_model_is_preferred(fleet):
+    fleet.node("a")
+    fleet.node("b", cached_models=["tiny-llama"])
+    deploy({"name": "llm", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}})
+    fleet.step()  # the placement, whatever comes of the start
+    assert [node for node, _ in fleet.states("llm")] == ["b"]

@@ -60,8 +60,13 @@ def test_a_label_that_is_not_key_value_is_named(text):
 @pytest.mark.django_db
 def test_the_heartbeat_registers_the_node_and_keeps_the_operators_marks(tmp_path, settings):
     settings.WHARF_NODE_NAME, settings.WHARF_NODE_LABELS = "n1", "zone=a"
+    settings.WHARF_MODEL_DIR, settings.WHARF_CACHE_DIR = tmp_path / "models", tmp_path / "cache"
+    (tmp_path / "models" / "tiny-llama").mkdir(parents=True)
+    staged = "bucket-m-0123456789abcdef"
+    (tmp_path / "cache" / f"{staged}@fedcba9876543210").mkdir(parents=True)
     runtime = ProcessRuntime(str(tmp_path), tmp_path / "instances")
     node = heartbeat(runtime)
+    assert node.cached_models == ["tiny-llama", staged]  # placement prefers these nodes
     assert (node.name, node.address, node.labels, node.runtime) == (
         "n1", settings.WHARF_NODE_ADDRESS, {"zone": "a"}, "process",
     )  # fmt: skip

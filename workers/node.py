@@ -17,6 +17,7 @@ from contracts.version import VERSION
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import parse_labels
 from workers import devices
+from workers.storage import cached_sources
 
 log = logging.getLogger(__name__)
 CARDS = devices.DeviceCache()
@@ -37,6 +38,15 @@ def engine_images(runtime) -> list[str]:
     return [f"venv:{venv}"] if venv and os.path.isdir(venv) else []
 
 
+def local_models() -> list[str]:
+    """Model-store names and staged sources' cache keys on this node (at most MAX_IMAGES)."""
+    try:
+        store = sorted(p.name for p in settings.WHARF_MODEL_DIR.iterdir() if p.is_dir())
+    except OSError:  # no model store on this node
+        store = []
+    return (store + sorted(cached_sources(settings.WHARF_CACHE_DIR)))[:MAX_IMAGES]
+
+
 def inventory(runtime) -> dict:
     cards = [{k: v for k, v in asdict(card).items() if k != "uuid"} for card in CARDS.get()]
     return {
@@ -47,6 +57,7 @@ def inventory(runtime) -> dict:
         "memory_mb": memory_mb(),
         "runtime": runtime.name,
         "images": engine_images(runtime),
+        "cached_models": local_models(),
         "version": VERSION,
     }
 

@@ -28,7 +28,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.spec import ServiceSpec, SpecError
 from controlplane.tokens.models import ApiKey
-from workers import devices, placement, planning, provisioning, rollout
+from workers import devices, placement, planning, provisioning, rollout, storage
 from workers.fleet import FleetSettings, placement_lock, wake
 
 log = logging.getLogger(__name__)
@@ -215,8 +215,20 @@ def _need(service: str, spec: ServiceSpec, role: str) -> placement.Need:
         kind=kind if count else "", cards=count, cpu=spec.metadata.cpu or 0,
         memory_mb=spec.metadata.memory or 0,
         selector={"resource": resource} if resource else {},
-        model=(spec.llm.model or "") if spec.llm else "",
+        model=_model_key(spec),
     )  # fmt: skip
+
+
+def _model_key(spec: ServiceSpec) -> str:
+    """How a node's inventory names the spec's model: its model-store name, or the cache key
+    of its object-storage source."""
+    model = (spec.llm.model or "") if spec.llm else ""
+    if "://" not in model:
+        return model
+    try:
+        return storage.cache_key(storage.source_from_env(model))
+    except Exception:  # an odd URI: no preference, staging reports it
+        return ""
 
 
 def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[placement.Held]]:
@@ -231,7 +243,7 @@ def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[plac
                         for c in node.cards),
             cpus=node.cpus, memory_mb=node.memory_mb, labels=dict(node.labels),
             unschedulable="" if state == NODE_READY else state,
-            images=frozenset(node.images),
+            images=frozenset(node.images), models=frozenset(node.cached_models),
         ))  # fmt: skip
     held = []
     specs: dict[int, ServiceSpec | None] = {}

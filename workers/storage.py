@@ -235,6 +235,15 @@ def _resolve(source: ObjectSource) -> _Target:
     )
 
 
+def cached_sources(cache_root: Path) -> set[str]:
+    """The cache keys of the sources staged under `cache_root` (any version)."""
+    try:
+        names = [path.name for path in cache_root.iterdir()]
+    except OSError:  # no cache yet
+        return set()
+    return {match["key"] for name in names if (match := _VERSIONED.match(name))}
+
+
 def cache_key(source: ObjectSource) -> str:
     """A stable, filesystem-safe folder name for the source: endpoint + bucket + prefix.
 

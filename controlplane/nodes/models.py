@@ -22,6 +22,9 @@ class Node(models.Model):
     memory_mb = models.PositiveBigIntegerField(default=0)
     runtime = models.CharField(max_length=16, blank=True)
     images = models.JSONField(default=list, blank=True)  # engine images present on the node
+    # Models it holds: model-store names and staged object-storage sources (their cache keys);
+    # placement prefers a node that has the model already.
+    cached_models = models.JSONField(default=list, blank=True)
     version = models.CharField(max_length=32, blank=True)  # of the Wharf worker
     cordoned = models.BooleanField(default=False)
     draining = models.BooleanField(default=False)
