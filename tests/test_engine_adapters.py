@@ -163,6 +163,40 @@ def test_vllm_ascend_passes_the_allocated_npus_and_the_driver():
     assert flag(p.args, "--tensor-parallel-size") == "2"
 
 
+@pytest.mark.parametrize("npu_smi", ["/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi"])
+def test_vllm_ascend_mounts_npu_smi_where_the_node_has_it(npu_smi):
+    p = render(spec("vllm-ascend"), Placement(devices=(0,), npu_smi=npu_smi))
+    binds = {m.source: m for m in p.mounts if m.kind == "bind"}
+    assert binds[npu_smi].target == npu_smi and binds[npu_smi].read_only
+    other = {"/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi"} - {npu_smi}
+    assert not other & set(binds)
+    assert "/usr/local/Ascend/driver" in binds
+
+
+def test_vllm_ascend_on_a_node_without_npu_smi_mounts_the_driver_alone():
+    p = render(spec("vllm-ascend"), Placement(devices=(0,), npu_smi=""))
+    sources = {m.source for m in p.mounts}
+    assert not any(s.endswith("npu-smi") for s in sources)
+    assert {"/usr/local/Ascend/driver", "/etc/ascend_install.info"} <= sources
+
+
+@pytest.mark.parametrize(
+    ("present", "on_path", "found"),
+    [
+        ({"/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi"}, None, "/usr/local/sbin/npu-smi"),
+        ({"/usr/local/bin/npu-smi"}, None, "/usr/local/bin/npu-smi"),
+        (set(), "/opt/ascend/bin/npu-smi", "/opt/ascend/bin/npu-smi"),
+        (set(), None, ""),
+    ],
+)
+def test_the_node_finds_its_npu_smi(monkeypatch, present, on_path, found):
+    from workers.engines import vllm_ascend
+
+    monkeypatch.setattr(vllm_ascend.os.path, "isfile", lambda path: path in present)
+    monkeypatch.setattr(vllm_ascend.shutil, "which", lambda name: on_path)
+    assert vllm_ascend.find_npu_smi() == found
+
+
 def test_vllm_ascend_as_a_host_process_names_the_host_npus():
     p = render(spec("vllm-ascend", cards=2), Placement(in_container=False, devices=(4, 5)))
     assert p.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"

@@ -71,12 +71,14 @@ def start_instance(
             engine_key=engine_key(settings.SECRET_KEY.encode(), name),
         )  # fmt: skip
         _warn_if_it_cannot_fit(service, spec, placement)
+        plan = render(spec, placement)
+        runtime.prepare(plan, spec.dockerAuth, report)  # pulls a missing image
         if stopping():
             return None
         report(f"starting the engine on node {node}")
         observed = runtime.create(InstanceRequest(
-            service.name, name, row.spec_hash, render(spec, placement), row.devices, row.role,
-            row.pd_index, tuple(staged.values()),
+            service.name, name, row.spec_hash, plan, row.devices, row.role, row.pd_index,
+            tuple(staged.values()),
         ))  # fmt: skip
     except InstanceError as exc:  # the user must change something: a permanent failure
         _fail(row, str(exc))

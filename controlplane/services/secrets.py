@@ -1,4 +1,5 @@
-"""Storage credentials in specs: stored, used by workers, never echoed by the API."""
+"""Credentials in specs (object storage's, the image registry's `dockerAuth`): stored, used
+by workers, never echoed by the API."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from controlplane.services.spec import OBJECT_STORAGE_SCHEMES, REDACTED
 
-SECRET_FIELDS = ("access_key_secret",)
+SECRET_FIELDS = ("access_key_secret",)  # of each object-storage block
+TOP_SECRETS = ("dockerAuth",)  # of the spec itself
 
 
 def _stores(spec: Any):
@@ -24,6 +26,10 @@ def _stores(spec: Any):
 def redact(spec: Any) -> Any:
     """A copy of the spec with every secret replaced by REDACTED."""
     out = copy.deepcopy(spec)
+    if isinstance(out, dict):
+        for name in TOP_SECRETS:
+            if out.get(name):
+                out[name] = REDACTED
     for store in _stores(out):
         for name in SECRET_FIELDS:
             if store.get(name):
@@ -33,9 +39,17 @@ def redact(spec: Any) -> Any:
 
 def keep_secrets(new: Any, old: Any) -> Any:
     """An update that sends back REDACTED keeps the stored secret of the same storage path,
-    so a spec read from the API can be edited and PUT back as is."""
+    so a spec read from the API can be edited and PUT back as is; dockerAuth is the spec's."""
     stored = {store.get("path"): store for store in _stores(old)}
     out = copy.deepcopy(new)
+    if isinstance(out, dict):
+        for name in TOP_SECRETS:
+            if out.get(name) == REDACTED:
+                kept = old.get(name) if isinstance(old, dict) else None
+                if kept is None:
+                    del out[name]
+                else:
+                    out[name] = kept
     for store in _stores(out):
         for name in SECRET_FIELDS:
             if store.get(name) == REDACTED:

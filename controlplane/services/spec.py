@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from controlplane.services.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
     MAX_INSTANCES,
     MAX_STRING,
+    DockerAuth,
     HealthCheck,
     Liveness,
     RollingStrategy,
@@ -298,6 +299,7 @@ class ServiceSpec(_Strict):
         description="Readiness probe: failing it only takes an instance out of routing; "
         "health_check.liveness, failing, restarts it.",
     )
+    dockerAuth: DockerAuth = None  # noqa: N815 (EAS spelling)
 
     @field_validator("name")
     @classmethod
@@ -319,9 +321,12 @@ class ServiceSpec(_Strict):
     def spec_hash(self) -> str:
         """Changes whenever anything that shapes an instance changes. Instance counts do not
         shape an instance: scaling adds or removes instances and leaves the others alone; nor
-        do rolling_strategy, health_check and the grace period, applied to running instances.
-        metadata.resource does (instances move); unset, it leaves earlier hashes as they were."""
-        data = self.model_dump(mode="json", exclude={"rolling_strategy", "health_check"})
+        do rolling_strategy, health_check and the grace period, applied to running instances,
+        nor dockerAuth (only a pull uses it). metadata.resource does (instances move); unset,
+        it leaves earlier hashes as they were."""
+        data = self.model_dump(
+            mode="json", exclude={"rolling_strategy", "health_check", "dockerAuth"}
+        )
         for key in ("instance", "termination_grace_period"):
             data["metadata"].pop(key, None)
         if data["metadata"]["resource"] is None:

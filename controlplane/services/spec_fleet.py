@@ -1,6 +1,7 @@
 """The spec's fleet sections: how a service's instances are replaced (`rolling_strategy`) and
 probed (`health_check`). The reconciler applies both to running instances without restarting
-them, so neither is part of `ServiceSpec.spec_hash()`.
+them, so neither is part of `ServiceSpec.spec_hash()`. Nor is `dockerAuth`, the registry
+credentials a node pulls a missing image with: they do not change the container.
 
 The strict base every spec model shares lives here too, because `spec.py` imports this module
 (and re-exports what it needs from it).
@@ -8,6 +9,8 @@ The strict base every spec model shares lives here too, because `spec.py` import
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Annotated, Any
 
 from pydantic import (
@@ -28,6 +31,8 @@ PERCENT = r"^\d{1,3}%$"
 STEP = f"give a whole number 0..{MAX_INSTANCES} or a percentage from '0%' to '100%'"
 # An HTTP path on the engine's port: no spaces, query, fragment or '..'.
 PROBE_PATH = r"^/[A-Za-z0-9._~/-]*$"
+MAX_DOCKER_AUTH = 8192  # registry tokens (ECR's, a JSON key's) run to a few KB
+DOCKER_AUTH = 'give base64 of "user:password" (printf %s user:password | base64 -w0)'
 
 
 class _Strict(BaseModel):
@@ -161,3 +166,33 @@ class HealthCheck(_Strict):
         description="Liveness probe: failing it restarts the instance. None: instances are "
         "restarted only when they exit.",
     )
+
+
+def docker_credentials(value: str) -> tuple[str, str]:
+    """(user, password) from EAS's dockerAuth, base64 of "user:password". Its errors never
+    quote the value: it is a secret."""
+    try:
+        text = base64.b64decode(value, validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError(DOCKER_AUTH) from None
+    user, colon, password = text.partition(":")
+    if not colon or not user or not password or any(ord(c) < 32 or c == "\x7f" for c in text):
+        raise ValueError(DOCKER_AUTH)
+    return user, password
+
+
+def _docker_auth(value: str) -> str:
+    docker_credentials(value)
+    return value
+
+
+DockerAuth = Annotated[
+    Annotated[str, Field(min_length=1, max_length=MAX_DOCKER_AUTH), AfterValidator(_docker_auth)]
+    | None,
+    Field(
+        repr=False,  # a secret: out of every repr, so out of logs
+        description="Credentials for a private image registry, as EAS takes them: base64 of "
+        '"user:password". A node pulls a missing image with them; none: with its own `docker '
+        "login`. Never shown by the API.",
+    ),
+]

@@ -64,6 +64,10 @@ class Placement:
     # The instance's engine key (contracts.engine_keys), for engines that can require one; ""
     # where no instance exists yet (the preview). Kept out of repr, so out of logs.
     engine_key: str = field(default="", repr=False)
+    # Where this node has npu-smi (a host path, mounted at the same path into Ascend
+    # containers): the Docker runtime looks on the node; "" where it has none. The default,
+    # for the preview, is where ModelArts' guide finds it.
+    npu_smi: str = "/usr/local/sbin/npu-smi"
 
     @property
     def models_root(self) -> str:

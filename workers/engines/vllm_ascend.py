@@ -8,6 +8,8 @@ ModelArts starts its vLLM containers (`docker run --device=/dev/davinci4 ... -v
 from __future__ import annotations
 
 import json
+import os
+import shutil
 
 from controlplane.services.spec import Llm, ServiceSpec
 from workers.engines.common import (
@@ -43,13 +45,11 @@ IMAGE = "quay.io/ascend/vllm-ascend:v0.23.0"
 # Shared by every NPU on the host: the device manager, shared virtual memory, host-device channel.
 CONTROL_DEVICES = ("/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc")
 # The driver and npu-smi must be mounted together (ModelArts' guide); the paths are the host's.
-# npu-smi is where the ModelArts guide finds it (the vllm-ascend docs use /usr/local/bin).
-DRIVER_FILES = (
-    "/usr/local/Ascend/driver",
-    "/usr/local/dcmi",
-    "/usr/local/sbin/npu-smi",
-    "/etc/ascend_install.info",
-)
+# npu-smi is wherever the node has it (Placement.npu_smi, see find_npu_smi).
+DRIVER_FILES = ("/usr/local/Ascend/driver", "/usr/local/dcmi", "/etc/ascend_install.info")
+# Where the driver's installer puts npu-smi: ModelArts' guide finds it in sbin, the
+# vllm-ascend docs in bin.
+NPU_SMI_PATHS = ("/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi")
 # msModelSlim writes W8A8 (SmoothQuant-style), W4A16, W8A16 and W4A8 weights with a
 # quant_model_description.json; `--quantization ascend` reads the scheme from it.
 # LLM-Compressor's output is vLLM's own compressed-tensors format.
@@ -83,8 +83,20 @@ def npu_devices(placement: Placement) -> tuple[str, ...]:
     return tuple(f"/dev/davinci{i}" for i in placement.devices) + CONTROL_DEVICES
 
 
-def driver_mounts() -> list[Mount]:
-    return [Mount(kind="bind", target=path, source=path) for path in DRIVER_FILES]
+def find_npu_smi() -> str:
+    """This host's npu-smi: where the driver installs it, else on PATH; "" where it has none."""
+    for path in NPU_SMI_PATHS:
+        if os.path.isfile(path):
+            return path
+    return shutil.which("npu-smi") or ""
+
+
+def driver_mounts(placement: Placement | None = None) -> list[Mount]:
+    """The host's driver files, and npu-smi where the node has it (without a placement: where
+    ModelArts' guide finds it), each at its own path."""
+    npu_smi = (placement or Placement()).npu_smi
+    paths = DRIVER_FILES + ((npu_smi,) if npu_smi else ())
+    return [Mount(kind="bind", target=path, source=path) for path in paths]
 
 
 def quantization_args(llm: Llm) -> list[str]:
@@ -160,7 +172,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     env.update(user_env(spec))
     env.update(engine_key_env(placement))
     in_container = placement.in_container
-    drivers = driver_mounts() if in_container else []
+    drivers = driver_mounts(placement) if in_container else []
     return ContainerPlan(
         image=engine_image(spec, IMAGE),
         args=args + llm.extra_args,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,6 +22,11 @@ def owned_by(node: str, label: str | None) -> bool:
     """Whether an instance labelled `label` belongs to this runtime's node; one from before
     nodes were recorded belongs to whichever node looks (there was only one)."""
     return not node or not label or label == node
+
+
+# How a runtime tells the user what a long step is doing ("pulling <image>: 45% of 2.6 GB");
+# the starter writes it on the instance row, which the service's progress shows.
+Report = Callable[[str], None]
 
 
 class InstanceError(Exception):
@@ -72,6 +78,12 @@ class Runtime(Protocol):
     name: str
 
     def placement(self) -> Placement: ...
+
+    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
+        """Make what `plan` needs present on the node before `create` (Docker: pull a missing
+        image, with the spec's dockerAuth or the node's own login). InstanceError when the
+        user must change the spec; any other exception is temporary (retried)."""
+        ...
 
     def create(self, request: InstanceRequest) -> ObservedInstance: ...
 

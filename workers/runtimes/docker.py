@@ -15,7 +15,8 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, DriverConfig
 from docker.types import Mount as DockerMount
 
-from workers.engines.plan import Mount, Placement
+from workers.engines.plan import ContainerPlan, Mount, Placement
+from workers.engines.vllm_ascend import find_npu_smi
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
@@ -27,9 +28,11 @@ from workers.runtimes.base import (
     InstanceError,
     InstanceRequest,
     ObservedInstance,
+    Report,
     missing_bind_source,
     owned_by,
 )
+from workers.runtimes.pulls import pull
 
 LABEL_HEALTH_PATH = "wharf.health-path"
 LABEL_PORT = "wharf.port"
@@ -157,16 +160,22 @@ class DockerRuntime:
 
     def placement(self) -> Placement:
         # The spec's own port inside the container; Docker publishes it on a free host port.
-        return Placement(in_container=True, model_store=self.model_dir)
+        # Ascend containers get this node's npu-smi, wherever its driver put it.
+        return Placement(in_container=True, model_store=self.model_dir, npu_smi=find_npu_smi())
+
+    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
+        """Pull the plan's image if this node lacks it (workers.runtimes.pulls)."""
+        try:
+            self.client.images.get(plan.image)
+        except ImageNotFound:
+            pull(self.client.api, plan.image, docker_auth, report)
 
     def create(self, request: InstanceRequest) -> ObservedInstance:
         plan = request.plan
         try:
             self.client.images.get(plan.image)
         except ImageNotFound:
-            raise InstanceError(
-                f"image {plan.image} is not on this node; build or load it first"
-            ) from None
+            raise InstanceError(f"image {plan.image} is not on this node; pull it first") from None
         if plan.files:
             request = replace(
                 request, plan=replace(plan, mounts=plan.mounts + self._files(request))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from workers.engines.plan import Placement
-from workers.runtimes.base import InstanceRequest, ObservedInstance
+from workers.engines.plan import ContainerPlan, Placement
+from workers.runtimes.base import InstanceRequest, ObservedInstance, Report
 
 PORTS = itertools.count(20000)
 
@@ -25,6 +25,9 @@ class MemoryRuntime:
     def placement(self) -> Placement:
         return Placement(in_container=False, model_store="/models", host=self.address,
                          port=next(PORTS))  # fmt: skip
+
+    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
+        pass  # nothing to fetch
 
     def create(self, request: InstanceRequest) -> ObservedInstance:
         observed = ObservedInstance(

@@ -20,7 +20,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from workers.engines.plan import ContainerPlan, Placement
-from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance, owned_by
+from workers.runtimes.base import (
+    InstanceError,
+    InstanceRequest,
+    ObservedInstance,
+    Report,
+    owned_by,
+)
 
 STOP_TIMEOUT = 15.0
 
@@ -92,6 +98,9 @@ class ProcessRuntime:
         return Placement(
             in_container=False, model_store=self.model_dir, host=host, port=free_port(host)
         )
+
+    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
+        pass  # the image is ignored: nothing to pull
 
     def _state_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.json"
