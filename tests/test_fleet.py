@@ -206,3 +206,15 @@ def test_a_node_that_holds_the_model_is_preferred(fleet):
     deploy({"name": "llm", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}})
     fleet.step()  # the placement, whatever comes of the start
     assert [node for node, _ in fleet.states("llm")] == ["b"]
+
+
+def test_a_new_intent_retries_an_instance_that_could_not_start(fleet):
+    fleet.node("a")
+    spec = {"name": "llm", "llm": {"engine": "vllm-cpu", "model": "not-in-the-store"}}
+    deploy(spec)
+    fleet.settle(3)
+    assert fleet.states("llm") == [("a", "failed")] and service("llm").phase == "failed"
+    failed = fleet.rows("llm")[0].name
+    update("llm", spec)  # the same spec again (the store may have the model now)
+    fleet.step()
+    assert failed not in {r.name for r in fleet.rows("llm")}

@@ -150,6 +150,12 @@ def _strategy(spec: ServiceSpec | None, replicas: int) -> tuple[int, int]:
 def _drain_and_create(service, spec, replicas, rows, states, now) -> tuple[set[str], str]:
     target = spec.spec_hash() if spec else ""
     woken: set[str] = set()
+    if service.generation != service.observed_generation:
+        # A new intent retries what could not start (a fixed dockerAuth, a model now in the
+        # store) even when the instance's spec hash is unchanged.
+        failed = [r for r in rows if r.state == InstanceState.FAILED]
+        woken |= _drain(service, failed, now)
+        rows = [r for r in rows if r not in failed]
     creates: list[str] = []
     for role, count in replicas.items():
         surge, unavailable = _strategy(spec, count)

@@ -20,7 +20,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     env.setdefault("PORT", str(placement.port or port))
     # The command still needs the cards the instance was given (EAS runs BladeLLM this way).
     npu = spec.metadata.npu > 0 and placement.in_container
-    mounts = driver_mounts() if npu else []
+    mounts = driver_mounts(placement) if npu else []
     if spec.llm and spec.llm.model:
         # A command edited from the engine's preview (the console's "edit freely") still reads
         # the model where the preview put it.
