@@ -11,11 +11,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from contracts.inflight import encode_report, report_key
+from contracts.routing import SNAPSHOT_KEY, Snapshot
 from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.versions import record_version
-from tests.fleet_support import Fleet
+from tests.fleet_support import FLEET, Fleet
+from workers.agent import _after_readiness
+from workers.probes import Probe
+from workers.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -218,3 +222,35 @@ def test_a_new_intent_retries_an_instance_that_could_not_start(fleet):
     update("llm", spec)  # the same spec again (the store may have the model now)
     fleet.step()
     assert failed not in {r.name for r in fleet.rows("llm")}
+
+
+def test_a_probe_that_ends_after_a_drain_leaves_the_instance_draining(fleet):
+    """The agent writes a probe's result over the state it read, never over a drain the
+    scheduler wrote while the probe ran: else the instance is routed again and drained again,
+    and its drain waits for a snapshot that never comes (the whole grace)."""
+    fleet.node("a")
+    deploy(custom("web"))
+    fleet.settle()
+    (read,) = fleet.rows("web")  # what the agent's pass read before probing
+    assert read.state == "ready"
+    Service.objects.filter(name="web").update(desired_state=DesiredState.STOPPED)
+    schedule("web", FLEET)  # drained while the probe runs
+    _after_readiness(read, True, Probe(), fleet.runtimes["a"], FLEET, timezone.now())
+    assert fleet.states("web") == [("a", "draining")]
+    schedule("web", FLEET)
+    assert service("web").events.filter(reason="InstanceDraining").count() == 1
+
+
+def test_draining_an_instance_that_was_not_routed_publishes_a_newer_snapshot(fleet, store):
+    """A drain is over once every gateway serves a snapshot as new as the drain; removing an
+    instance that was not routed changes no route, yet a snapshot must still be published."""
+    fleet.node("a")
+    fleet.healthy = False
+    deploy(custom("web"))
+    fleet.settle(2)
+    assert fleet.states("web") == [("a", "starting")]  # never ready: never routed
+    Service.objects.filter(name="web").update(desired_state=DesiredState.STOPPED)
+    schedule("web", FLEET)
+    (row,) = fleet.rows("web")
+    version = Snapshot.from_json(store.get(SNAPSHOT_KEY)).version
+    assert row.state == "draining" and version >= row.draining_since.timestamp() * 1000

@@ -116,17 +116,20 @@ def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = 
     restarts = 1 if up >= fleet.backoff_reset else row.restarts + 1
     delay = fleet.backoff(restarts)
     message = f"{why}; restart {restarts} in {delay:.0f} s"
-    Instance.objects.filter(pk=row.pk).update(
+    # Never over a drain the scheduler wrote since this row was read: it stays draining.
+    backoff = Instance.objects.filter(pk=row.pk).exclude(state=InstanceState.DRAINING).update(
         state=InstanceState.BACKOFF, restarts=restarts, message=message, url="",
         restart_at=now + timedelta(seconds=delay), ready_since=None, probe_failures=0,
         probe_successes=0, liveness_failures=0, probed_at=None,
     )  # fmt: skip
+    if not backoff:
+        return
     record(row.service, "InstanceExited", message + (f"; last log lines:\n{tail}" if tail else ""),
            row.name)  # fmt: skip
 
 
 def _found_running(row: Instance, found: ObservedInstance, now: datetime) -> None:
-    Instance.objects.filter(pk=row.pk).update(
+    Instance.objects.filter(pk=row.pk, state=row.state).update(
         state=InstanceState.STARTING, url=found.url or "", started_at=row.started_at or now,
         probe_successes=0, probe_failures=0,
     )  # fmt: skip
@@ -219,7 +222,10 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
                    probe_failures=result.failures, probed_at=now)  # fmt: skip
     if result.event == "InstanceReady":
         changes.update(ready_since=now, message="")
-    Instance.objects.filter(pk=row.pk).update(**changes)
+    # Only over the state this pass read: a row drained meanwhile (by a scheduler pass while
+    # the probe ran) must not come back as ready, into routing, to be drained again.
+    if not Instance.objects.filter(pk=row.pk, state=row.state).update(**changes):
+        return set()
     if result.event == "InstanceReady":
         record(row.service, "InstanceReady", f"readiness check passed at {row.url}", row.name)
     elif result.event == "InstanceUnhealthy":

@@ -57,6 +57,7 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     spec, error = _spec(service)
     replicas = _replicas(service, spec)
     rows = list(service.instances.all())
+    was_draining = {r.name for r in rows if r.state == InstanceState.DRAINING}
     waiting, paused = "", ""
     if error is None:
         placed, waiting = _drain_and_create(service, spec, replicas, rows, states, now)
@@ -74,7 +75,9 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
             service.delete()
         publish_snapshot()
         return None
-    publish_snapshot()
+    # A drain waits for the gateways to serve a snapshot at least as new as itself.
+    publish_snapshot(force=any(r.state == InstanceState.DRAINING and r.name not in was_draining
+                               for r in rows))  # fmt: skip
     wake(woken)
     return None if settled and not waiting else MOVING
 

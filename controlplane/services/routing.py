@@ -106,15 +106,17 @@ def _routed_keys(now: float) -> dict[str, RoutedKey]:
     }
 
 
-def publish_snapshot() -> None:
+def publish_snapshot(force: bool = False) -> None:
     """Write the snapshot and tell the gateways; a Redis outage is logged, never raised,
-    because the gateways keep their last snapshot and the next publish heals it."""
+    because the gateways keep their last snapshot and the next publish heals it. Unchanged
+    routes are not published again unless `force`: a drain needs a version at least as new
+    as the drain, even when the drained instance was not routed (contracts.inflight)."""
     snapshot = build_snapshot()
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
         with client:
             current = client.get(SNAPSHOT_KEY)
-            if current and _same_routes(Snapshot.from_json(current), snapshot):
+            if not force and current and _same_routes(Snapshot.from_json(current), snapshot):
                 return  # unchanged: spare the gateways a reload
             client.set(SNAPSHOT_KEY, snapshot.to_json())
             client.publish(SNAPSHOT_CHANNEL, str(snapshot.version))

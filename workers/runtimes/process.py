@@ -92,6 +92,11 @@ class ProcessRuntime:
         # Engines listen on the node's address only (the one gateways reach them at), never
         # on every interface: with the default, only this host can call them.
         self.node_address = node_address
+        # The engines this process started, by pid. Held so that their exit codes stay ours to
+        # read: subprocess reaps the children of Popen objects dropped while still running
+        # whenever any later Popen starts (device discovery, the next engine), which left
+        # waitpid nothing to report and every exit without its code.
+        self._children: dict[int, subprocess.Popen] = {}
 
     def placement(self) -> Placement:
         host = self.node_address
@@ -141,6 +146,7 @@ class ProcessRuntime:
                 )  # fmt: skip
             except OSError as exc:
                 raise InstanceError(f"cannot start {plan.args[0]}: {exc}") from exc
+        self._children[proc.pid] = proc
         state = {
             "service": request.service,
             "name": request.name,
@@ -166,8 +172,11 @@ class ProcessRuntime:
             and _proc_start_time(state["pid"]) == state["start_time"]
         )
         exit_code = None
-        if not alive:
-            try:  # our own child: reap it and learn how it ended
+        child = self._children.get(state["pid"])
+        if not alive and child is not None:
+            exit_code = child.poll()  # reaps it (a signal: minus its number)
+        elif not alive:
+            try:  # a child of an earlier Popen here: reap it and learn how it ended
                 _, status = os.waitpid(state["pid"], os.WNOHANG)
                 exit_code = os.waitstatus_to_exitcode(status) if status else None
             except ChildProcessError:
@@ -213,6 +222,9 @@ class ProcessRuntime:
             return
         if _proc_start_time(state["pid"]) == state["start_time"]:
             self._stop_group(state["pid"])
+        child = self._children.pop(state["pid"], None)
+        if child is not None:
+            child.poll()  # reaped (by now, or by _stop_group): nothing left for subprocess
         path.unlink(missing_ok=True)
         self._log_path(name).unlink(missing_ok=True)
 
