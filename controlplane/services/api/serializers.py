@@ -11,8 +11,9 @@ from controlplane.services.versions import current_number
 class InstanceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Instance
-        fields = ["name", "role", "state", "runtime", "node", "url", "spec_hash", "message",
-                  "created_at", "updated_at"]  # fmt: skip
+        fields = ["name", "role", "state", "runtime", "node", "devices", "url", "spec_hash",
+                  "message", "restarts", "restart_at", "ready_since", "created_at",
+                  "updated_at"]  # fmt: skip
 
 
 class EventSerializer(serializers.ModelSerializer):
