@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.docker_support import empty_image
 from tests.fleet_nodes_support import (
     MARKER,
     RUN,
@@ -292,8 +293,9 @@ def stray_container(service: str, node: str) -> str:
     import docker
 
     name = f"{service}-stray-{node}"
-    docker.from_env().containers.create(
-        "wharf-test/empty:1", command=["/none"], name=name,
+    client = docker.from_env()
+    client.containers.create(
+        empty_image(client), command=["/none"], name=name,
         labels={"wharf.service": service, "wharf.instance": name, "wharf.node": node,
                 "wharf.spec-hash": "stray", "wharf.port": "8001"},
     )  # fmt: skip

@@ -7,12 +7,10 @@ and a Celery worker consuming its node's queue from the test Redis.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from tests.docker_support import empty_image
 from tests.moto_support import KEY_ID, SECRET, Moto
 from tests.system import redis_db
 from workers import tasks
@@ -124,20 +123,6 @@ def test_unreadable_process_state_folder_is_an_error_not_an_empty_node(tmp_path:
         ProcessRuntime("/m", tmp_path / "not-a-folder").list()
 
 
-def _tiny_image(client: Any) -> str:
-    """An image with no files: enough to create (never start) a container."""
-    from docker.errors import ImageNotFound
-
-    name = "wharf-test/empty:1"
-    try:
-        client.images.get(name)
-    except ImageNotFound:
-        buffer = io.BytesIO()
-        tarfile.open(fileobj=buffer, mode="w").close()
-        client.api.import_image_from_data(buffer.getvalue(), repository="wharf-test/empty", tag="1")
-    return name
-
-
 def test_docker_instances_report_their_bind_sources_running_or_not(tmp_path: Path) -> None:
     from workers.runtimes.docker import DockerRuntime
 
@@ -150,7 +135,7 @@ def test_docker_instances_report_their_bind_sources_running_or_not(tmp_path: Pat
     (tmp_path / "files").mkdir()
     service = f"prune-{uuid.uuid4().hex[:8]}"
     container = runtime.client.containers.create(
-        _tiny_image(runtime.client),
+        empty_image(runtime.client),
         ["serve"],
         name=f"{service}-1",
         labels={"wharf.service": service, "wharf.instance": f"{service}-1", "wharf.port": "8000"},
