@@ -103,13 +103,19 @@ VLLM_TOKENS = 8  # tokens asked of a vLLM engine (ignore_eos: always that many)
 
 
 def call(
-    client: httpx.Client, gateway: str, service: str, token: str, mode: str, engine: str = "slow"
+    client: httpx.Client,
+    gateway: str,
+    service: str,
+    token: str,
+    mode: str,
+    engine: str = "slow",
+    tokens: int = CHUNKS,
 ) -> Result:
     """One request through the gateway, checked: 200 and a complete answer (every piece, the
     final event, [DONE] for a stream). `engine`: "slow" (tests/engines/slow_engine.py, whose
-    text is known) or "vllm" (any text, but exactly VLLM_TOKENS tokens)."""
+    text is known: `tokens` pieces) or "vllm" (any text, but exactly VLLM_TOKENS tokens)."""
     stream = mode.endswith("stream")
-    body: dict = {"prompt": "hi", "max_tokens": CHUNKS}
+    body: dict = {"prompt": "hi", "max_tokens": tokens}
     if engine == "vllm":
         body.update(max_tokens=VLLM_TOKENS, ignore_eos=True, temperature=0)
     if mode.startswith("openai"):
@@ -131,8 +137,10 @@ def call(
             result.version = response.headers.get("x-engine-version", "")
             result.instance = response.headers.get("x-wharf-instance", "")
             raw = response.read().decode(errors="replace")
-        check = _check_vllm if engine == "vllm" else _check
-        result.detail = check(result.status, raw, stream)
+        if engine == "vllm":
+            result.detail = _check_vllm(result.status, raw, stream)
+        else:
+            result.detail = _check(result.status, raw, stream, tokens)
     except httpx.HTTPError as exc:
         result.detail = f"{type(exc).__name__}: {exc}"
     result.ended, result.ended_at = time.monotonic(), time.time()
@@ -173,7 +181,7 @@ def _check_vllm(status: int, raw: str, stream: bool) -> str:
     return ""
 
 
-def _check(status: int, raw: str, stream: bool) -> str:
+def _check(status: int, raw: str, stream: bool, tokens: int = CHUNKS) -> str:
     """'' when the answer is complete, else what is wrong with it."""
     if status != 200:
         return f"HTTP {status}: {raw[:200]}"
@@ -181,18 +189,18 @@ def _check(status: int, raw: str, stream: bool) -> str:
         try:
             answer = json.loads(raw)
             text = answer["choices"][0]["text"]
-            tokens = answer["usage"]["completion_tokens"]
+            counted = answer["usage"]["completion_tokens"]
         except (ValueError, KeyError, IndexError, TypeError):
             return f"not a completion: {raw[:200]}"
-        if text != expected_text() or tokens != CHUNKS:
-            return f"incomplete answer: {text!r}, {tokens} tokens"
+        if text != expected_text(tokens) or counted != tokens:
+            return f"incomplete answer: {text!r}, {counted} tokens"
         return ""
     pieces, wrong = _events(raw)
     if wrong:
         return wrong
     text = "".join(c["text"] for p in pieces for c in p.get("choices", []))
     finish = [c.get("finish_reason") for p in pieces for c in p.get("choices", [])]
-    if text != expected_text() or finish[-1:] != ["length"]:
+    if text != expected_text(tokens) or finish[-1:] != ["length"]:
         return f"incomplete stream: {text!r}, finish {finish[-1:]}"
     return ""
 
