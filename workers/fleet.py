@@ -62,7 +62,9 @@ def wake(nodes: set[str]) -> None:
     with client().pipeline() as pipe:
         for node in nodes:
             key = WAKE_KEY.format(node=node)
-            pipe.rpush(key, "1").ltrim(key, -1, -1).expire(key, 60)
+            pipe.rpush(key, "1")
+            pipe.ltrim(key, -1, -1)
+            pipe.expire(key, 60)
         pipe.execute()
 
 

@@ -20,11 +20,16 @@ def fetch(node: str, instance: str, tail: int, timeout: float = 5.0) -> str | No
     reply = f"wharf:logs:reply:{secrets.token_hex(8)}"
     redis = client()
     request = json.dumps({"instance": instance, "tail": tail, "reply": reply})
+    key = REQUESTS.format(node=node)
     with redis.pipeline() as pipe:
-        pipe.rpush(REQUESTS.format(node=node), request).expire(REQUESTS.format(node=node), 60)
+        pipe.rpush(key, request)
+        pipe.expire(key, 60)
         pipe.execute()
     answer = redis.blpop([reply], timeout=timeout)
-    return None if answer is None else answer[1].decode(errors="replace")
+    if answer is None:
+        return None
+    text = answer[1]
+    return text.decode(errors="replace") if isinstance(text, bytes) else str(text)
 
 
 def serve_one(node: str, runtime, wait: float = 1.0) -> bool:
@@ -41,7 +46,8 @@ def serve_one(node: str, runtime, wait: float = 1.0) -> bool:
         log.warning("node %s: unreadable log request: %s", node, exc)
         return False
     with redis.pipeline() as pipe:
-        pipe.rpush(reply, text).expire(reply, REPLY_TTL)
+        pipe.rpush(reply, text)
+        pipe.expire(reply, REPLY_TTL)
         pipe.execute()
     return True
 

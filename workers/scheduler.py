@@ -189,7 +189,7 @@ def _place(service, spec, roles: list[str], target: str, states) -> tuple[set[st
     with placement_lock():
         offers, held = _fleet(states)
         results = placement.place(needs, offers, held)
-        taken = Counter()
+        taken: Counter[str] = Counter()
         for role, result in zip(roles, results, strict=True):
             if isinstance(result, placement.Unplaced):
                 waiting = result.message()
