@@ -100,8 +100,11 @@ def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> set[str]
             record(service, "InstanceLost", f"node {row.node} {why}; placing it elsewhere",
                    row.name)  # fmt: skip
             row.delete()
-        elif states[row.node] == "not_ready" and row.state != InstanceState.UNKNOWN:
-            Instance.objects.filter(pk=row.pk).update(state=InstanceState.UNKNOWN)
+        elif states[row.node] == "not_ready" and row.state not in (
+            InstanceState.UNKNOWN,
+            InstanceState.DRAINING,  # a drain stays a drain
+        ):
+            Instance.objects.filter(pk=row.pk, state=row.state).update(state=InstanceState.UNKNOWN)
             record(service, "InstanceUnknown", f"node {row.node} stopped answering", row.name)
     return set()
 
