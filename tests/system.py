@@ -101,7 +101,10 @@ class System:
             while time.monotonic() < deadline:
                 response = api.get(f"/services/{name}")
                 body = response.json() if response.status_code == 200 else {"phase": "gone"}
-                if body["phase"] in phases:
+                # The phase as of the latest intent: right after an update the status still
+                # describes the previous generation until the scheduler's next pass.
+                current = body.get("observed_generation", 0) >= body.get("generation", 0)
+                if body["phase"] in phases and current:
                     return body
                 time.sleep(1)
             events = api.get(f"/services/{name}/events").json()
