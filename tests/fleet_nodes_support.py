@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-import redis
 
-from controlplane.stack import ROOT, Stack, last_lines
-from tests.system import System, free_port, fresh_database, redis_db
+from controlplane.stack import ROOT, last_lines
+from tests.system import System, start_system
 
 T = TypeVar("T")
 
@@ -73,29 +72,12 @@ def with_path(env: dict[str, str], folder: Path) -> dict[str, str]:
 def start_fleet_system(home: Path, model_dir: Path, redis_url: str) -> System:
     """tests.system.start_system's stack, with the fleet's short timings, node `local` (no
     cards: a fake nvidia-smi that finds none) and this file's database and Redis database."""
-    url = redis_db(redis_url, REDIS_DATABASE)
-    redis.Redis.from_url(url).flushdb()  # tasks and locks a killed earlier run left behind
     env = with_path(dict(os.environ), fake_nvidia_smi(home / "fake-bin-local", 0))
-    env.update(FLEET_ENV)
-    env.update(
-        WHARF_HOME=str(home),
-        WHARF_RUNTIME="process",
-        WHARF_MODEL_DIR=str(model_dir),
-        WHARF_SECRET_KEY=secrets.token_urlsafe(32),
-        WHARF_NODE_NAME="local",
-        REDIS_URL=url,
-        DATABASE_URL=fresh_database(DATABASE),
-        DJANGO_SETTINGS_MODULE="controlplane.settings",
-    )
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
-    token = subprocess.run(
-        [*manage, "create_api_token", "--name", "nodes"],
-        env=env, check=True, cwd=ROOT, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    stack = Stack(home=home, env=env, api_port=free_port(), gateway_port=free_port())
-    stack.start()
-    return System(stack=stack, runtime="process", admin_token=token)
+    return start_system(
+        "process", home, model_dir, redis_url,
+        {"PATH": env["PATH"], **FLEET_ENV, "WHARF_NODE_NAME": "local"},
+        redis_number=REDIS_DATABASE, database=DATABASE, token_name="nodes",
+    )  # fmt: skip
 
 
 @dataclass

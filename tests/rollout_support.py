@@ -6,10 +6,6 @@ the gateway in which every request is checked to the last byte."""
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,8 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from controlplane.stack import ROOT, Stack
-from tests.system import System, free_port, fresh_database, redis_db
+from tests.system import System, start_system
 
 ENGINE = Path(__file__).resolve().parent / "engines" / "slow_engine.py"
 CHUNKS = 10  # pieces in every answer
@@ -30,34 +25,9 @@ def start_own_system(
 ) -> System:
     """tests.system.start_system on the process runtime, with the Redis database number and
     the PostgreSQL database name (when DATABASE_URL is set) given by the caller, so that stacks
-    of concurrent suites never share one. The Redis database is emptied first."""
-    import redis
-
-    env = dict(os.environ)
-    env.update(extra_env or {})
-    url = redis_db(redis_url, db)
-    with redis.Redis.from_url(url) as client:
-        client.flushdb()
-    env.update(
-        WHARF_HOME=str(home),
-        WHARF_RUNTIME="process",
-        WHARF_MODEL_DIR=str(home / "models"),
-        WHARF_SECRET_KEY=secrets.token_urlsafe(32),
-        WHARF_RECONCILE_INTERVAL="5",
-        REDIS_URL=url,
-        DATABASE_URL=fresh_database(database),
-        DJANGO_SETTINGS_MODULE="controlplane.settings",
-    )
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
-    token = subprocess.run(
-        [*manage, "create_api_token", "--name", "rollouts"],
-        env=env, check=True, cwd=ROOT, capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    stack = Stack(home=home, env=env, api_port=free_port(), gateway_port=free_port())
-    stack.start_redis()
-    stack.start()
-    return System(stack=stack, runtime="process", admin_token=token)
+    of concurrent suites never share one."""
+    return start_system("process", home, home / "models", redis_url, extra_env or {},
+                        redis_number=db, database=database, token_name="rollouts")  # fmt: skip
 
 
 def slow_spec(name: str, instances: int = 1, version: str = "1", **extra) -> dict:

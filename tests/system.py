@@ -112,24 +112,41 @@ class System:
 
 
 def start_system(
-    runtime: str, home: Path, model_dir: Path, redis_url: str, extra_env: dict[str, str]
+    runtime: str,
+    home: Path,
+    model_dir: Path,
+    redis_url: str,
+    extra_env: dict[str, str],
+    *,
+    redis_number: int | None = None,
+    database: str | None = None,
+    token_name: str = "e2e",
 ) -> System:
+    """A whole stack for a test. `extra_env` wins over the defaults here. A suite that runs
+    beside others gives its own Redis database number (emptied first: what a killed earlier
+    run left) and PostgreSQL database name."""
+    url = redis_db(redis_url, REDIS_DB[runtime] if redis_number is None else redis_number)
+    if redis_number is not None:
+        import redis
+
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
     env = dict(os.environ)
-    env.update(extra_env)
     env.update(
         WHARF_HOME=str(home),
         WHARF_RUNTIME=runtime,
         WHARF_MODEL_DIR=str(model_dir),
         WHARF_SECRET_KEY=secrets.token_urlsafe(32),
         WHARF_RECONCILE_INTERVAL="5",
-        REDIS_URL=redis_db(redis_url, REDIS_DB[runtime]),
-        DATABASE_URL=fresh_database(f"wharf_e2e_{runtime}"),
+        REDIS_URL=url,
+        DATABASE_URL=fresh_database(database or f"wharf_e2e_{runtime}"),
         DJANGO_SETTINGS_MODULE="controlplane.settings",
     )
+    env.update(extra_env)
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
     token = subprocess.run(
-        [*manage, "create_api_token", "--name", "e2e"],
+        [*manage, "create_api_token", "--name", token_name],
         env=env, check=True, cwd=ROOT, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
     stack = Stack(home=home, env=env, api_port=free_port(), gateway_port=free_port())
