@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import DRAINING as NODE_DRAINING
+from controlplane.nodes.state import NOT_READY, node_state
 from controlplane.nodes.state import READY as NODE_READY
-from controlplane.nodes.state import node_state
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
@@ -53,7 +53,8 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
         return None
     nodes = {node.name: node for node in Node.objects.all()}
     states = {name: _node_state(node, now, fleet) for name, node in nodes.items()}
-    woken = _follow_nodes(service, states, nodes, fleet, now)
+    _follow_nodes(service, states, nodes, fleet, now)
+    woken: set[str] = set()
     spec, error = _spec(service)
     replicas = _replicas(service, spec)
     rows = list(service.instances.all())
@@ -87,7 +88,7 @@ def _node_state(node: Node, now: datetime, fleet: FleetSettings) -> str:
     return node_state(node.heartbeat_at, now, grace, node.cordoned, node.draining)
 
 
-def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> set[str]:
+def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> None:
     """Rows on a node that stopped answering are `unknown` (out of routing); past the second
     grace they are given up, so replacements are placed elsewhere. A row on a node that never
     registered is given up at once. When the node returns, its agent removes what is no
@@ -100,13 +101,12 @@ def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> set[str]
             record(service, "InstanceLost", f"node {row.node} {why}; placing it elsewhere",
                    row.name)  # fmt: skip
             row.delete()
-        elif states[row.node] == "not_ready" and row.state not in (
+        elif states[row.node] == NOT_READY and row.state not in (
             InstanceState.UNKNOWN,
             InstanceState.DRAINING,  # a drain stays a drain
         ):
             Instance.objects.filter(pk=row.pk, state=row.state).update(state=InstanceState.UNKNOWN)
             record(service, "InstanceUnknown", f"node {row.node} stopped answering", row.name)
-    return set()
 
 
 def _spec(service: Service) -> tuple[ServiceSpec | None, str | None]:
