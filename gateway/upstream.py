@@ -18,6 +18,11 @@ on asyncio.Protocol and httptools (the C parser uvicorn uses):
 Errors: ConnectFailedError (the request never left: another instance can take it safely),
 UpstreamTimeoutError (the engine was silent too long) and UpstreamBrokenError (the connection failed
 or the answer was malformed after the request went out: retrying could run it twice).
+
+One failure is not an error: an engine closing a kept-alive connection just as it is reused
+(its idle timer fired while the request was on the way). The engine answered nothing and
+read nothing it acted on, so the request goes out once more on a new connection, as Envoy's
+`reset` retry does; an OpenAI-compatible engine keeps no state between calls.
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         self.complete = False
         self.keep_alive = False
+        self.heard = False  # some byte of this exchange's answer arrived
         self.waiter: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.timeout = 0.0
@@ -183,6 +189,7 @@ class _Connection(asyncio.Protocol):
             self.abort()  # an idle connection has nothing to say
             return
         self.last_heard = self.loop.time()
+        self.heard = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -341,15 +348,24 @@ class Upstream:
             lines.append(b"content-length: %d\r\n" % len(body))
         lines.append(b"\r\n")
         lines.append(body)
-        connection = await self._connection(where, min(self._connect_timeout, timeout))
-        try:
-            connection.send(b"".join(lines), timeout)
-            while not connection.status:
-                await connection.wait()
-        except BaseException:
-            connection.abort()
-            raise
-        return Answer(self, where, connection)
+        request = b"".join(lines)
+        connect_timeout = min(self._connect_timeout, timeout)
+        connection, reused = await self._connection(where, connect_timeout)
+        while True:
+            try:
+                connection.send(request, timeout)
+                while not connection.status:
+                    await connection.wait()
+                return Answer(self, where, connection)
+            except UpstreamBrokenError:
+                connection.abort()
+                if not reused or connection.heard:
+                    raise
+            except BaseException:
+                connection.abort()
+                raise
+            # A kept-alive connection the engine closed as it was reused: once more, afresh.
+            connection, reused = await self._connect(where, connect_timeout), False
 
     async def close(self) -> None:
         for idle in list(self._idle.values()):
@@ -357,7 +373,8 @@ class Upstream:
                 connection.abort()
         self._idle.clear()
 
-    async def _connection(self, where: _Target, connect_timeout: float) -> _Connection:
+    async def _connection(self, where: _Target, connect_timeout: float) -> tuple[_Connection, bool]:
+        """A connection to `where` and whether it was kept alive from an earlier call."""
         idle = self._idle.get(where)
         while idle:
             connection = idle.pop()
@@ -366,8 +383,8 @@ class Upstream:
             connection.pooled = None
             transport = connection.transport
             if connection.lost is None and transport is not None and not transport.is_closing():
-                return connection
-        return await self._connect(where, connect_timeout)
+                return connection, True
+        return await self._connect(where, connect_timeout), False
 
     async def _connect(self, where: _Target, connect_timeout: float) -> _Connection:
         loop = asyncio.get_running_loop()

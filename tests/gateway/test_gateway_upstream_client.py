@@ -216,6 +216,58 @@ def test_pooled_connection_the_engine_closes_is_not_reused() -> None:
     run(test)
 
 
+def close_on_the_second_request(second_answer: bytes = b"") -> Handler:
+    """Answer one request kept alive; on the next, write `second_answer` (maybe nothing) and
+    close: a kept-alive connection closing just as it is reused."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await read_request(reader)
+        writer.write(second_answer)
+        await writer.drain()
+
+    return handler
+
+
+def test_kept_alive_connection_closing_as_it_is_reused_sends_the_request_once_more() -> None:
+    async def test() -> None:
+        async with Engine(close_on_the_second_request()) as engine:
+            upstream = Upstream()
+            assert await exchange(upstream, engine) == b"{}"
+            assert await exchange(upstream, engine) == b"{}"  # the retry: a new connection
+            assert engine.connections == 2
+            await upstream.close()
+
+    run(test)
+
+
+def test_a_new_connection_closed_without_an_answer_is_not_retried() -> None:
+    async def test() -> None:
+        # The engine may have run the request before it went away.
+        async with Engine(answer_and_close(b"")) as engine:
+            upstream = Upstream()
+            with pytest.raises(UpstreamBrokenError):
+                await exchange(upstream, engine)
+            assert engine.connections == 1
+
+    run(test)
+
+
+def test_a_kept_alive_connection_that_began_to_answer_is_not_retried() -> None:
+    async def test() -> None:
+        partial = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{"
+        async with Engine(close_on_the_second_request(partial)) as engine:
+            upstream = Upstream()
+            assert await exchange(upstream, engine) == b"{}"
+            with pytest.raises(UpstreamBrokenError):
+                await exchange(upstream, engine)
+            assert engine.connections == 1
+            await upstream.close()
+
+    run(test)
+
+
 def test_idle_connection_is_retired_after_the_keepalive() -> None:
     async def test() -> None:
         async with Engine(keep_answering()) as engine:
