@@ -24,6 +24,19 @@ def envfloat(name: str, default: float) -> float:
     return float(value) if value.strip() else default
 
 
+def envrange(name: str, default: tuple[int, int]) -> tuple[int, int]:
+    """`LOW-HIGH`, both included, as (low, high)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    low, dash, high = value.partition("-")
+    if not (dash and low.strip().isdecimal() and high.strip().isdecimal()):
+        raise ValueError(f"{name} must be a range LOW-HIGH such as 30000-32767, not {value!r}")
+    if not 0 < int(low) <= int(high) < 65536:
+        raise ValueError(f"{name}: {value!r} is not a range of TCP ports")
+    return int(low), int(high)
+
+
 def envbool(name: str, default: bool) -> bool:
     value = os.environ.get(name, "").strip().lower()
     if not value:

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from contracts.env import envbool, envint, envstr, secret
+from contracts.env import envbool, envint, envrange, envstr, secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 WHARF_HOME = Path(envstr("WHARF_HOME", str(BASE_DIR / ".wharf"))).resolve()
@@ -187,6 +187,9 @@ WHARF_NODE_GRACE = envint("WHARF_NODE_GRACE", 30)  # silent this long: not_ready
 WHARF_NODE_EVICT = envint("WHARF_NODE_EVICT", 60)  # and this much longer: instances move
 WHARF_BACKOFF_BASE = envint("WHARF_BACKOFF_BASE", 10)  # first restart delay of a crashed engine
 WHARF_BACKOFF_MAX = envint("WHARF_BACKOFF_MAX", 300)  # the delay doubles up to this
+# Ports the scheduler gives prefill/decode instances on their node (serving and KV side
+# channel), below Linux's ephemeral range so nothing else takes them by chance.
+WHARF_PD_PORTS = envrange("WHARF_PD_PORTS", (30000, 32767))
 WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
 WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")

@@ -20,6 +20,7 @@ from workers.devices import (
     discover,
     encode_allocation,
     first_contiguous,
+    parse_hccn_ip,
     parse_npu_smi,
     parse_nvidia_smi,
 )
@@ -266,6 +267,33 @@ def test_discover_runs_real_tools_from_path(tmp_path, monkeypatch):
     devices = discover()
     assert len([d for d in devices if d.kind == "gpu"]) == 8
     assert len([d for d in devices if d.kind == "npu"]) == 8
+
+
+def test_discover_reads_each_npus_roce_address_with_hccn_tool(tmp_path, monkeypatch):
+    # A real hccn_tool stand-in answering as the driver's does, for cards 0-3 only (4-7: a
+    # card without an address answers with an error, and the card keeps none).
+    bin_dir = _tool_dir(tmp_path, "npu-smi", body=f'exec cat "{NPU_32G}"')
+    _tool_dir(tmp_path, "hccn_tool", body=(
+        'if [ "$2" -lt 4 ]; then printf "ipaddr:29.18.8.1%s\\nnetmask:255.255.255.0\\n" "$2"; '
+        'else echo "hccn_tool: get ip failed" >&2; exit 1; fi'
+    ))  # fmt: skip
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    ips = {d.index: d.ip for d in discover()}
+    assert ips == {0: "29.18.8.10", 1: "29.18.8.11", 2: "29.18.8.12", 3: "29.18.8.13",
+                   4: "", 5: "", 6: "", 7: ""}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "ip"),
+    [
+        ("ipaddr:29.18.8.10\nnetmask:255.255.255.0\n", "29.18.8.10"),
+        ("ipaddr : 10.0.0.7\n", "10.0.0.7"),
+        ("netmask:255.255.255.0\n", ""),
+        ("", ""),
+    ],
+)
+def test_parse_hccn_ip(text, ip):
+    assert parse_hccn_ip(text) == ip
 
 
 def test_discover_real_tool_timeout_and_failure(tmp_path, monkeypatch, caplog):

@@ -76,3 +76,8 @@ def test_tmpfs_and_shared_memory(tmp_path):
                    shm_size_bytes=2**30)  # fmt: skip
     assert opts["shm_size"] == 2**30
     assert opts["mounts"][0]["Type"] == "tmpfs"
+
+
+def test_a_host_network_instance_joins_the_nodes_network_and_publishes_nothing(tmp_path):
+    opts = options(tmp_path, "10.0.0.7", host_network=True)
+    assert opts["network_mode"] == "host" and "ports" not in opts

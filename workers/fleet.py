@@ -27,6 +27,7 @@ class FleetSettings:
     # is counted only once it connects: such requests get this long before a drained instance
     # stops.
     drain_settle: float = 2.0
+    pd_ports: tuple[int, int] = (30000, 32767)  # where prefill/decode instances' ports come from
 
     @classmethod
     def from_django(cls) -> FleetSettings:
@@ -36,6 +37,7 @@ class FleetSettings:
             health_timeout=settings.WHARF_HEALTH_TIMEOUT,
             backoff_base=settings.WHARF_BACKOFF_BASE,
             backoff_max=settings.WHARF_BACKOFF_MAX,
+            pd_ports=settings.WHARF_PD_PORTS,
         )
 
     def backoff(self, restarts: int) -> float:

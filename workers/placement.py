@@ -14,7 +14,7 @@ the held list per need (1,000 needs on 100 nodes must take well under a second).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workers.devices import first_contiguous  # the node-local allocator's rule, shared
@@ -231,3 +231,16 @@ def place(
         else:
             results.append(Placed(need.key, best.offer.name, best.take(need)))
     return results
+
+
+def free_ports(taken: Iterable[int], count: int, low: int, high: int) -> tuple[int, ...] | None:
+    """The `count` lowest ports of `low`..`high` (both included) not in `taken`, the ports a
+    node's instances already hold; None when the range has fewer free."""
+    used = set(taken)
+    found: list[int] = []
+    for port in range(low, high + 1):
+        if len(found) == count:
+            break
+        if port not in used:
+            found.append(port)
+    return tuple(found) if len(found) == count else None

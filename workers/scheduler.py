@@ -61,7 +61,7 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     was_draining = {r.name for r in rows if r.state == InstanceState.DRAINING}
     waiting, paused = "", ""
     if error is None:
-        placed, waiting = _drain_and_create(service, spec, replicas, rows, states, now)
+        placed, waiting = _drain_and_create(service, spec, replicas, rows, states, now, fleet)
         woken |= placed
         rows = list(service.instances.all())
         paused = _paused(spec, replicas, rows, states)
@@ -153,7 +153,7 @@ def _strategy(spec: ServiceSpec | None, replicas: int) -> tuple[int, int]:
     return strategy.resolve(replicas) if strategy else (1, 0)
 
 
-def _drain_and_create(service, spec, replicas, rows, states, now) -> tuple[set[str], str]:
+def _drain_and_create(service, spec, replicas, rows, states, now, fleet) -> tuple[set[str], str]:
     target = spec.spec_hash() if spec else ""
     woken: set[str] = set()
     if service.generation != service.observed_generation:
@@ -171,7 +171,7 @@ def _drain_and_create(service, spec, replicas, rows, states, now) -> tuple[set[s
         creates += [role] * step.create
     if not creates or spec is None:
         return woken, ""
-    placed, waiting = _place(service, spec, creates, target, states)
+    placed, waiting = _place(service, spec, creates, target, states, fleet.pd_ports)
     return woken | placed, waiting
 
 
@@ -184,9 +184,10 @@ def _drain(service: Service, rows: list[Instance], now) -> set[str]:
     return {row.node for row in rows}
 
 
-def _place(service, spec, roles: list[str], target: str, states) -> tuple[set[str], str]:
+def _place(service, spec, roles: list[str], target: str, states, pd_ports) -> tuple[set[str], str]:
     """Place one new instance per entry of `roles` and record each as a row; those that fit
-    nowhere wait, with what each node lacks (returned, and an event)."""
+    nowhere wait, with what each node lacks (returned, and an event). A prefill or decode
+    instance also gets its two ports on its node (`pd_ports`: the range they come from)."""
     needs = [_need(service.name, spec, role) for role in roles]
     woken: set[str] = set()
     with placement_lock():
@@ -198,6 +199,14 @@ def _place(service, spec, roles: list[str], target: str, states) -> tuple[set[st
                 waiting = result.message()
                 record_once(service, "InsufficientResources", f"no node fits: {waiting}")
                 return woken, waiting
+            port = kv_port = None
+            if role:
+                ports = _node_ports(result.node, pd_ports)
+                if ports is None:
+                    waiting = f"{result.node}: no free port in WHARF_PD_PORTS"
+                    record_once(service, "InsufficientResources", f"no node fits: {waiting}")
+                    return woken, waiting
+                port, kv_port = ports
             kind, _ = provisioning.device_need(spec, role)
             index = _free_index(service, role) + taken[role]
             taken[role] += 1
@@ -205,12 +214,19 @@ def _place(service, spec, roles: list[str], target: str, states) -> tuple[set[st
                 service=service, name=result.key, role=role, pd_index=index,
                 runtime="", node=result.node, spec_hash=target, state=InstanceState.CREATING,
                 devices=devices.encode_allocation(kind, result.cards) if result.cards else "",
+                port=port, kv_port=kv_port,
             )  # fmt: skip
             where = f"{result.node}" + (f" ({kind}:{','.join(map(str, result.cards))})"
                                         if result.cards else "")  # fmt: skip
             record(service, "InstanceCreated", f"placed on node {where}", result.key)
             woken.add(result.node)
     return woken, ""
+
+
+def _node_ports(node: str, pd_ports: tuple[int, int]) -> tuple[int, ...] | None:
+    """Two ports no instance on `node` holds: where an instance serves and its KV side channel."""
+    held = Instance.objects.filter(node=node).values_list("port", "kv_port")
+    return placement.free_ports((p for pair in held for p in pair if p), 2, *pd_ports)
 
 
 def _free_index(service: Service, role: str) -> int:

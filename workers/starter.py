@@ -6,17 +6,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils import timezone
 
 from contracts.engine_keys import engine_key
+from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service, ServiceVersion
 from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
 from workers import devices, provisioning, sizing
 from workers.engines import render
+from workers.engines.pd import on_host_network
+from workers.engines.plan import PdMember, Placement
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 
 log = logging.getLogger(__name__)
@@ -70,6 +74,8 @@ def start_instance(
             kv_dir=_kv_dir(service.name) if row.role else "",
             engine_key=engine_key(settings.SECRET_KEY.encode(), name),
         )  # fmt: skip
+        if row.role:
+            placement = pd_placement(placement, row, spec)
         _warn_if_it_cannot_fit(service, spec, placement)
         plan = render(spec, placement)
         runtime.prepare(plan, spec.dockerAuth, report)  # pulls a missing image
@@ -97,6 +103,40 @@ def start_instance(
     if started:  # else drained or moved meanwhile: the next pass deals with it
         record(service, "InstanceStarted", f"engine started on node {node}", name)
     return service.name
+
+
+def pd_placement(placement: Placement, row: Instance, spec: ServiceSpec) -> Placement:
+    """A prefill or decode instance's wiring: the ports the scheduler gave it, its node's
+    address (where peers reach its KV side channel), the gateway's (the router), and every
+    instance of its version as the rank tables list them, on their nodes, with their cards'
+    RoCE addresses from the node inventory. Peers placed later are not in its tables."""
+    peers = list(
+        Instance.objects.filter(service_id=row.service_id, spec_hash=row.spec_hash)
+        .exclude(role="")
+        .exclude(state__in=(InstanceState.DRAINING, InstanceState.FAILED))
+    )
+    nodes = {n.name: n for n in Node.objects.filter(name__in={p.node for p in peers})}
+    own = nodes.get(row.node)
+    node_ip = own.address if own else placement.host
+    placement = replace(
+        placement, node_ip=node_ip, pd_layout=tuple(_member(p, nodes.get(p.node)) for p in peers),
+        router_ip=urlsplit(settings.WHARF_GATEWAY_URL).hostname or "",
+    )  # fmt: skip
+    if row.port:
+        placement = replace(placement, port=row.port, kv_port=row.kv_port)
+    if on_host_network(spec, placement):
+        placement = replace(placement, host=node_ip)
+    return placement
+
+
+def _member(peer: Instance, node: Node | None) -> PdMember:
+    _, cards = devices.decode_allocation(peer.devices) if peer.devices else ("", ())
+    ips = {c["index"]: c.get("ip", "") for c in (node.cards if node else []) if c["kind"] == "npu"}
+    return PdMember(
+        role=peer.role, index=peer.pd_index, host_ip=node.address if node else "",
+        device_ids=tuple(cards), port=peer.port or 0,
+        device_ips=tuple(ips.get(card, "") for card in cards),
+    )  # fmt: skip
 
 
 def _fail(row: Instance, message: str) -> None:

@@ -66,6 +66,11 @@ class Instance(models.Model):
     runtime = models.CharField(max_length=16)
     node = models.CharField(max_length=128)  # the name of the node it runs on
     devices = models.CharField(max_length=200, blank=True, help_text="its cards: gpu:0,1")
+    # A prefill/decode instance's ports on its node, fixed at placement (WHARF_PD_PORTS) so its
+    # peers' rank tables and KV wiring can name them before it starts: where its engine
+    # serves and where its KV side channel listens. Null for other instances.
+    port = models.PositiveIntegerField(null=True, blank=True)
+    kv_port = models.PositiveIntegerField(null=True, blank=True)
     spec_hash = models.CharField(max_length=16)
     state = models.CharField(max_length=16, choices=InstanceState.choices)
     url = models.CharField(max_length=200, blank=True)

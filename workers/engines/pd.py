@@ -71,8 +71,20 @@ def pd_connector(spec: ServiceSpec, placement: Placement) -> str | None:
     return spec.llm.pd.kv_connector
 
 
-def side_port(port: int) -> int:
-    return port + SIDE_PORT_OFFSET
+def side_port(placement: Placement, port: int) -> int:
+    """Where the instance's KV side channel listens: the port the scheduler gave it, unique on
+    its node; without one (the preview), beside the serving port."""
+    return placement.kv_port or port + SIDE_PORT_OFFSET
+
+
+def on_host_network(spec: ServiceSpec, placement: Placement) -> bool:
+    """A prefill or decode container whose KV moves over the network runs in its node's
+    network namespace: vLLM binds its side channel to the very address it tells its peer
+    (VLLM_NIXL_SIDE_CHANNEL_HOST and the others), which a bridged container does not have,
+    and RDMA needs the host's interfaces anyway, as ModelArts does. It still listens only
+    on the node's address. ExampleConnector shares a folder, so it stays bridged."""
+    connector = pd_connector(spec, placement)
+    return placement.in_container and connector not in (None, "ExampleConnector")
 
 
 def engine_id(placement: Placement) -> str:
@@ -139,7 +151,7 @@ def p2p_nccl_config(role: str, placement: Placement, port: int) -> dict[str, Any
         "kv_rank": 0 if prefill else 1,
         "kv_parallel_size": 2,
         "kv_buffer_size": 1e1 if prefill else 8e9,
-        "kv_port": side_port(port),
+        "kv_port": side_port(placement, port),
         "kv_connector_extra_config": {
             "proxy_ip": router_host(placement),
             "proxy_port": str(P2P_PROXY_PORT),
@@ -162,7 +174,7 @@ def ascend_mooncake_config(role: str, placement: Placement, llm: Llm, port: int)
     return {
         "kv_connector": "MooncakeConnectorV1",
         "kv_role": producer_role(role),
-        "kv_port": side_port(port),
+        "kv_port": side_port(placement, port),
         "engine_id": engine_id(placement),
         "kv_connector_extra_config": sizes,
     }
@@ -173,11 +185,11 @@ def pd_env(connector: str, placement: Placement, port: int) -> dict[str, str]:
         # The handshake listener binds this address and the prefill reports it to decode.
         return {
             "VLLM_NIXL_SIDE_CHANNEL_HOST": advertised_host(placement),
-            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port(port)),
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_port(placement, port)),
         }
     if connector == "MooncakeConnector":
         # Every instance starts a bootstrap server; the router tells decode the prefill's.
-        return {"VLLM_MOONCAKE_BOOTSTRAP_PORT": str(side_port(port))}
+        return {"VLLM_MOONCAKE_BOOTSTRAP_PORT": str(side_port(placement, port))}
     return {}
 
 
@@ -244,9 +256,9 @@ def router_hints(connector: str) -> dict[str, Any]:
 def instance_hints(connector: str, placement: Placement, port: int) -> dict[str, Any]:
     """Per instance, for the routing snapshot: what the router must know to pair it."""
     if connector == "MooncakeConnector":
-        return {"engine_id": engine_id(placement), "bootstrap_port": side_port(port)}
+        return {"engine_id": engine_id(placement), "bootstrap_port": side_port(placement, port)}
     if connector == "P2pNcclConnector":
-        return {"kv_port": side_port(port)}
+        return {"kv_port": side_port(placement, port)}
     return {}
 
 

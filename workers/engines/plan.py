@@ -58,6 +58,7 @@ class Placement:
     # channels at (empty: `host`), and the router's address (the gateway: the rank tables'
     # scheduler group, P2pNcclConnector's proxy; empty: localhost).
     pd_index: int = 0
+    kv_port: int | None = None  # its KV side channel's port on the node (WHARF_PD_PORTS)
     pd_layout: tuple[PdMember, ...] = ()
     node_ip: str = ""
     router_ip: str = ""
@@ -95,6 +96,9 @@ class ContainerPlan:
     # names them here and leaves them out of `env`, which the console copies into an edited
     # command's spec.
     secret_env: tuple[str, ...] = ()
+    # In the node's network namespace, serving on the node's address at `port` (prefill and
+    # decode with a network KV connector: engines.pd.on_host_network); else bridged.
+    host_network: bool = False
 
     def preview(self) -> dict:
         """The plan as the preview API and the console show it, without its secrets."""

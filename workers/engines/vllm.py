@@ -21,6 +21,7 @@ from workers.engines.common import (
     user_env,
 )
 from workers.engines.pd import (
+    on_host_network,
     pd_args,
     pd_connector,
     pd_wiring,
@@ -195,6 +196,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         shm_size_bytes=shm_size(role_cards(spec, placement, "gpu") if cuda else 0, SHM_DEFAULT),
         gpus=placement.devices if cuda else (),
         secret_env=(ENGINE_KEY_ENV,),
+        host_network=on_host_network(spec, placement),
     )
 
 

@@ -21,7 +21,7 @@ from workers.engines.common import (
     shm_size,
     user_env,
 )
-from workers.engines.pd import pd_wiring, role_cards, validate_pd
+from workers.engines.pd import on_host_network, pd_wiring, role_cards, validate_pd
 from workers.engines.plan import ContainerPlan, Mount, PdMember, Placement
 from workers.engines.rank_table import (
     global_rank_table,
@@ -185,6 +185,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         device_paths=npu_devices(placement) if in_container else (),
         files=files,
         secret_env=(ENGINE_KEY_ENV,),
+        host_network=on_host_network(spec, placement),
     )
 
 

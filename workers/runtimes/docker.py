@@ -71,6 +71,10 @@ def run_options(
         "shm_size": plan.shm_size_bytes,
         "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
     }
+    if plan.host_network:
+        # The engine binds the node's address itself (its --host); nothing to publish.
+        del options["ports"]
+        options["network_mode"] = "host"
     if plan.gpus:
         ids = [str(i) for i in plan.gpus]
         options["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
@@ -216,6 +220,8 @@ class DockerRuntime:
             f"{port}/tcp"
         )
         url = f"http://{self.node_address}:{bindings[0]['HostPort']}" if bindings else None
+        if container.attrs.get("HostConfig", {}).get("NetworkMode") == "host" and port:
+            url = f"http://{self.node_address}:{port}"
         state = container.attrs.get("State", {})
         return ObservedInstance(
             service=labels[LABEL_SERVICE],

@@ -11,8 +11,8 @@ from controlplane.services.versions import current_number
 class InstanceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Instance
-        fields = ["name", "role", "state", "runtime", "node", "devices", "url", "spec_hash",
-                  "message", "restarts", "restart_at", "ready_since", "created_at",
+        fields = ["name", "role", "state", "runtime", "node", "devices", "url", "kv_port",
+                  "spec_hash", "message", "restarts", "restart_at", "ready_since", "created_at",
                   "updated_at"]  # fmt: skip
 
 
