@@ -229,50 +229,110 @@ def operations(system: System, way: str, threads: int, round_: int) -> dict[str,
     return outcomes
 
 
-def recovery(system: System, node: str, round_: int) -> dict[str, float]:
-    """Seconds from kill -9 of a lone instance's engine to: the exit seen, the engine started
-    again, ready, and the first request answered through the gateway."""
-    name = f"crash-{node}-{round_}"
-    body = slow_spec(name, 1, metadata={"resource": node})
-    token = deploy(system, body)
-    (pid,) = engine_pids(system, name).values()
-    answered: list[float] = []  # when the first request answered after the kill was sent
-    stop = threading.Event()
-    killed_at = 0.0
+class FirstAnswer:
+    """Polls a service through the gateway with short requests from start until one is
+    answered after `arm()`; `wait()` gives the seconds from arm to that answer."""
 
-    def poll() -> None:
+    def __init__(self, system: System, name: str, token: str) -> None:
+        self.system, self.name, self.token = system, name, token
+        self.armed_at = 0.0
+        self.answered: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def arm(self) -> None:
+        self.armed_at = time.monotonic()
+
+    def wait(self, timeout: float) -> float:
+        self._thread.join(timeout)
+        self._stop.set()
+        return self.answered - self.armed_at if self.answered else float("nan")
+
+    def _poll(self) -> None:
         with httpx.Client(timeout=30) as client:
-            while not stop.is_set():
-                result = call(client, system.stack.gateway_url, name, token, "openai-json",
-                              tokens=1)  # fmt: skip
-                if result.ok and killed_at and result.started > killed_at:
-                    answered.append(result.started - killed_at)
+            while not self._stop.is_set():
+                result = call(client, self.system.stack.gateway_url, self.name, self.token,
+                              "openai-json", tokens=1)  # fmt: skip
+                if result.ok and self.armed_at and result.started > self.armed_at:
+                    self.answered = result.started
                     return
                 if not result.ok:
                     time.sleep(0.05)
 
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+
+def since(log: list[dict], reason: str, at: float, message: str = "") -> float:
+    """Seconds from `at` (wall clock) to the first event of `reason` after it."""
+    times = [_at(e) for e in log
+             if e["reason"] == reason and message in e["message"] and _at(e) >= at]  # fmt: skip
+    return min(times) - at if times else float("nan")
+
+
+def recovery(system: System, node: str, round_: int) -> dict[str, float]:
+    """Seconds from kill -9 of a lone instance's engine to: the exit seen, the engine started
+    again, ready, and the first request answered through the gateway."""
+    name = f"crash-{node}-{round_}"
+    token = deploy(system, slow_spec(name, 1, metadata={"resource": node}))
+    (pid,) = engine_pids(system, name).values()
+    poller = FirstAnswer(system, name, token)
     time.sleep(2)
-    killed_at_wall = time.time()
-    killed_at = time.monotonic()
+    killed_at = time.time()
+    poller.arm()
     os.kill(pid, signal.SIGKILL)
-    poller.join(120)
-    stop.set()
+    routed = poller.wait(120)
     log = events(system, name)
-
-    def first(reason: str) -> float:
-        times = [_at(e) for e in log if e["reason"] == reason and _at(e) >= killed_at_wall]
-        return min(times) - killed_at_wall if times else float("nan")
-
     result = {
-        "exit seen": first("InstanceExited"),
-        "restarted": first("InstanceStarted"),
-        "ready": first("InstanceReady"),
-        "routed": answered[0] if answered else float("nan"),
+        "exit seen": since(log, "InstanceExited", killed_at),
+        "restarted": since(log, "InstanceStarted", killed_at),
+        "ready": since(log, "InstanceReady", killed_at),
+        "routed": routed,
     }
     delete(system, name)
     return result
+
+
+def node_death(
+    system: System, node_b: subprocess.Popen
+) -> tuple[dict[str, float], subprocess.Popen]:
+    """Seconds from kill -9 of node b's worker and engines (the host is gone) to: the node
+    seen not_ready, its instance placed on node a, ready there, and the first request
+    answered; then node b is started again (returned)."""
+    name = "lost-node"
+    with system.api() as api:
+        api.post("/nodes/a/cordon")  # so that the instance lands on b
+    token = deploy(system, slow_spec(name, 1))
+    with system.api() as api:
+        api.post("/nodes/a/uncordon")
+    pids = engine_pids(system, name)
+    poller = FirstAnswer(system, name, token)
+    time.sleep(2)
+    killed_at = time.time()
+    poller.arm()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(node_b.pid, signal.SIGKILL)
+    for pid in pids.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    node_b.wait()
+
+    def not_ready() -> float | None:
+        with system.api() as api:
+            state = api.get("/nodes/b").json()["state"]
+        return time.time() - killed_at if state == "not_ready" else None
+
+    seen = wait(not_ready, 120, "node b not_ready", 0.5)
+    routed = poller.wait(300)
+    log = events(system, name)
+    result = {
+        "not_ready": seen,
+        "placed on a": since(log, "InstanceCreated", killed_at, "node a"),
+        "ready": since(log, "InstanceReady", killed_at),
+        "routed": routed,
+    }
+    node_b = start_node_b(system)
+    wait(lambda: nodes_ready(system), 90, "node b back", 1)
+    delete(system, name)
+    return result, node_b
 
 
 def _at(event: dict) -> float:
@@ -305,14 +365,17 @@ def main() -> None:
                    for way in ("wharf", "naive")}  # fmt: skip
             kills = {node: [recovery(system, node, n) for n in range(args.rounds)]
                      for node in ("a", "b")}  # fmt: skip
+            lost, node_b = node_death(system, node_b)
         finally:
             system.remove_instances()
             stop_group(node_b)
             system.stack.stop()
-    report(args, ops, kills)
+    report(args, ops, kills, lost)
 
 
-def report(args, ops: dict[str, dict[str, Outcome]], kills: dict[str, list[dict]]) -> None:
+def report(
+    args, ops: dict[str, dict[str, Outcome]], kills: dict[str, list[dict]], lost: dict[str, float]
+) -> None:
     print(f"machine: {os.cpu_count()} cores, {platform.python_implementation()} "
           f"{platform.python_version()}; {args.threads} client threads, "
           "1.5 s per request")  # fmt: skip
@@ -340,6 +403,17 @@ def report(args, ops: dict[str, dict[str, Outcome]], kills: dict[str, list[dict]
             values = [k[column] for k in kills[node]]
             cells.append(f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})")
         print(f"{label:<16}" + "".join(f"{c:>18}" for c in cells))
+    print()
+    grace, evict = (
+        os.environ.get("WHARF_NODE_GRACE", "30"),
+        os.environ.get("WHARF_NODE_EVICT", "60"),
+    )
+    print(
+        f"kill -9 of node b (worker and engines), its lone instance moving to node a: seconds "
+        f"until (WHARF_NODE_GRACE {grace} s + WHARF_NODE_EVICT {evict} s is the floor)"
+    )
+    print("".join(f"{c:>16}" for c in lost))
+    print("".join(f"{v:>16.1f}" for v in lost.values()))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,5 @@
+import pytest
+
 from workers.planning import status
 
 
@@ -43,6 +45,31 @@ def test_an_update_in_progress_is_updating_and_a_paused_one_says_why():
     )
     paused = status("running", {"": 1}, {"": 0}, 2, "running", False, paused="x: exited")
     assert paused.phase == "updating" and "rollout paused: x: exited" in paused.progress
+
+
+@pytest.mark.parametrize(
+    ("failed", "paused", "phase", "progress"),
+    [
+        (
+            False,
+            "",
+            "updating",
+            "0/2 instances ready (2 of the previous version serving); rolling out",
+        ),
+        # A new version that cannot start pauses the rollout: the old one still serves, so
+        # the service is not failed.
+        (
+            True,
+            "x: exited",
+            "updating",
+            "0/2 instances ready (2 of the previous version serving); rollout paused: x: exited",
+        ),
+    ],
+)
+def test_a_rollout_shows_what_the_previous_version_still_serves(failed, paused, phase, progress):
+    result = status("running", {"": 2}, {"": 0}, 3, "running", failed, updating=True,
+                    paused=paused, previous=2)  # fmt: skip
+    assert result.phase == phase and result.progress.startswith(progress)
 
 
 def test_instances_in_back_off_are_named_in_the_progress():

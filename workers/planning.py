@@ -39,12 +39,14 @@ def status(
     updating: bool = False,
     paused: str = "",
     notes: list[str] | None = None,
+    previous: int = 0,
 ) -> Status:
     """The service phase from counts alone, so it can be recomputed on any pass.
 
     An ordinary service is running when every replica is ready. A prefill/decode service is
     running as soon as each role has a ready instance (requests need one of each, as the
-    seeds' scheduler does), and degraded when a role has none.
+    seeds' scheduler does), and degraded when a role has none. `ready` counts the current
+    version's instances; `previous` is how many of an earlier version still serve (a rollout).
     """
     if desired_state == "deleted":
         return Status("deleting", f"removing {running} instance(s)")
@@ -53,6 +55,8 @@ def status(
             return Status("stopping", f"removing {running} instance(s)")
         return Status("stopped", "stopped")
     counts = _counts(replicas, ready)
+    if previous:
+        counts += f" ({previous} of the previous version serving)"
     if notes:  # instances in back-off, with when they restart
         counts += "; " + "; ".join(notes)
     complete = all(ready.get(role, 0) >= n for role, n in replicas.items())
@@ -60,10 +64,10 @@ def status(
         serving = complete
     else:
         serving = all(ready.get(role, 0) >= 1 for role, n in replicas.items() if n)
+    if paused:  # before failed: the previous version still serves
+        return Status("updating", f"{counts}; rollout paused: {paused}")
     if failed:
         return Status("failed", counts)
-    if paused:
-        return Status("updating", f"{counts}; rollout paused: {paused}")
     if waiting and not complete:
         phase = "updating" if updating and previous_phase != "pending" else "pending"
         return Status(phase, f"{counts}; waiting: {waiting}")

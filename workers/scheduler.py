@@ -311,6 +311,7 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
     ready = Counter(
         r.role for r in live if r.state == InstanceState.READY and r.spec_hash == target
     )
+    previous = sum(1 for r in live if r.state == InstanceState.READY and r.spec_hash != target)
     failed = [r for r in live if r.state == InstanceState.FAILED and r.spec_hash == target]
     error = error or (f"{failed[0].name}: {failed[0].message}" if failed else None)
     backoff = [r for r in live if r.state == InstanceState.BACKOFF]
@@ -323,7 +324,7 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
         service.desired_state, replicas, dict(ready), len(rows), service.phase,
         failed=bool(error), waiting=f"no node fits: {waiting}" if waiting else None,
         updating=any(r.spec_hash != target for r in live) or bool(paused), paused=paused,
-        notes=notes,
+        notes=notes, previous=previous,
     )  # fmt: skip
     last_error = error or (f"rollout paused: {paused}" if paused else "") or (
         f"no node fits: {waiting}" if waiting else "")  # fmt: skip
@@ -335,7 +336,7 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
         )  # fmt: skip
         if updated and status.phase != service.phase:
             record(service, status.phase.capitalize(), status.progress)
-        if updated and paused and "rollout paused" not in service.last_error:
+        if updated and paused and "rollout paused" not in service.progress:  # once a pause
             record(service, "RolloutPaused", f"the new version does not start ({paused}); "
                    "the old instances keep serving; roll back or update the spec")  # fmt: skip
     if error and error != service.last_error:
