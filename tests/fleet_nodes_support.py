@@ -179,12 +179,13 @@ class Fleet:
         if docker_nodes:
             import docker
 
+            from workers.runtimes.docker import listed
+
             client = docker.from_env()
             for node in docker_nodes:
-                for container in client.containers.list(
-                    all=True, filters={"label": f"wharf.node={node}"}
-                ):
-                    container.remove(force=True)
+                for container in listed(client, f"wharf.node={node}"):
+                    with contextlib.suppress(docker.errors.NotFound):
+                        container.remove(force=True)
         self.workers.clear()
 
 

@@ -81,3 +81,21 @@ def test_tmpfs_and_shared_memory(tmp_path):
 def test_a_host_network_instance_joins_the_nodes_network_and_publishes_nothing(tmp_path):
     opts = options(tmp_path, "10.0.0.7", host_network=True)
     assert opts["network_mode"] == "host" and "ports" not in opts
+
+
+def test_listing_again_when_a_container_goes_between_list_and_inspect():
+    from docker.errors import NotFound
+
+    from workers.runtimes.docker import listed
+
+    class Containers:  # docker-py's list, whose inspect of a removed container fails
+        calls = 0
+
+        def list(self, **filters):
+            self.calls += 1
+            if self.calls == 1:
+                raise NotFound("No such container")
+            return ["c"]
+
+    client = type("Client", (), {"containers": Containers()})()
+    assert listed(client, "wharf.service=s") == ["c"] and client.containers.calls == 2

@@ -281,8 +281,9 @@ def docker_containers(service: str) -> dict[str, dict]:
     """Every container of `service` on this dockerd, running or not: name -> its details."""
     import docker
 
-    client = docker.from_env()
-    found = client.containers.list(all=True, filters={"label": f"wharf.service={service}"})
+    from workers.runtimes.docker import listed
+
+    found = listed(docker.from_env(), f"wharf.service={service}")
     return {c.name: {"id": c.id, "node": c.labels.get("wharf.node"), "status": c.status,
                      "ports": c.attrs["NetworkSettings"]["Ports"]} for c in found}  # fmt: skip
 

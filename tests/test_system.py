@@ -98,8 +98,9 @@ def leftovers(system, name: str, groups: set[str]) -> list[str]:
     if system.runtime == "docker":
         import docker
 
-        labels = {"label": f"wharf.service={name}"}
-        return [c.name for c in docker.from_env().containers.list(all=True, filters=labels)]
+        from workers.runtimes.docker import listed
+
+        return [c.name for c in listed(docker.from_env(), f"wharf.service={name}")]
     ps = subprocess.run(["ps", "-eo", "pgid=,pid=,args="], capture_output=True, text=True).stdout
     return [line for line in ps.splitlines() if line.split()[0] in groups]
 

@@ -38,6 +38,16 @@ LABEL_HEALTH_PATH = "wharf.health-path"
 LABEL_PORT = "wharf.port"
 
 
+def listed(client, label: str, attempts: int = 5) -> list:
+    """The containers with `label`, stopped ones too. docker-py lists, then inspects each, so
+    one removed in between (the agent stops instances on other threads) fails the whole call
+    with NotFound: then it lists again."""
+    for _ in range(attempts - 1):
+        with contextlib.suppress(NotFound):
+            return client.containers.list(all=True, filters={"label": label})
+    return client.containers.list(all=True, filters={"label": label})
+
+
 def run_options(
     request: InstanceRequest, *, model_dir: str, bind_address: str, node: str = ""
 ) -> dict:
@@ -240,7 +250,7 @@ class DockerRuntime:
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         label = f"{LABEL_SERVICE}={service}" if service else LABEL_SERVICE
-        containers = self.client.containers.list(all=True, filters={"label": label})
+        containers = listed(self.client, label)
         mine = [c for c in containers if owned_by(self.node, c.labels.get(LABEL_NODE))]
         return [self._observe(c) for c in mine]
 
