@@ -1,6 +1,7 @@
 """Fleet operations under load, on the whole system: requests failed during a rolling update, a
-scale-down and a node drain, done Wharf's way and, in the same run, the naive way; and how long
-an engine killed with SIGKILL takes to serve again, with the default back-off and with 1 s.
+scale-down and a node drain, done Wharf's way and, in the same run, the naive way; how long
+an engine killed with SIGKILL takes to serve again, with the default back-off and with 1 s; and
+how long a service takes to serve again from another node when its node dies.
 
     .venv/bin/python benchmarks/fleet.py [--threads 6] [--op-rounds 2] [--rounds 3] [--redis URL]
 
