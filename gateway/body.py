@@ -11,6 +11,7 @@ the engine to validate.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,33 @@ def parse(body: bytes, *, model_required: bool) -> dict[str, Any] | Invalid:
     # walking the parsed body of nearly every request.
     if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _deeper_than(data, MAX_DEPTH):
         return _too_deep()
-    return check_fields(data, model_required=model_required) or data
+    invalid = check_fields(data, model_required=model_required)
+    # Python's json reads NaN and Infinity; RFC 8259 has no such values, and an engine may fail
+    # on them with a 500 (its answer cannot even be written as JSON). The walk is only for the
+    # rare body that spells one.
+    if invalid is None and (b"NaN" in body or b"Infinity" in body):
+        where = _not_finite(data, "")
+        if where is not None:
+            named = where or '""'  # a field named with the empty string
+            message = f"{named}: NaN and Infinity are not JSON values (RFC 8259); send a number."
+            return Invalid("invalid_json", message, where)
+    return invalid or data
+
+
+def _not_finite(value: Any, where: str) -> str | None:
+    """Where in `value` a NaN or an infinity is (`a.b[2]`), if anywhere."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    if isinstance(value, dict):
+        items = ((f"{where}.{key}" if where else key, item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", item) for i, item in enumerate(value))
+    else:
+        return None
+    for path, item in items:
+        if (found := _not_finite(item, path)) is not None:
+            return found
+    return None
 
 
 def check_fields(data: dict[str, Any], *, model_required: bool) -> Invalid | None:

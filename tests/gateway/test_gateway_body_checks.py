@@ -106,6 +106,18 @@ def test_depth_limit_counts_the_body_itself_as_level_one() -> None:
     assert isinstance(body.parse(_nested(MAX_DEPTH + 1), model_required=True), Invalid)
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("model_required", [True, False])
+def test_refuses_what_python_reads_but_json_has_not(constant: str, model_required: bool) -> None:
+    # In any field, read or not: an engine echoing it back fails with a 500.
+    raw = b'{"model": "tiny", "prompt": "NaN", "x": {"y": [1, %s]}}' % constant.encode()
+    refused = body.parse(raw, model_required=model_required)
+    assert isinstance(refused, Invalid) and refused.code == "invalid_json"
+    assert refused.param == "x.y[1]" and "NaN and Infinity are not JSON" in refused.message
+    spelled = b'{"model": "tiny", "prompt": "Infinity and NaN"}'  # in a string: fine
+    assert body.parse(spelled, model_required=model_required) == json.loads(spelled)
+
+
 @pytest.mark.parametrize("model", [None, 42, "", ["a"]])
 def test_eas_form_does_not_read_the_model(model: Any) -> None:
     raw = json.dumps({"model": model, "prompt": "hi"}).encode()

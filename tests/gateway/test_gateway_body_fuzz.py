@@ -39,15 +39,26 @@ _NOT_GENERATED = {"model", "stream", "stream_options", "max_tokens", "max_comple
                   "prompt", "messages", "delay", "chunk_delay", "stop_after"}  # fmt: skip
 PATHS = ("/v1/completions", "/v1/chat/completions", "/api/predict/fuzz-svc/v1/completions")
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=12,
-)
+
+def _values(floats: st.SearchStrategy[float]) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        st.none() | st.booleans() | st.integers() | floats | st.text(),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.dictionaries(st.text(max_size=8), children, max_size=4)
+        ),
+        max_leaves=12,
+    )
+
+
+# What Python's json writes, NaN and Infinity included (no JSON: refused with a 400).
+json_values = _values(st.floats())
+# What RFC 8259 allows.
+strict_json_values = _values(st.floats(allow_nan=False, allow_infinity=False))
 extra_fields = st.dictionaries(
-    st.text(max_size=12).filter(lambda name: name not in _NOT_GENERATED), json_values, max_size=3
+    st.text(max_size=12).filter(lambda name: name not in _NOT_GENERATED),
+    strict_json_values,
+    max_size=3,
 )
 
 
