@@ -96,6 +96,17 @@ def test_sigterm_while_the_demo_deploys_leaves_nothing_running(tmp_path):
     assert wait_gone(tmp_path, ports=held, services=("demo",)) == []
 
 
+def test_ctrl_c_stops_it_even_when_started_with_sigint_ignored(tmp_path):
+    """A script's background job inherits SIGINT ignored; Ctrl-C (SIGINT) still stops it."""
+    ports = free_ports()
+    up = Up(newcomer_env(tmp_path, **ports), "--no-demo", sigint_ignored=True)
+    up.wait_for(r"^==> starting API, gateway and worker", timeout=240)
+    assert up.stop(signum=signal.SIGINT) == 0, up.output
+    assert "stopped; `make run` brings the services back" in up.output
+    held = tuple(int(port) for port in ports.values())
+    assert wait_gone(tmp_path, ports=held) == []
+
+
 @pytest.mark.parametrize(("failures", "delay"), [(0, 1), (1, 1), (2, 2), (3, 4), (6, 32), (7, 60),
                                                  (50, 60)])  # fmt: skip
 def test_a_part_that_keeps_exiting_waits_longer_each_time(failures, delay):

@@ -31,12 +31,15 @@ def newcomer_env(home: Path, **extra: str) -> dict[str, str]:
 class Up:
     """A running `manage.py up`, its output (stdout and stderr together) read as it comes."""
 
-    def __init__(self, env: dict[str, str], *args: str):
+    def __init__(self, env: dict[str, str], *args: str, sigint_ignored: bool = False):
+        """`sigint_ignored`: started as a script's background job is, SIGINT ignored."""
         self.home = Path(env["WHARF_HOME"])
         self.lines: list[str] = []
+        ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "up", *args], cwd=ROOT, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+            preexec_fn=ignore,
         )  # fmt: skip
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -68,9 +71,9 @@ class Up:
         self._reader.join(5)
         return code
 
-    def stop(self, timeout: float = 120) -> int:
-        """SIGTERM, as a service manager sends it; the exit code."""
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, timeout: float = 120, signum: int = signal.SIGTERM) -> int:
+        """SIGTERM, as a service manager sends it (or `signum`); the exit code."""
+        self.proc.send_signal(signum)
         return self.finish(timeout)
 
 

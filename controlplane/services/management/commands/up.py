@@ -35,7 +35,8 @@ from controlplane.tokens.models import ApiToken, digest
 
 DEMO_SPEC = ROOT / "deploy_specs" / "demo-tiny-vllm.json"
 ENGINE_DIR = ROOT / "engine_images" / "vllm-cpu"
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# SIGINT too: started in the background by a script, it inherits SIGINT ignored.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Command(BaseCommand):
@@ -54,7 +55,7 @@ class Command(BaseCommand):
         os.umask(0o077)
         # Progress as it happens, also when the output is piped (`make run | tee run.log`).
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-        # SIGTERM and SIGHUP stop the stack the way Ctrl-C does, start-up included.
+        # Ctrl-C, SIGTERM and SIGHUP stop the stack, start-up included.
         for signum in STOP_SIGNALS:
             signal.signal(signum, _interrupt)
         try:
@@ -278,8 +279,7 @@ def _interrupt(signum, frame) -> None:
 def signals_held() -> Iterator[None]:
     """Cleanup runs to its end (it has its own timeouts): a second Ctrl-C or SIGTERM would
     otherwise leave half the stack running."""
-    held = (signal.SIGINT, *STOP_SIGNALS)
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in held}
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
     try:
         yield
     finally:
