@@ -8,13 +8,15 @@ import os
 import secrets
 import signal
 import socket
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from controlplane.stack import Stack, StartError, restart_delay
+from controlplane.stack import ROOT, Stack, StartError, restart_delay
 from tests.system import free_port
 from tests.up_support import Up, leftovers, newcomer_env, stack_processes, wait_gone
 
@@ -103,6 +105,29 @@ def test_ctrl_c_stops_it_even_when_started_with_sigint_ignored(tmp_path):
     up.wait_for(r"^==> starting API, gateway and worker", timeout=240)
     assert up.stop(signum=signal.SIGINT) == 0, up.output
     assert "stopped; `make run` brings the services back" in up.output
+    held = tuple(int(port) for port in ports.values())
+    assert wait_gone(tmp_path, ports=held) == []
+
+
+def test_a_stop_after_its_terminal_is_gone_still_stops_everything(tmp_path):
+    """SIGHUP with nobody reading its output (the terminal closed): writing fails, the stop
+    must not."""
+    ports = free_ports()
+    read_end, write_end = os.pipe()
+    up = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "up", "--no-demo"], cwd=ROOT,
+        env=newcomer_env(tmp_path, **ports), stdout=write_end, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.close(write_end)
+    with os.fdopen(read_end) as output:
+        for line in output:
+            if line.startswith("Wharf is up."):
+                break
+        else:
+            raise AssertionError("up exited before it was up")
+    up.send_signal(signal.SIGHUP)
+    up.wait(120)
     held = tuple(int(port) for port in ports.values())
     assert wait_gone(tmp_path, ports=held) == []
 

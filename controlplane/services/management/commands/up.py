@@ -97,7 +97,8 @@ class Command(BaseCommand):
                 time.sleep(1)
         finally:
             with signals_held():
-                self.step("stopping")
+                with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP, a pipe)
+                    self.step("stopping")
                 stack.stop()
                 self.remove_instances()
 
