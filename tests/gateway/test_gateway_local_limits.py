@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.limits import (
+from gateway.limit_rules import (
     ADMITTED,
     OVER_CONCURRENCY,
     OVER_RPM,
@@ -11,9 +11,9 @@ from gateway.limits import (
     QUEUE_FULL,
     TOO_LARGE,
     Demand,
-    LocalLimits,
     duration,
 )
+from gateway.local_limits import LocalLimits
 
 KEYS = ["rps", "rpm", "tpm", "tpm:amounts", "leases", "instance-a", "instance-b"]
 
