@@ -25,10 +25,11 @@ from tests.system import redis_db
 from workers import tasks
 from workers.celery import NODE_QUEUE, app, consume_node_queue
 from workers.engines.plan import ContainerPlan
+from workers.object_store import ObjectSource
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker import bind_sources
 from workers.runtimes.process import ProcessRuntime
-from workers.storage import ObjectSource, stage
+from workers.storage import stage
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR_AGO = time.time() - 3700

@@ -21,19 +21,15 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from tests.moto_support import KEY_ID, SECRET, Moto, free_port
-from workers.storage import (
+from workers.object_store import (
     MANIFEST,
-    MIB,
     ObjectSource,
     StagingError,
-    _Object,
-    _resolve,
-    _verify,
-    cache_key,
-    prune,
+    StoredObject,
+    resolve,
     source_from_env,
-    stage,
 )
+from workers.storage import MIB, _verify, cache_key, prune, stage
 
 MODEL = {
     "config.json": b'{"model_type": "llama"}',
@@ -351,7 +347,7 @@ def test_bad_credentials_never_show_the_secret(moto: Moto, s3: Any, tmp_path: Pa
     )
     assert SECRET not in repr(source)
     assert SECRET not in str(source)
-    assert SECRET not in repr(_resolve(source))
+    assert SECRET not in repr(resolve(source))
     moto.require_auth(True)
     try:
         with pytest.raises(StagingError) as caught:
@@ -432,38 +428,38 @@ def test_cache_key_is_stable_and_ignores_credentials(moto: Moto) -> None:
 def test_addressing_style_and_region_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WHARF_OSS_ADDRESSING_STYLE")
     monkeypatch.delenv("WHARF_S3_ENDPOINT")
-    oss = _resolve(ObjectSource("oss://b/p/", endpoint="oss-cn-hangzhou.aliyuncs.com"))
+    oss = resolve(ObjectSource("oss://b/p/", endpoint="oss-cn-hangzhou.aliyuncs.com"))
     assert (oss.addressing_style, oss.region) == ("virtual", "cn-hangzhou")
     assert oss.endpoint == "https://oss-cn-hangzhou.aliyuncs.com"
-    internal = _resolve(ObjectSource("oss://b/p/", "https://oss-cn-beijing-internal.aliyuncs.com"))
+    internal = resolve(ObjectSource("oss://b/p/", "https://oss-cn-beijing-internal.aliyuncs.com"))
     assert internal.region == "cn-beijing"
-    obs = _resolve(ObjectSource("obs://b/p/", endpoint="obs.cn-north-4.myhuaweicloud.com"))
+    obs = resolve(ObjectSource("obs://b/p/", endpoint="obs.cn-north-4.myhuaweicloud.com"))
     assert (obs.addressing_style, obs.region) == ("path", "cn-north-4")
-    assert _resolve(ObjectSource("s3://b/p/", endpoint="http://minio:9000")).addressing_style == (
+    assert resolve(ObjectSource("s3://b/p/", endpoint="http://minio:9000")).addressing_style == (
         "path"
     )
-    aws = _resolve(ObjectSource("s3://b/p/", access_key_id="a", access_key_secret="s"))
+    aws = resolve(ObjectSource("s3://b/p/", access_key_id="a", access_key_secret="s"))
     assert (aws.endpoint, aws.addressing_style) == (None, "auto")
     monkeypatch.setenv("WHARF_OBS_ADDRESSING_STYLE", "virtual")
     monkeypatch.setenv("WHARF_OBS_REGION", "ap-southeast-1")
-    obs = _resolve(ObjectSource("obs://b/p/", endpoint="obs.cn-north-4.myhuaweicloud.com"))
+    obs = resolve(ObjectSource("obs://b/p/", endpoint="obs.cn-north-4.myhuaweicloud.com"))
     assert (obs.addressing_style, obs.region) == ("virtual", "ap-southeast-1")
     monkeypatch.setenv("WHARF_OBS_ADDRESSING_STYLE", "sideways")
     with pytest.raises(StagingError, match="virtual, path or auto"):
-        _resolve(ObjectSource("obs://b/p/"))
+        resolve(ObjectSource("obs://b/p/"))
 
 
 def test_bad_sources_are_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(StagingError, match="not an object-storage URI"):
         source_from_env("ftp://bucket/model/")
     with pytest.raises(StagingError, match=r"'\.\.'"):
-        _resolve(ObjectSource("s3://bucket/models/../etc/"))
+        resolve(ObjectSource("s3://bucket/models/../etc/"))
     monkeypatch.delenv("WHARF_OSS_ENDPOINT")
     with pytest.raises(StagingError, match="WHARF_OSS_ENDPOINT"):
-        _resolve(ObjectSource("oss://bucket/model/"))
+        resolve(ObjectSource("oss://bucket/model/"))
     monkeypatch.delenv("WHARF_S3_ACCESS_KEY_SECRET")
     with pytest.raises(StagingError, match="both access_key_id and access_key_secret"):
-        _resolve(ObjectSource("s3://bucket/model/"))
+        resolve(ObjectSource("s3://bucket/model/"))
 
 
 def test_source_from_env_fills_only_gaps(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -480,7 +476,7 @@ def test_md5_mismatch_is_caught(tmp_path: Path) -> None:
     path.write_bytes(b"corrupted")
     good = hashlib.md5(b"original!").hexdigest()
     with pytest.raises(StagingError, match="MD5"):
-        _verify(path, _Object(key="m/config.json", size=9, etag=good))
-    _verify(path, _Object("m/config.json", 9, hashlib.md5(b"corrupted").hexdigest().upper()))
+        _verify(path, StoredObject(key="m/config.json", size=9, etag=good))
+    _verify(path, StoredObject("m/config.json", 9, hashlib.md5(b"corrupted").hexdigest().upper()))
     with pytest.raises(StagingError, match="expected 10"):
-        _verify(path, _Object(key="m/config.json", size=10, etag="abc-2"))
+        _verify(path, StoredObject(key="m/config.json", size=10, etag="abc-2"))

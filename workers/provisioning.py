@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from controlplane.services.spec import ServiceSpec
+from workers.object_store import ObjectSource, StagingError, source_from_env
 from workers.runtimes.base import InstanceError
-from workers.storage import ObjectSource, StagingError, source_from_env, stage
+from workers.storage import stage
 
 GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
 

@@ -28,7 +28,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.spec import ServiceSpec, SpecError
 from controlplane.tokens.models import ApiKey
-from workers import devices, placement, planning, provisioning, rollout, storage
+from workers import devices, object_store, placement, planning, provisioning, rollout, storage
 from workers.fleet import FleetSettings, placement_lock, wake
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ def _model_key(spec: ServiceSpec) -> str:
     if "://" not in model:
         return model
     try:
-        return storage.cache_key(storage.source_from_env(model))
+        return storage.cache_key(object_store.source_from_env(model))
     except Exception:  # an odd URI: no preference, staging reports it
         return ""
 
