@@ -26,8 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.devices import _first_contiguous  # noqa: E402
-from workers.placement import Card, Held, Need, NodeOffer, Placed, Unplaced, place  # noqa: E402
+from workers.devices import first_contiguous  # noqa: E402
+from workers.placement import (  # noqa: E402
+    Card,
+    Held,
+    Need,
+    NodeOffer,
+    Placed,
+    Unplaced,
+    place,
+    shortfall,
+)
 
 TARGET_S = 1.0
 CARDS_PER_NODE = 8
@@ -96,23 +105,8 @@ def _naive_free(offer: NodeOffer, entries: list[tuple[str, Held]]):
 
 
 def _naive_reason(offer, need, free, cpu, memory) -> str:
-    reasons = [offer.unschedulable.replace("_", " ")] if offer.unschedulable else []
-    for key, value in need.selector.items():
-        if key not in offer.labels:
-            reasons.append(f"lacks label {key}={value}")
-        elif offer.labels[key] != value:
-            reasons.append(f"label {key} is {offer.labels[key]}, not {value}")
     total = sum(1 for c in offer.cards if c.kind == need.kind)
-    have = len(free.get(need.kind, ()))
-    if need.cards and not total:
-        reasons.append(f"has no {need.kind}")
-    elif have < need.cards:
-        reasons.append(f"{have} free {need.kind} of {total}, needs {need.cards}")
-    if offer.cpus and cpu + 1e-9 < need.cpu:
-        reasons.append(f"{max(cpu, 0):g} free CPUs, needs {need.cpu:g}")
-    if offer.memory_mb and memory < need.memory_mb:
-        reasons.append(f"{max(memory, 0)} MB free memory, needs {need.memory_mb}")
-    return " and ".join(reasons)
+    return shortfall(offer, need, len(free.get(need.kind, ())), total, cpu, memory)
 
 
 def naive_place(needs, nodes, held) -> list[Placed | Unplaced]:
@@ -142,7 +136,7 @@ def naive_place(needs, nodes, held) -> list[Placed | Unplaced]:
             continue
         cards = ()
         if need.cards:
-            cards = _first_contiguous(best_free, need.cards) or tuple(best_free[: need.cards])
+            cards = first_contiguous(best_free, need.cards) or tuple(best_free[: need.cards])
         took = Held(best.name, need.service, need.kind, cards, need.cpu, need.memory_mb)
         entries.append((best.name, took))
         results.append(Placed(need.key, best.name, cards))

@@ -165,24 +165,29 @@ class _Node:
 
     def why_not(self, need: Need) -> str:
         """What keeps `need` off this node, in plain words; "" when nothing does."""
-        offer = self.offer
-        reasons = [offer.unschedulable.replace("_", " ")] if offer.unschedulable else []
-        for key, value in need.selector.items():
-            if key not in offer.labels:
-                reasons.append(f"lacks label {key}={value}")
-            elif offer.labels[key] != value:
-                reasons.append(f"label {key} is {offer.labels[key]}, not {value}")
         free = len(self.free.get(need.kind, ()))
-        if need.cards and not self.total.get(need.kind):
-            reasons.append(f"has no {need.kind}")
-        elif free < need.cards:
-            total = self.total[need.kind]
-            reasons.append(f"{free} free {need.kind} of {total}, needs {need.cards}")
-        if offer.cpus and self.cpu + CPU_TOLERANCE < need.cpu:
-            reasons.append(f"{max(self.cpu, 0):g} free CPUs, needs {need.cpu:g}")
-        if offer.memory_mb and self.memory < need.memory_mb:
-            reasons.append(f"{max(self.memory, 0)} MB free memory, needs {need.memory_mb}")
-        return " and ".join(reasons)
+        total = self.total.get(need.kind, 0)
+        return shortfall(self.offer, need, free, total, self.cpu, self.memory)
+
+
+def shortfall(offer: NodeOffer, need: Need, free: int, total: int, cpu: float, memory: int) -> str:
+    """What keeps `need` off a node that has `free` of its `total` cards of the kind, `cpu`
+    CPUs and `memory` MB left, in plain words; "" when nothing does."""
+    reasons = [offer.unschedulable.replace("_", " ")] if offer.unschedulable else []
+    for key, value in need.selector.items():
+        if key not in offer.labels:
+            reasons.append(f"lacks label {key}={value}")
+        elif offer.labels[key] != value:
+            reasons.append(f"label {key} is {offer.labels[key]}, not {value}")
+    if need.cards and not total:
+        reasons.append(f"has no {need.kind}")
+    elif free < need.cards:
+        reasons.append(f"{free} free {need.kind} of {total}, needs {need.cards}")
+    if offer.cpus and cpu + CPU_TOLERANCE < need.cpu:
+        reasons.append(f"{max(cpu, 0):g} free CPUs, needs {need.cpu:g}")
+    if offer.memory_mb and memory < need.memory_mb:
+        reasons.append(f"{max(memory, 0)} MB free memory, needs {need.memory_mb}")
+    return " and ".join(reasons)
 
 
 def _matches(offer: NodeOffer, selector: Mapping[str, str]) -> bool:
