@@ -29,7 +29,8 @@ def test_every_benchmark_script_starts(script):
 
 def test_the_placement_benchmark_agrees_with_its_baseline():
     result = subprocess.run(
-        [sys.executable, "benchmarks/placement.py", "--needs", "60", "--nodes", "8", "--rounds", "1"],
+        [sys.executable, "benchmarks/placement.py", "--needs", "60", "--nodes", "8",
+         "--rounds", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
