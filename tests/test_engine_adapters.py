@@ -183,18 +183,25 @@ def test_vllm_ascend_on_a_node_without_npu_smi_mounts_the_driver_alone():
 @pytest.mark.parametrize(
     ("present", "on_path", "found"),
     [
-        ({"/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi"}, None, "/usr/local/sbin/npu-smi"),
-        ({"/usr/local/bin/npu-smi"}, None, "/usr/local/bin/npu-smi"),
-        (set(), "/opt/ascend/bin/npu-smi", "/opt/ascend/bin/npu-smi"),
-        (set(), None, ""),
+        ({"sbin", "bin"}, False, "sbin"),
+        ({"bin"}, True, "bin"),
+        (set(), True, "path"),
+        (set(), False, ""),
     ],
 )
-def test_the_node_finds_its_npu_smi(monkeypatch, present, on_path, found):
+def test_the_node_finds_its_npu_smi(tmp_path, monkeypatch, present, on_path, found):
+    """Real files: the driver's two places in order, then PATH."""
     from workers.engines import vllm_ascend
 
-    monkeypatch.setattr(vllm_ascend.os.path, "isfile", lambda path: path in present)
-    monkeypatch.setattr(vllm_ascend.shutil, "which", lambda name: on_path)
-    assert vllm_ascend.find_npu_smi() == found
+    for folder in ("sbin", "bin", "path"):
+        (tmp_path / folder).mkdir()
+        if folder in present or (folder == "path" and on_path):
+            (tmp_path / folder / "npu-smi").write_text("#!/bin/sh\n")
+            (tmp_path / folder / "npu-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    places = (str(tmp_path / "sbin" / "npu-smi"), str(tmp_path / "bin" / "npu-smi"))
+    expected = str(tmp_path / found / "npu-smi") if found else ""
+    assert vllm_ascend.find_npu_smi(places) == expected
 
 
 def test_vllm_ascend_as_a_host_process_names_the_host_npus():

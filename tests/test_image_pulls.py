@@ -13,12 +13,14 @@ import os
 import tarfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from controlplane.services.spec import REDACTED, parse_spec
 from tests.registry_support import Registry, docker_auth
 from workers.engines.plan import ContainerPlan
+from workers.engines.vllm_ascend import NPU_SMI_PATHS
 from workers.runtimes.base import InstanceError
 from workers.runtimes.pulls import PullError, PullProgress, pull, size_text
 
@@ -390,10 +392,12 @@ def test_the_api_masks_dockerauth_everywhere_and_keeps_it_on_update(api):
     assert REDACTED in everything  # the versions that had one say so
 
 
-def test_docker_placements_carry_the_nodes_npu_smi(runtime, monkeypatch):
-    from workers.runtimes import docker as docker_runtime
-
-    monkeypatch.setattr(docker_runtime, "find_npu_smi", lambda: "/usr/local/bin/npu-smi")
-    assert runtime.placement().npu_smi == "/usr/local/bin/npu-smi"
-    monkeypatch.setattr(docker_runtime, "find_npu_smi", lambda: "")
+def test_docker_placements_carry_the_nodes_npu_smi(runtime, tmp_path, monkeypatch):
+    """This machine has no Ascend driver: npu-smi is found on PATH, or nowhere."""
+    assert not any(Path(path).exists() for path in NPU_SMI_PATHS)
+    (tmp_path / "npu-smi").write_text("#!/bin/sh\n")
+    (tmp_path / "npu-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert runtime.placement().npu_smi == str(tmp_path / "npu-smi")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert runtime.placement().npu_smi == ""

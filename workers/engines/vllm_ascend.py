@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 
 from controlplane.services.spec import Llm, ServiceSpec
 from workers.engines.common import (
@@ -83,9 +84,10 @@ def npu_devices(placement: Placement) -> tuple[str, ...]:
     return tuple(f"/dev/davinci{i}" for i in placement.devices) + CONTROL_DEVICES
 
 
-def find_npu_smi() -> str:
-    """This host's npu-smi: where the driver installs it, else on PATH; "" where it has none."""
-    for path in NPU_SMI_PATHS:
+def find_npu_smi(places: Sequence[str] = NPU_SMI_PATHS) -> str:
+    """This host's npu-smi: where the driver installs it (`places`), else on PATH; "" where it
+    has none."""
+    for path in places:
         if os.path.isfile(path):
             return path
     return shutil.which("npu-smi") or ""
