@@ -24,6 +24,7 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) manage.py makemigrations --check --dry-run
 
 ## Engines for the tests: the vLLM CPU image (needs dockerd) and the local virtualenv.

@@ -26,9 +26,9 @@ from pathlib import Path
 import aiohttp
 import harness
 
+from contracts.engines import Placement, render
 from contracts.routing import PdRouting, RoutedInstance, Snapshot
-from controlplane.services.spec import parse_spec
-from workers.engines import Placement, render
+from contracts.spec import parse_spec
 
 REDIS_URL = "redis://127.0.0.1:6379/9"
 WORDS = ["harbour", "ship", "crane", "quay", "tide", "anchor", "rope", "cargo", "pier", "dock"]

@@ -22,7 +22,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from sizing_configs import CONFIGS, MODELARTS  # noqa: E402
 
-from workers.sizing import GIB, RESERVE_BYTES_PER_CARD, estimate  # noqa: E402
+from contracts.sizing import GIB, RESERVE_BYTES_PER_CARD, estimate  # noqa: E402
 
 UTILIZATION = 0.9
 CARD_SIZES_GB = (32, 64)

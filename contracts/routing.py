@@ -58,7 +58,7 @@ class PdRouting:
     prefill_policy: str = "least_outstanding"  # | "round_robin"
     decode_policy: str = "least_outstanding"
     on_prefill_failure: str = "fail"  # | "decode_only"
-    # What the connector needs of the router (workers.engines.pd.router_hints), e.g.
+    # What the connector needs of the router (contracts.engines.pd.router_hints), e.g.
     # {"kv_transfer_params": true} or {"request_id": "p2p_nccl"}.
     hints: dict = field(default_factory=dict)
 

@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "controlplane.usage",
     "controlplane.nodes",
     "frontend",
+    "launcher",
 ]
 
 MIDDLEWARE = [

@@ -9,9 +9,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import render
 
+from contracts.spec import ENGINES
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
-from controlplane.services.spec import ENGINES
 
 # The LLM scenario form offers the engines that render a command from the llm section;
 # `custom` is the custom deployment tab.

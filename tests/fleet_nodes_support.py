@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import pytest
 
-from controlplane.stack import ROOT, last_lines
+from launcher.stack import ROOT, last_lines
 from tests.system import System, start_system
 
 T = TypeVar("T")

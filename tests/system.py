@@ -1,4 +1,4 @@
-"""Start the whole system (controlplane.stack) for a test, on a runtime of the test's choice.
+"""Start the whole system (launcher.stack) for a test, on a runtime of the test's choice.
 
 The database is PostgreSQL when DATABASE_URL is set (a fresh database per stack), else
 SQLite under the stack's home; Redis is the test Redis, on a database of its own.
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from controlplane.stack import ROOT, Stack
+from launcher.stack import ROOT, Stack
 
 REDIS_DB = {"docker": 11, "process": 12}
 

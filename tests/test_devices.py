@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from contracts.allocation import decode_allocation, encode_allocation
 from workers.devices import (
     NVIDIA_SMI_ARGS,
     Device,
     DeviceCache,
-    decode_allocation,
     discover,
-    encode_allocation,
     first_contiguous,
     parse_hccn_ip,
     parse_npu_smi,

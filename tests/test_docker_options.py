@@ -4,7 +4,7 @@ test_system)."""
 
 import pytest
 
-from workers.engines.plan import ContainerPlan, Mount
+from contracts.engines.plan import ContainerPlan, Mount
 from workers.runtimes.base import InstanceError, InstanceRequest
 from workers.runtimes.docker import publish_address, run_options
 

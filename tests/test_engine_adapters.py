@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.services.spec import ServiceSpec, parse_spec
-from workers.engines import ContainerPlan, Mount, Placement, render, validate
+from contracts.engines import ContainerPlan, Mount, Placement, render, validate
+from contracts.spec import ServiceSpec, parse_spec
 
 GIB = 1024**3
 DEPLOY_SPECS = sorted((Path(__file__).parent.parent / "deploy_specs").glob("*.json"))
@@ -191,7 +191,7 @@ def test_vllm_ascend_on_a_node_without_npu_smi_mounts_the_driver_alone():
 )
 def test_the_node_finds_its_npu_smi(tmp_path, monkeypatch, present, on_path, found):
     """Real files: the driver's two places in order, then PATH."""
-    from workers.engines import vllm_ascend
+    from contracts.engines import vllm_ascend
 
     for folder in ("sbin", "bin", "path"):
         (tmp_path / folder).mkdir()

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from contracts.engines.plan import ContainerPlan
 from tests.system import require_runtime
-from workers.engines.plan import ContainerPlan
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.process import INHERITED_ENV, ProcessRuntime
 

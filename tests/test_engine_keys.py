@@ -7,6 +7,8 @@ import re
 import pytest
 
 from contracts.engine_keys import engine_key
+from contracts.engines import Placement, render, validate
+from contracts.spec import parse_spec
 from contracts.tokens import (
     API_KEY_PREFIX,
     API_TOKEN_PREFIX,
@@ -14,8 +16,6 @@ from contracts.tokens import (
     new_token,
     token_digest,
 )
-from controlplane.services.spec import parse_spec
-from workers.engines import Placement, render, validate
 
 KEY = "wek-" + "0" * 64
 VLLM_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")

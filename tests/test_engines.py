@@ -1,5 +1,5 @@
-from controlplane.services.spec import parse_spec
-from workers.engines import Placement, render
+from contracts.engines import Placement, render
+from contracts.spec import parse_spec
 
 
 def spec(**llm):

@@ -15,10 +15,10 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from contracts import model_config as mc
 from tests.fuzz_support import fuzz, json_values
 from tests.test_estimate_api import LLAMA3_8B, URL
 from tests.test_sizing import DEEPSEEK_V3, QWEN1_5_MOE_A2_7B
-from workers import model_config as mc
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.test_estimate_api")]
 

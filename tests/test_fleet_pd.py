@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from contracts.engines.vllm_ascend import GLOBAL_RANK_TABLE, LOCAL_RANK_TABLE
 from controlplane.nodes.models import Node
 from controlplane.services.models import Service
 from tests.fleet_support import FLEET, Fleet
 from tests.test_fleet import deploy
-from workers.engines.vllm_ascend import GLOBAL_RANK_TABLE, LOCAL_RANK_TABLE
 from workers.scheduler import schedule
 
 pytestmark = pytest.mark.django_db

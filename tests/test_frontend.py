@@ -116,7 +116,7 @@ def test_instance_logs_come_from_the_instances_node(client, instance):
 
 def test_a_node_that_does_not_answer_is_named(client, instance, monkeypatch):
     Instance.objects.filter(name="tiny-abc").update(node="gone")
-    monkeypatch.setattr("workers.node_logs.fetch.__defaults__", (0.5,))
+    monkeypatch.setattr("contracts.node_logs.fetch.__defaults__", (0.5,))
     response = client.get("/api/v1/services/tiny/instances/tiny-abc/logs")
     assert response.status_code == 504 and "node gone did not answer" in response.json()["detail"]
 

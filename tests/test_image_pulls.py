@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.services.spec import REDACTED, parse_spec
+from contracts.engines.plan import ContainerPlan
+from contracts.engines.vllm_ascend import NPU_SMI_PATHS
+from contracts.spec import REDACTED, parse_spec
 from tests.registry_support import Registry, docker_auth
-from workers.engines.plan import ContainerPlan
-from workers.engines.vllm_ascend import NPU_SMI_PATHS
 from workers.runtimes.base import InstanceError
 from workers.runtimes.pulls import PullError, PullProgress, pull, size_text
 

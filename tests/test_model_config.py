@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.sizing_configs import CONFIGS
-from tests.test_sizing import DEEPSEEK_V3, LLAMA3_8B, QWEN1_5_MOE_A2_7B, QWEN3_30B_A3B
-from workers import model_config
-from workers.model_config import (
+from contracts import model_config
+from contracts.model_config import (
     MAX_EXPERTS,
     MAX_HEADS,
     MAX_LAYERS,
@@ -17,6 +16,7 @@ from workers.model_config import (
     describe,
     problems,
 )
+from tests.test_sizing import DEEPSEEK_V3, LLAMA3_8B, QWEN1_5_MOE_A2_7B, QWEN3_30B_A3B
 
 CHATGLM3_6B = CONFIGS["chatglm3-6b"]
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
@@ -122,7 +122,7 @@ def test_bad_value_is_named_by_its_key(config, key):
 
 @pytest.mark.parametrize(("config", "key"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
 def test_sizing_refuses_what_validation_refuses(config, key):
-    from workers.sizing import estimate
+    from contracts.sizing import estimate
 
     with pytest.raises(model_config.ModelConfigError) as refused:
         estimate(config, card_memory_gb=80)

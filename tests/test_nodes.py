@@ -19,7 +19,7 @@ from django.utils import timezone
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import node_state, parse_labels
 from controlplane.services.models import Instance, Service
-from controlplane.stack import ROOT
+from launcher.stack import ROOT
 from tests.api_support import client_for
 from tests.system import redis_db
 from workers.node import heartbeat

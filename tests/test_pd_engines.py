@@ -6,17 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.services.spec import ServiceSpec, parse_spec
-from workers.engines import ContainerPlan, Mount, Placement, render, validate
-from workers.engines.pd import (
+from contracts.engines import ContainerPlan, Mount, Placement, render, validate
+from contracts.engines.pd import (
     KNOWN_CONNECTORS,
     PREFILL_KV_PARAMS,
     instance_hints,
     p2p_nccl_request_id,
     router_hints,
 )
-from workers.engines.plan import PdMember
-from workers.engines.rank_table import (
+from contracts.engines.plan import PdMember
+from contracts.engines.rank_table import (
     device_ip_placeholder,
     global_rank_table,
     local_rank_table,
@@ -24,6 +23,7 @@ from workers.engines.rank_table import (
     preview_layout,
     with_device_ips,
 )
+from contracts.spec import ServiceSpec, parse_spec
 
 GIB = 1024**3
 DEPLOY_SPECS = Path(__file__).parent.parent / "deploy_specs"

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controlplane.services.spec import parse_spec
-from workers.engines import render
-from workers.engines.plan import ContainerPlan
+from contracts.engines import render
+from contracts.engines.plan import ContainerPlan
+from contracts.spec import parse_spec
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.process import ProcessRuntime
 

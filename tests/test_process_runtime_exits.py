@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.engines.plan import ContainerPlan
+from contracts.engines.plan import ContainerPlan
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.process import ProcessRuntime
 

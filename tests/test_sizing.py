@@ -7,8 +7,8 @@ import timeit
 import pytest
 
 from benchmarks.sizing_configs import CONFIGS, PUBLISHED_PARAMS_B
-from workers.model_config import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
-from workers.sizing import (
+from contracts.model_config import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+from contracts.sizing import (
     GIB,
     MAX_CARDS,
     RESERVE_BYTES_PER_CARD,

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.services.spec import SpecError, parse_spec
+from contracts.spec import SpecError, parse_spec
 
 SPECS = sorted((Path(__file__).parent.parent / "deploy_specs").glob("*.json"))
 

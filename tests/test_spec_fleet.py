@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.spec import ServiceSpec, SpecError, parse_spec
+from contracts.spec_fleet import RollingStrategy
 from controlplane.services.models import Service
-from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
-from controlplane.services.spec_fleet import RollingStrategy
 
 STEP = "give a whole number 0..64 or a percentage from '0%' to '100%'"
 BOTH_ZERO = "max_surge and max_unavailable cannot both be 0: the update could never start"

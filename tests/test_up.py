@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from controlplane.stack import ROOT, Stack, StartError, restart_delay
+from launcher.stack import ROOT, Stack, StartError, restart_delay
 from tests.system import free_port
 from tests.up_support import Up, leftovers, newcomer_env, stack_processes, wait_gone
 

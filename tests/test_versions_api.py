@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
+from contracts.spec import REDACTED, parse_spec
 from controlplane.services.models import Event, Service, ServiceVersion
-from controlplane.services.spec import REDACTED, parse_spec
 
 pytestmark = pytest.mark.django_db
 
@@ -190,9 +190,9 @@ def test_a_version_that_no_longer_validates_is_a_400_with_its_errors(two):
 
 
 def test_rollback_runs_the_engine_validation(two, monkeypatch):
-    import workers.engines
+    import contracts.engines
 
-    monkeypatch.setattr(workers.engines, "validate", lambda spec: {"llm.model": ["retired"]})
+    monkeypatch.setattr(contracts.engines, "validate", lambda spec: {"llm.model": ["retired"]})
     response = rollback(two)
     assert response.status_code == 400
     assert response.json()["errors"] == {"llm.model": ["retired"]}

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from controlplane.stack import ROOT, port_taken
+from launcher.stack import ROOT, port_taken
 
 # What a newcomer's shell does not have: the test suite's own database, Redis and settings.
 NOT_A_NEWCOMERS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")

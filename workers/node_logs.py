@@ -1,35 +1,16 @@
-"""An instance's log, read on its node whichever host serves the API: the API asks through
-Redis (a request list per node), and that node's worker answers from its own runtime."""
+"""The node's side of reading an instance's log (contracts.node_logs): this node's worker
+answers the requests queued for it from its own runtime."""
 
 from __future__ import annotations
 
 import json
 import logging
-import secrets
 import threading
 
+from contracts.node_logs import REPLY_TTL, REQUESTS
 from workers.locks import client
 
 log = logging.getLogger(__name__)
-REQUESTS = "wharf:logs:{node}"
-REPLY_TTL = 30  # seconds an answer nobody collected stays in Redis
-
-
-def fetch(node: str, instance: str, tail: int, timeout: float = 5.0) -> str | None:
-    """The last `tail` lines of `instance`'s log from `node`; None if it does not answer."""
-    reply = f"wharf:logs:reply:{secrets.token_hex(8)}"
-    redis = client()
-    request = json.dumps({"instance": instance, "tail": tail, "reply": reply})
-    key = REQUESTS.format(node=node)
-    with redis.pipeline() as pipe:
-        pipe.rpush(key, request)
-        pipe.expire(key, 60)
-        pipe.execute()
-    answer = redis.blpop([reply], timeout=timeout)
-    if answer is None:
-        return None
-    text = answer[1]
-    return text.decode(errors="replace") if isinstance(text, bytes) else str(text)
 
 
 def serve_one(node: str, runtime, wait: float = 1.0) -> bool:

@@ -8,26 +8,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from controlplane.services.spec import ServiceSpec
+from contracts.spec import ServiceSpec
 from workers.object_store import ObjectSource, StagingError, source_from_env
 from workers.runtimes.base import InstanceError
 from workers.storage import stage
 
 GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
-
-
-def device_need(spec: ServiceSpec, role: str = "") -> tuple[str, int]:
-    """The kind and number of cards one instance (of `role`) holds exclusively."""
-    if role and spec.llm and spec.llm.pd:
-        pd_role = spec.llm.pd.role(role)
-        if spec.llm.engine == "vllm-ascend":
-            return "npu", pd_role.npu
-        return "gpu", pd_role.gpu
-    if spec.llm and spec.llm.engine == "vllm-ascend":
-        return "npu", spec.metadata.npu
-    if spec.metadata.npu and not spec.metadata.gpu:
-        return "npu", spec.metadata.npu
-    return "gpu", spec.metadata.gpu
 
 
 def object_sources(spec: ServiceSpec) -> list[ObjectSource]:

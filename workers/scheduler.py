@@ -18,6 +18,10 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from contracts import spec_facts
+from contracts.allocation import decode_allocation, encode_allocation
+from contracts.spec import ServiceSpec, SpecError
+from contracts.spec_facts import card_need
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import DRAINING as NODE_DRAINING
 from controlplane.nodes.state import NOT_READY, node_state
@@ -26,9 +30,8 @@ from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
-from controlplane.services.spec import ServiceSpec, SpecError
 from controlplane.tokens.models import ApiKey
-from workers import devices, object_store, placement, planning, provisioning, rollout, storage
+from workers import object_store, placement, planning, rollout, storage
 from workers.fleet import FleetSettings, placement_lock, wake
 
 log = logging.getLogger(__name__)
@@ -120,14 +123,7 @@ def _spec(service: Service) -> tuple[ServiceSpec | None, str | None]:
 
 def _replicas(service: Service, spec: ServiceSpec | None) -> dict[str, int]:
     """Instances wanted per role; roles the spec no longer has want none."""
-    wanted = {"": 0}
-    if spec is not None:
-        pd = spec.llm.pd if spec.llm else None
-        wanted = (
-            {"prefill": pd.prefill.instance, "decode": pd.decode.instance}
-            if pd
-            else {"": spec.metadata.instance}
-        )
+    wanted = spec_facts.replicas(spec) if spec is not None else {"": 0}
     for role in service.instances.values_list("role", flat=True).distinct():
         wanted.setdefault(role, 0)
     return wanted
@@ -207,13 +203,13 @@ def _place(service, spec, roles: list[str], target: str, states, pd_ports) -> tu
                     record_once(service, "InsufficientResources", f"no node fits: {waiting}")
                     return woken, waiting
                 port, kv_port = ports
-            kind, _ = provisioning.device_need(spec, role)
+            kind, _ = card_need(spec, role)
             index = _free_index(service, role) + taken[role]
             taken[role] += 1
             Instance.objects.create(
                 service=service, name=result.key, role=role, pd_index=index,
                 runtime="", node=result.node, spec_hash=target, state=InstanceState.CREATING,
-                devices=devices.encode_allocation(kind, result.cards) if result.cards else "",
+                devices=encode_allocation(kind, result.cards) if result.cards else "",
                 port=port, kv_port=kv_port,
             )  # fmt: skip
             where = f"{result.node}" + (f" ({kind}:{','.join(map(str, result.cards))})"
@@ -236,7 +232,7 @@ def _free_index(service: Service, role: str) -> int:
 
 
 def _need(service: str, spec: ServiceSpec, role: str) -> placement.Need:
-    kind, count = provisioning.device_need(spec, role)
+    kind, count = card_need(spec, role)
     resource = getattr(spec.metadata, "resource", None)
     return placement.Need(
         key=planning.instance_name(service, role), service=service,
@@ -282,7 +278,7 @@ def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[plac
             except SpecError:
                 specs[row.service_id] = None
         spec = specs[row.service_id]
-        kind, cards = devices.decode_allocation(row.devices) if row.devices else ("", ())
+        kind, cards = decode_allocation(row.devices) if row.devices else ("", ())
         held.append(placement.Held(
             node=row.node, service=row.service.name, kind=kind, cards=tuple(cards),
             cpu=(spec.metadata.cpu or 0) if spec else 0,

@@ -11,16 +11,19 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils import timezone
 
+from contracts import sizing
+from contracts.allocation import decode_allocation
 from contracts.engine_keys import engine_key
+from contracts.engines import render
+from contracts.engines.pd import on_host_network
+from contracts.engines.plan import PdMember, Placement
+from contracts.spec import ServiceSpec, SpecError, parse_spec
+from contracts.spec_facts import card_need
 from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service, ServiceVersion
-from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
-from workers import devices, provisioning, sizing
-from workers.engines import render
-from workers.engines.pd import on_host_network
-from workers.engines.plan import PdMember, Placement
+from workers import devices, provisioning
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,7 @@ def start_instance(
     try:
         staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report)
         provisioning.check_model_store(spec, settings.WHARF_MODEL_DIR)
-        _, indexes = devices.decode_allocation(row.devices) if row.devices else ("", ())
+        _, indexes = decode_allocation(row.devices) if row.devices else ("", ())
         placement = replace(
             runtime.placement(), devices=tuple(indexes), staged=staged, role=row.role,
             service=service.name, pd_index=row.pd_index,
@@ -130,7 +133,7 @@ def pd_placement(placement: Placement, row: Instance, spec: ServiceSpec) -> Plac
 
 
 def _member(peer: Instance, node: Node | None) -> PdMember:
-    _, cards = devices.decode_allocation(peer.devices) if peer.devices else ("", ())
+    _, cards = decode_allocation(peer.devices) if peer.devices else ("", ())
     ips = {c["index"]: c.get("ip", "") for c in (node.cards if node else []) if c["kind"] == "npu"}
     return PdMember(
         role=peer.role, index=peer.pd_index, host_ip=node.address if node else "",
@@ -154,7 +157,7 @@ def _kv_dir(service: str) -> str:
 def _warn_if_it_cannot_fit(service: Service, spec: ServiceSpec, placement) -> None:
     """A deploy-time warning, never a refusal: the estimate is only an estimate."""
     config = provisioning.model_config(spec, placement)
-    kind, _ = provisioning.device_need(spec)
+    kind, _ = card_need(spec)
     cards = [d for d in CARDS.get() if d.kind == kind and d.index in placement.devices]
     if config is None or not cards or spec.llm is None:
         return

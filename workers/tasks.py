@@ -5,6 +5,7 @@ import time
 
 from django.conf import settings
 
+from contracts import reconcile
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
 from controlplane.usage import flush
@@ -20,20 +21,14 @@ REQUEUE_DELAY = 2.0  # seconds between passes while a service is still moving
 FAILED_DELAY = 15.0  # seconds before a pass that raised is tried again
 
 
-def _pending_key(name: str) -> str:
-    return f"wharf:reconcile:pending:{name}"
-
-
 def enqueue_reconcile(name: str, countdown: float = 0) -> None:
-    """Queue one pass unless one is already queued: triggers coalesce instead of piling up.
-    The marker expires, so a pass lost with a dead worker is retried by the periodic pass."""
-    if client().set(_pending_key(name), "1", nx=True, ex=60):
-        reconcile_service.apply_async(args=[name], countdown=countdown)
+    """Queue one pass unless one is already queued (contracts.reconcile)."""
+    reconcile.ask(client(), app, name, countdown)
 
 
-@app.task(name="workers.tasks.reconcile_service")
+@app.task(name=reconcile.TASK)
 def reconcile_service(name: str) -> None:
-    client().delete(_pending_key(name))  # changes from now on need a pass after this one
+    client().delete(reconcile.pending_key(name))  # changes from now on need a pass after this one
     # One pass per service at a time; a trigger that finds the lock taken comes back shortly,
     # so an update made during a pass is never lost.
     lock = client().lock(f"wharf:reconcile:{name}", timeout=LOCK_TTL, blocking_timeout=0)

@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from contracts.spec import ServiceSpec, parse_spec
 from controlplane.services.choices import DesiredState, InstanceState, Phase
-from controlplane.services.spec import ServiceSpec, parse_spec
 
 
 class Service(models.Model):

@@ -19,10 +19,10 @@ from contracts.routing import (
     RoutedService,
     Snapshot,
 )
+from contracts.spec import Pd, Rpc, ServiceSpec, typed_spec
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
-from controlplane.services.spec import Pd, Rpc, ServiceSpec, typed_spec
 from controlplane.tokens.models import ApiKey
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def _pd_routing(pd: Pd | None) -> PdRouting | None:
     """What the gateway needs to route a prefill/decode-separated service."""
     if pd is None:
         return None
-    from workers.engines.pd import router_hints  # pure: what each connector asks of the router
+    from contracts.engines.pd import router_hints  # pure: what each connector asks of the router
 
     return PdRouting(
         connector=pd.kv_connector,

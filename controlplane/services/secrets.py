@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from controlplane.services.spec import OBJECT_STORAGE_SCHEMES, REDACTED
+from contracts.spec import OBJECT_STORAGE_SCHEMES, REDACTED
 
 SECRET_FIELDS = ("access_key_secret",)  # of each object-storage block
 TOP_SECRETS = ("dockerAuth",)  # of the spec itself

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Max
 
+from contracts.spec import parse_spec
 from controlplane.services.models import Service, ServiceVersion
-from controlplane.services.spec import parse_spec
 
 
 def record_version(service: Service, spec: dict, note: str) -> ServiceVersion:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from controlplane.services.tiny_model import write_tiny_model
-from controlplane.stack import ROOT
+from launcher.stack import ROOT
 from tests.browser.chromium import browser_context, require_browser
 from tests.system import REDIS_DB, System, redis_db, start_system
 

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from controlplane.stack import ROOT, port_taken
+from launcher.stack import ROOT, port_taken
 from tests.browser.chromium import browser_context, require_browser
 from tests.up_support import Up, newcomer_env, wait_gone
 

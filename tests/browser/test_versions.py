@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import connections
 
 from controlplane.services.models import Event, Service, ServiceVersion
-from controlplane.stack import ROOT
+from launcher.stack import ROOT
 from tests.api_support import client_for
 from tests.browser.chromium import browser_context, require_browser
 
@@ -36,12 +36,10 @@ STATIC_FOR_SHOTS = ".deploy-bar, .preview { position: static !important; }"  # a
 @pytest.fixture
 def reconciles(monkeypatch) -> list[str]:
     """The services a write asked the workers to reconcile; none runs here."""
-    import workers.tasks
+    from controlplane import intents
 
     asked: list[str] = []
-    monkeypatch.setattr(
-        workers.tasks, "enqueue_reconcile", lambda name, countdown=0: asked.append(name)
-    )
+    monkeypatch.setattr(intents, "reconcile_service", asked.append)
     return asked
 
 

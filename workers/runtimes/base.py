@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from workers.engines.plan import ContainerPlan, Placement
+from contracts.engines.plan import ContainerPlan, Placement
 
 # Labels (Docker) or state-file fields (process) that tie an instance to its service.
 LABEL_SERVICE = "wharf.service"
 LABEL_INSTANCE = "wharf.instance"
 LABEL_SPEC_HASH = "wharf.spec-hash"
-LABEL_DEVICES = "wharf.devices"  # workers.devices.encode_allocation, e.g. "gpu:0,1"
+LABEL_DEVICES = "wharf.devices"  # contracts.allocation.encode_allocation, e.g. "gpu:0,1"
 LABEL_ROLE = "wharf.role"  # "prefill" | "decode" in a prefill/decode-separated service
 LABEL_PD_INDEX = "wharf.pd-index"  # the instance's number within its role (engine ids, tables)
 LABEL_NODE = "wharf.node"  # the node whose worker owns it (several may share one dockerd)

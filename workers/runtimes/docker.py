@@ -15,8 +15,8 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, DriverConfig
 from docker.types import Mount as DockerMount
 
-from workers.engines.plan import ContainerPlan, Mount, Placement
-from workers.engines.vllm_ascend import find_npu_smi
+from contracts.engines.plan import ContainerPlan, Mount, Placement
+from contracts.engines.vllm_ascend import find_npu_smi
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,

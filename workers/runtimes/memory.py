@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from workers.engines.plan import ContainerPlan, Placement
+from contracts.engines.plan import ContainerPlan, Placement
 from workers.runtimes.base import InstanceRequest, ObservedInstance, Report
 
 PORTS = itertools.count(20000)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from workers.engines.plan import ContainerPlan, Placement
+from contracts.engines.plan import ContainerPlan, Placement
 from workers.runtimes.base import (
     InstanceError,
     InstanceRequest,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from docker.errors import APIError
 from docker.utils import parse_repository_tag
 
-from controlplane.services.spec_fleet import docker_credentials
+from contracts.spec_fleet import docker_credentials
 from workers.runtimes.base import InstanceError, Report
 
 INTERVAL = 1.0  # seconds between two progress reports

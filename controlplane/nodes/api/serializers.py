@@ -4,9 +4,9 @@ from collections import defaultdict
 
 from rest_framework import serializers
 
+from contracts.allocation import decode_allocation
 from controlplane.nodes.models import Node
 from controlplane.services.models import Instance
-from workers.devices import decode_allocation
 
 
 def cards_in_use(instances) -> dict[tuple[str, int], str]:

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import intents
 from controlplane.nodes.api.serializers import NodeSerializer
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import STATES
@@ -59,6 +60,4 @@ class NodeAction(APIView):
 def _reconcile_everything() -> None:
     """A drained node's instances go, a cordon's pending ones wait, an uncordoned node takes
     new ones: every service's next pass decides, without waiting for the periodic one."""
-    from workers.tasks import reconcile_all  # the API records intent; workers act on it
-
-    reconcile_all.delay()
+    intents.reconcile_every_service()

@@ -1,7 +1,7 @@
 """POST /api/v1/estimate: will a model fit, on how many cards, with how long a context.
 
 The body names the model by its config.json (`config`) or by its name in the node's model
-store (`model`), plus the card and dtypes; the answer is workers.sizing.Estimate as JSON.
+store (`model`), plus the card and dtypes; the answer is contracts.sizing.Estimate as JSON.
 Nothing is saved and nothing is started: this only reads and computes. Every number is
 bounded (workers/model_config.py for config.json, sizing.MAX_* for the rest), so one estimate
 is a few hundred integer operations whatever the body says.
@@ -19,10 +19,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from contracts import model_config, sizing
+from contracts.model_config import describe
+from contracts.spec import MODEL_STORE_NAME
 from controlplane.services.api.errors import SpecInvalid
-from controlplane.services.spec import MODEL_STORE_NAME
-from workers import model_config, sizing
-from workers.model_config import describe
 
 Errors = dict[str, list[str]]
 

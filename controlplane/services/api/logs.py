@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane import intents
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Instance
 
@@ -33,8 +34,6 @@ def _tail(value: str | None) -> int:
 
 class InstanceLogs(APIView):
     def get(self, request: Request, name: str, instance: str) -> Response:
-        from workers.node_logs import fetch  # the API asks the node; importing it is lazy
-
         tail = _tail(request.query_params.get("tail"))
         # Only an instance the service owns: the name alone must not open another's log.
         found = get_object_or_404(
@@ -42,7 +41,7 @@ class InstanceLogs(APIView):
             service__name=name,
             name=instance,
         )
-        text = fetch(found.node, found.name, tail)
+        text = intents.instance_log(found.node, found.name, tail)
         if text is None:
             return Response(
                 {"detail": f"node {found.node} did not answer for the log of {found.name}; "

@@ -3,9 +3,19 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import serializers
 
+from contracts.spec import ServiceSpec, SpecError, typed_spec
+from contracts.spec_facts import model_name, replicas
 from controlplane.services.models import Event, Instance, Service, ServiceVersion
 from controlplane.services.secrets import redact
 from controlplane.services.versions import current_number
+
+
+def _typed(service: Service) -> ServiceSpec | None:
+    """The stored spec as typed; None for one this version can no longer read."""
+    try:
+        return typed_spec(service.spec)
+    except SpecError:
+        return None
 
 
 class InstanceSerializer(serializers.ModelSerializer):
@@ -44,14 +54,16 @@ class ServiceSerializer(serializers.ModelSerializer):
         return redact(service.spec)
 
     def get_instances(self, service: Service) -> int:
-        return service.spec.get("metadata", {}).get("instance", 1)
+        """Instances wanted, every role together."""
+        spec = _typed(service)
+        return sum(replicas(spec).values()) if spec else 0
 
     def get_endpoints(self, service: Service) -> dict[str, str]:
         gateway = settings.WHARF_GATEWAY_URL.rstrip("/")
         return {
             "eas": f"{gateway}/api/predict/{service.name}",
             "openai": f"{gateway}/v1",
-            "model": (service.spec.get("llm") or {}).get("served_model_name") or service.name,
+            "model": model_name(spec) if (spec := _typed(service)) else service.name,
         }
 
 

@@ -12,6 +12,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from contracts.spec import ServiceSpec, SpecError, parse_spec
+from contracts.spec_facts import card_need
+from controlplane import intents
 from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.api.serializers import (
     EventSerializer,
@@ -22,7 +25,6 @@ from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
 from controlplane.services.models import Service
 from controlplane.services.secrets import keep_secrets
-from controlplane.services.spec import ServiceSpec, SpecError, parse_spec
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
 
@@ -31,7 +33,7 @@ MAX_EVENTS = 1000  # events in one answer
 
 def _validated(data) -> ServiceSpec:
     """The spec, checked by the schema and then by its engine; every error at once."""
-    from workers.engines import validate
+    from contracts.engines import validate
 
     try:
         spec = parse_spec(data)
@@ -44,11 +46,9 @@ def _validated(data) -> ServiceSpec:
 
 
 def _on_commit_reconcile(name: str) -> None:
-    from workers.tasks import enqueue_reconcile  # the API records intent; workers act on it
-
     # robust: a broker outage must not fail a request whose change is already saved; the
     # periodic pass picks the change up.
-    transaction.on_commit(lambda: enqueue_reconcile(name), robust=True)
+    transaction.on_commit(lambda: intents.reconcile_service(name), robust=True)
 
 
 def _live_service(name: str) -> Service:
@@ -177,8 +177,7 @@ class SpecPreview(APIView):
     per role for a prefill/decode-separated service, with example card indexes."""
 
     def post(self, request: Request) -> Response:
-        from workers.engines import Placement, render
-        from workers.provisioning import device_need
+        from contracts.engines import Placement, render
 
         spec = _validated(request.data)
         pd = spec.llm.pd if spec.llm else None
@@ -187,7 +186,7 @@ class SpecPreview(APIView):
         }  # fmt: skip
         containers = []
         for role, instances in roles.items():
-            _, cards = device_need(spec, role)
+            _, cards = card_need(spec, role)
             placement = Placement(
                 model_store=str(settings.WHARF_MODEL_DIR), devices=tuple(range(cards)),
                 role=role, service=spec.name,

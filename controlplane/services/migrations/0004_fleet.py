@@ -7,7 +7,7 @@ from django.db import migrations, models
 def first_versions(apps, schema_editor):
     """Every existing service gets its current spec as version 1; instances that were
     `exited` are in back-off now."""
-    from controlplane.services.spec import SpecError, parse_spec
+    from contracts.spec import SpecError, parse_spec
 
     Service = apps.get_model("services", "Service")
     ServiceVersion = apps.get_model("services", "ServiceVersion")

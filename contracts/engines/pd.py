@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from controlplane.services.spec import Llm, ServiceSpec
-from workers.engines.plan import Mount, Placement
+from contracts.engines.plan import Mount, Placement
+from contracts.spec import Llm, ServiceSpec
 
 # Every prefill and decode container mounts the service's volume here (ExampleConnector).
 SHARED_KV_TARGET = "/kv"

@@ -2,7 +2,7 @@
 
 Steps, each printed as it starts: checks (ports, runtime, Redis, database), database, admin
 account and token, tiny model, engine (a Docker image or a local virtualenv), the processes
-(controlplane.stack), the demo service, and the call info. Ctrl-C or SIGTERM, at any moment,
+(launcher.stack), the demo service, and the call info. Ctrl-C or SIGTERM, at any moment,
 stops the processes and the instances they ran; so does any failure, which is reported in a
 few plain lines (with the failing part's last log lines), never a traceback. The database
 keeps the services, so the next `up` brings them back.
@@ -27,11 +27,11 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from contracts.env import envstr
-from controlplane import preflight
 from controlplane.admin_account import USERNAME, AdminPassword, ensure_admin
 from controlplane.services.tiny_model import write_tiny_model
-from controlplane.stack import ROOT, Stack, StartError
 from controlplane.tokens.models import ApiToken, digest
+from launcher import preflight
+from launcher.stack import ROOT, Stack, StartError
 
 DEMO_SPEC = ROOT / "deploy_specs" / "demo-tiny-vllm.json"
 ENGINE_DIR = ROOT / "engine_images" / "vllm-cpu"

@@ -1,7 +1,7 @@
 """What sizing reads from a model's config.json, checked before any arithmetic is done with it.
 
 A config.json comes from a user (POST /api/v1/estimate) or a model store, so every value
-workers.sizing reads is checked here for its type and range, and each problem is named by its
+contracts.sizing reads is checked here for its type and range, and each problem is named by its
 key path ("num_hidden_layers", "rope_scaling.factor", "mlp_only_layers[3]"). Values sizing does
 not read are not looked at, and of a key's aliases only the one sizing reads (the first that is
 present and not null) is checked. Pure: no I/O.

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from workers import model_config as mc
+from contracts import model_config as mc
 
 GIB = 1 << 30
 

@@ -11,8 +11,8 @@ import importlib
 from dataclasses import replace
 from types import ModuleType
 
-from controlplane.services.spec import ServiceSpec
-from workers.engines.plan import ContainerPlan, Mount, Placement
+from contracts.engines.plan import ContainerPlan, Mount, Placement
+from contracts.spec import ServiceSpec
 
 __all__ = ["ContainerPlan", "Mount", "Placement", "render", "validate"]
 
@@ -36,7 +36,7 @@ def adapter(spec: ServiceSpec) -> ModuleType:
         name = "custom"
     else:
         name = MODULES[spec.llm.engine]
-    return importlib.import_module(f"workers.engines.{name}")
+    return importlib.import_module(f"contracts.engines.{name}")
 
 
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:

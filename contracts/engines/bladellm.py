@@ -6,8 +6,7 @@ underscores where vLLM uses dashes.
 
 from __future__ import annotations
 
-from controlplane.services.spec import Llm, ServiceSpec
-from workers.engines.common import (
+from contracts.engines.common import (
     engine_image,
     engine_port,
     locate_models,
@@ -15,10 +14,11 @@ from workers.engines.common import (
     shm_size,
     user_env,
 )
-from workers.engines.plan import ContainerPlan, Placement
-from workers.engines.vllm import (
+from contracts.engines.plan import ContainerPlan, Placement
+from contracts.engines.vllm import (
     chunked_prefill_errors,
 )
+from contracts.spec import Llm, ServiceSpec
 
 # blade_llm_server's default port; EAS keeps 8080 for its gateway, which the spec refuses.
 DEFAULT_PORT = 8081

@@ -120,19 +120,24 @@ ProbePath = Annotated[
     Annotated[str, Field(max_length=256, pattern=PROBE_PATH), AfterValidator(_probe_path)] | None,
     Field(description="HTTP path probed on the engine's port; none: the engine's own check."),
 ]
-ProbeTimeout = Annotated[int, AfterValidator(_within_period)]
-INITIAL_DELAY = {"ge": 0, "le": 3600, "description": "Seconds after start before the first probe."}
-PERIOD = {"ge": 1, "le": 300, "description": "Seconds between probes."}
-TIMEOUT = {"ge": 1, "le": 300, "description": "Seconds a probe may take; at most period_seconds."}
+InitialDelay = Annotated[
+    int, Field(ge=0, le=3600, description="Seconds after start before the first probe.")
+]
+Period = Annotated[int, Field(ge=1, le=300, description="Seconds between probes.")]
+ProbeTimeout = Annotated[
+    int,
+    Field(ge=1, le=300, description="Seconds a probe may take; at most period_seconds."),
+    AfterValidator(_within_period),
+]
 
 
 class Liveness(_Strict):
     """Liveness probe: an instance failing it is restarted."""
 
     path: ProbePath = None
-    initial_delay_seconds: int = Field(default=0, **INITIAL_DELAY)
-    period_seconds: int = Field(default=10, **PERIOD)
-    timeout_seconds: ProbeTimeout = Field(default=2, **TIMEOUT)
+    initial_delay_seconds: InitialDelay = 0
+    period_seconds: Period = 10
+    timeout_seconds: ProbeTimeout = 2
     failure_threshold: int = Field(
         default=3, ge=1, le=100,
         description="Consecutive failed probes after which the instance is restarted.",
@@ -144,9 +149,9 @@ class HealthCheck(_Strict):
     `liveness` is the probe that restarts it."""
 
     path: ProbePath = None
-    initial_delay_seconds: int = Field(default=0, **INITIAL_DELAY)
-    period_seconds: int = Field(default=5, **PERIOD)
-    timeout_seconds: ProbeTimeout = Field(default=2, **TIMEOUT)
+    initial_delay_seconds: InitialDelay = 0
+    period_seconds: Period = 5
+    timeout_seconds: ProbeTimeout = 2
     failure_threshold: int = Field(
         default=3, ge=1, le=100,
         description="Consecutive failed probes after which the instance is taken out of "

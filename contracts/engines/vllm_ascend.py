@@ -12,8 +12,7 @@ import os
 import shutil
 from collections.abc import Sequence
 
-from controlplane.services.spec import Llm, ServiceSpec
-from workers.engines.common import (
+from contracts.engines.common import (
     OFFLINE_ENV,
     engine_image,
     engine_port,
@@ -22,15 +21,15 @@ from workers.engines.common import (
     shm_size,
     user_env,
 )
-from workers.engines.pd import on_host_network, pd_wiring, role_cards, validate_pd
-from workers.engines.plan import ContainerPlan, Mount, PdMember, Placement
-from workers.engines.rank_table import (
+from contracts.engines.pd import on_host_network, pd_wiring, role_cards, validate_pd
+from contracts.engines.plan import ContainerPlan, Mount, PdMember, Placement
+from contracts.engines.rank_table import (
     global_rank_table,
     local_rank_table,
     node_ports,
     preview_layout,
 )
-from workers.engines.vllm import (
+from contracts.engines.vllm import (
     ENGINE_KEY_ENV,
     SHM_DEFAULT,
     chunked_prefill_errors,
@@ -38,6 +37,7 @@ from workers.engines.vllm import (
     engine_key_errors,
     server_args,
 )
+from contracts.spec import Llm, ServiceSpec
 
 DEFAULT_PORT = 8000
 # The plugin's own release image (docs.vllm.ai/projects/ascend: "docker pull

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from controlplane.services.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
+from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
     MAX_INSTANCES,
     MAX_STRING,
     DockerAuth,
@@ -476,6 +476,6 @@ def typed_spec(data: Any) -> ServiceSpec:
         errors: dict[str, list[str]] = {}
         for error in exc.errors():
             messages = errors.setdefault(_path(error["loc"]), [])
-            if (message := _message(error)) not in messages:
+            if (message := _message(dict(error))) not in messages:
                 messages.append(message)
         raise SpecError(errors) from None

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from workers.engines.plan import PdMember
+from contracts.engines.plan import PdMember
 
 __all__ = [
     "PdMember",

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 
-from controlplane.services.spec import Llm, ServiceSpec, Speculative
-from workers.engines.common import (
+from contracts.engines.common import (
     GIB,
     OFFLINE_ENV,
     engine_image,
@@ -20,7 +19,7 @@ from workers.engines.common import (
     shm_size,
     user_env,
 )
-from workers.engines.pd import (
+from contracts.engines.pd import (
     on_host_network,
     pd_args,
     pd_connector,
@@ -29,7 +28,8 @@ from workers.engines.pd import (
     tensor_parallel_size,
     validate_pd,
 )
-from workers.engines.plan import ContainerPlan, Placement
+from contracts.engines.plan import ContainerPlan, Placement
+from contracts.spec import Llm, ServiceSpec, Speculative
 
 DEFAULT_PORT = 8000
 # vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).

@@ -7,8 +7,7 @@ internal ports.
 
 from __future__ import annotations
 
-from controlplane.services.spec import Llm, ServiceSpec
-from workers.engines.common import (
+from contracts.engines.common import (
     GIB,
     engine_image,
     engine_port,
@@ -16,7 +15,8 @@ from workers.engines.common import (
     shm_size,
     user_env,
 )
-from workers.engines.plan import ContainerPlan, Placement
+from contracts.engines.plan import ContainerPlan, Placement
+from contracts.spec import Llm, ServiceSpec
 
 DEFAULT_PORT = 9965  # SERVICE_HTTP_PORT's default
 # Inside the instance's own network namespace, so PaddleNLP's documented ports serve as they are.

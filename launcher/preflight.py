@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from controlplane.stack import port_taken
+from launcher.stack import port_taken
 
 RUNTIMES = ("docker", "process")
 

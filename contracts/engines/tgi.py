@@ -6,8 +6,7 @@ reference/launcher).
 
 from __future__ import annotations
 
-from controlplane.services.spec import Llm, ServiceSpec
-from workers.engines.common import (
+from contracts.engines.common import (
     GIB,
     engine_image,
     engine_port,
@@ -15,8 +14,9 @@ from workers.engines.common import (
     shm_size,
     user_env,
 )
-from workers.engines.models import locate_model
-from workers.engines.plan import ContainerPlan, Placement
+from contracts.engines.models import locate_model
+from contracts.engines.plan import ContainerPlan, Placement
+from contracts.spec import Llm, ServiceSpec
 
 DEFAULT_PORT = 80  # the port TGI's image listens on (its PORT variable)
 IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.5"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.services.spec import Container, Llm, OptionValue, ServiceSpec
-from workers.engines.models import locate_model
-from workers.engines.plan import Mount, Placement
+from contracts.engines.models import locate_model
+from contracts.engines.plan import Mount, Placement
+from contracts.spec import Container, Llm, OptionValue, ServiceSpec
 
 GIB = 1024**3
 # EAS gives multi-card instances 64 GB of /dev/shm by default: tensor-parallel workers and

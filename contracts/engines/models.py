@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.engines.plan import Mount, Placement
+from contracts.engines.plan import Mount, Placement
 
 
 def staged_target(uri: str) -> str:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from controlplane.services.spec import ServiceSpec
-from workers.engines.models import locate_model
-from workers.engines.plan import ContainerPlan, Placement
-from workers.engines.vllm_ascend import driver_mounts, npu_devices
+from contracts.engines.models import locate_model
+from contracts.engines.plan import ContainerPlan, Placement
+from contracts.engines.vllm_ascend import driver_mounts, npu_devices
+from contracts.spec import ServiceSpec
 
 DEFAULT_PORT = 8000
 

@@ -1,0 +1,51 @@
+"""The API's asks of the workers (controlplane.intents) through a real Redis and a real Celery
+producer: a reconcile ask is one task message by name, and asks while it is queued coalesce."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import redis
+
+from contracts import reconcile
+from controlplane import intents
+
+
+@pytest.fixture
+def broker(settings, redis_url):
+    """The API's Redis and Celery broker on the test Redis, its default queue emptied."""
+    url = redis_url.replace("unix://", "redis+socket://", 1)
+    settings.REDIS_URL, settings.CELERY_BROKER_URL = redis_url, url
+    intents._celery.cache_clear()
+    client = redis.Redis.from_url(redis_url)
+    client.delete("celery", reconcile.pending_key("svc-a"), reconcile.pending_key("svc-b"))
+    yield client
+    client.delete("celery", reconcile.pending_key("svc-a"), reconcile.pending_key("svc-b"))
+    intents._celery.cache_clear()
+
+
+def _queued(client: redis.Redis) -> list[tuple[str, list]]:
+    """(task name, args) of every message in the default queue, oldest first."""
+    found = []
+    for raw in reversed(client.lrange("celery", 0, -1)):  # Celery pushes on the left
+        message = json.loads(raw)
+        args, _, _ = json.loads(base64.b64decode(message["body"]))
+        found.append((message["headers"]["task"], args))
+    return found
+
+
+def test_asks_while_one_is_queued_coalesce(broker):
+    intents.reconcile_service("svc-a")
+    intents.reconcile_service("svc-a")
+    intents.reconcile_service("svc-b")
+    assert _queued(broker) == [(reconcile.TASK, ["svc-a"]), (reconcile.TASK, ["svc-b"])]
+    assert broker.ttl(reconcile.pending_key("svc-a")) > 0  # a lost pass is asked again later
+
+
+def test_the_pass_clears_the_marker_so_the_next_change_asks_again(broker):
+    intents.reconcile_service("svc-a")
+    broker.delete(reconcile.pending_key("svc-a"))  # what reconcile_service does first
+    intents.reconcile_service("svc-a")
+    assert _queued(broker) == [(reconcile.TASK, ["svc-a"])] * 2
