@@ -30,7 +30,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
 RESERVED_PORTS = frozenset({8080, 9090})
-# Each has an adapter in workers/engines/ (custom: the given image and command, verbatim).
+# Each has an adapter in contracts/engines/ (custom: the given image and command, verbatim).
 ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "bladellm", "tgi", "paddlenlp", "custom")
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 # A model in the node's model store: `tiny-llama` or `org/model`; never `..`.
@@ -247,7 +247,8 @@ class Pd(_Strict):
 
 
 class Llm(_Strict):
-    engine: str
+    # Checked by _known_engine (its message names the choices); the schema lists them.
+    engine: str = Field(json_schema_extra={"enum": list(ENGINES)})
     model: str | None = None
     served_model_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][\w./:-]{0,127}$")
     tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_CARDS)

@@ -3,9 +3,11 @@ from django.urls import path
 from controlplane.services.api import versions, views
 from controlplane.services.api.estimate import Estimate
 from controlplane.services.api.logs import InstanceLogs
+from controlplane.services.api.schema import SpecSchema
 
 urlpatterns = [
     path("estimate", Estimate.as_view()),
+    path("schema/spec", SpecSchema.as_view()),
     path("services", views.ServiceList.as_view()),
     path("services/preview", views.SpecPreview.as_view()),
     path("services/<str:name>", views.ServiceDetail.as_view()),

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from contracts.spec import ServiceSpec, SpecError, parse_spec
-from contracts.spec_facts import card_need
+from contracts.spec_facts import card_need, replicas
 from controlplane import intents
 from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.api.serializers import (
@@ -180,10 +180,7 @@ class SpecPreview(APIView):
         from contracts.engines import Placement, render
 
         spec = _validated(request.data)
-        pd = spec.llm.pd if spec.llm else None
-        roles = {"prefill": pd.prefill.instance, "decode": pd.decode.instance} if pd else {
-            "": spec.metadata.instance
-        }  # fmt: skip
+        roles = replicas(spec)
         containers = []
         for role, instances in roles.items():
             _, cards = card_need(spec, role)
