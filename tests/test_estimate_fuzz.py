@@ -50,7 +50,7 @@ JSON = json_values(max_leaves=10)
 NUMBERS = st.integers(-3, 5) | st.sampled_from(
     [10**9, 2**31, 2**63, 10**100, 10**400, -(10**9), 1e308, 5e-324, -0.0, 0.5, 1.5, 4096.0]
 )
-# Each bound of workers/model_config.py and one past it: the largest arithmetic that is allowed.
+# Each bound of contracts/model_config.py and one past it: the largest arithmetic that is allowed.
 BOUNDS = [mc.MAX_LAYERS, mc.MAX_WIDTH, mc.MAX_HEADS, mc.MAX_EXPERTS, mc.MAX_VOCAB, mc.MAX_POSITIONS]
 EDGES = st.sampled_from(BOUNDS) | st.sampled_from([bound + 1 for bound in BOUNDS])
 VALUES = NUMBERS | EDGES | JSON

@@ -3,7 +3,7 @@
 The body names the model by its config.json (`config`) or by its name in the node's model
 store (`model`), plus the card and dtypes; the answer is contracts.sizing.Estimate as JSON.
 Nothing is saved and nothing is started: this only reads and computes. Every number is
-bounded (workers/model_config.py for config.json, sizing.MAX_* for the rest), so one estimate
+bounded (contracts/model_config.py for config.json, sizing.MAX_* for the rest), so one estimate
 is a few hundred integer operations whatever the body says.
 """
 
