@@ -114,12 +114,17 @@ def test_preview_follows_the_form(console):
     page.fill("#form-llm input[name=port]", "")
     page.wait_for_selector('.field-error[data-error-path="containers[0].port"]', state="detached")
 
-    # Prefill/decode separation is sent only when switched on; a refusal shows at the section.
+    # Prefill/decode separation, sent only when switched on: the API takes it, and the preview
+    # shows the prefill instance's command with its KV-cache transfer.
     page.click("text=Prefill/decode separation")
-    page.wait_for_selector('section[data-path="llm.pd"] .field-error')
+    wait_preview(page, lambda t: "--kv-transfer-config" in t and "--max-model-len 512" in t)
+    assert page.query_selector(".field-error") is None
+    page.fill("#form-llm input[name=pd_decode_instances]", "0")
+    error = page.wait_for_selector('.field-error[data-error-path="llm.pd.decode.instance"]')
+    assert "greater than or equal to 1" in error.inner_text()
+    page.fill("#form-llm input[name=pd_decode_instances]", "1")
     page.click("text=Prefill/decode separation")
-    page.wait_for_selector('section[data-path="llm.pd"] .field-error', state="detached")
-    wait_preview(page, lambda t: "--max-model-len 512" in t)
+    wait_preview(page, lambda t: "--max-model-len 512" in t and "--kv-transfer" not in t)
     console.shot(page, "03-deploy-llm")
     page.close()
 

@@ -68,12 +68,18 @@
         num_speculative_tokens: num(f.num_speculative_tokens.value),
       };
     }
-    // The API may not know llm.pd yet: it is sent only when switched on, and a refusal is
-    // shown at the section like any other field error.
+    // Prefill/decode separation, sent only when switched on: instances and cards per role
+    // (GPUs, NPUs on vllm-ascend; none on vllm-cpu).
     if (f.pd.checked) {
+      const kind = engine === "vllm-ascend" ? "npu" : GPU_ENGINES.includes(engine) ? "gpu" : null;
+      const role = (instances, cards) => {
+        const side = {instance: num(instances.value)};
+        if (kind) side[kind] = num(cards.value);
+        return side;
+      };
       llm.pd = {
-        prefill: {instances: num(f.pd_prefill_instances.value), cards: num(f.pd_prefill_cards.value)},
-        decode: {instances: num(f.pd_decode_instances.value), cards: num(f.pd_decode_cards.value)},
+        prefill: role(f.pd_prefill_instances, f.pd_prefill_cards),
+        decode: role(f.pd_decode_instances, f.pd_decode_cards),
       };
     }
     const options = {};
