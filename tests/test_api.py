@@ -67,6 +67,16 @@ def test_read_list_and_filter_by_phase(api):
     assert body["endpoints"]["eas"].endswith("/api/predict/tiny")
 
 
+def test_instances_wanted_are_counted_per_role_from_the_parsed_spec(api):
+    create(api)
+    pd = {"prefill": {"instance": 2}, "decode": {}}  # decode's instance: the spec's default, 1
+    create(api, {"name": "split", "llm": {"engine": "vllm-cpu", "model": "tiny-llama", "pd": pd}})
+    plain, split = (api.get(f"/api/v1/services/{n}").json() for n in ("tiny", "split"))
+    assert (plain["instances"], plain["replicas"]) == (1, {"": 1})
+    assert (split["instances"], split["replicas"]) == (3, {"prefill": 2, "decode": 1})
+    assert plain["endpoints"]["model"] == "tiny"
+
+
 def test_unknown_service_is_404(api):
     assert api.get("/api/v1/services/nope").status_code == 404
 

@@ -35,14 +35,15 @@ class EventSerializer(serializers.ModelSerializer):
 class ServiceSerializer(serializers.ModelSerializer):
     spec = serializers.SerializerMethodField()
     instances = serializers.SerializerMethodField()
+    replicas = serializers.SerializerMethodField()
     endpoints = serializers.SerializerMethodField()
     version = serializers.SerializerMethodField()
 
     class Meta:
         model = Service
         fields = ["name", "desired_state", "phase", "progress", "last_error", "generation",
-                  "observed_generation", "ready_instances", "instances", "endpoints", "version",
-                  "spec", "created_at", "updated_at"]  # fmt: skip
+                  "observed_generation", "ready_instances", "instances", "replicas", "endpoints",
+                  "version", "spec", "created_at", "updated_at"]  # fmt: skip
 
     def get_version(self, service: Service) -> int | None:
         """The current version's number: annotated by a list (`current_version`), else read."""
@@ -57,6 +58,11 @@ class ServiceSerializer(serializers.ModelSerializer):
         """Instances wanted, every role together."""
         spec = _typed(service)
         return sum(replicas(spec).values()) if spec else 0
+
+    def get_replicas(self, service: Service) -> dict[str, int]:
+        """Instances wanted per role ("" for a service without prefill/decode roles)."""
+        spec = _typed(service)
+        return replicas(spec) if spec else {}
 
     def get_endpoints(self, service: Service) -> dict[str, str]:
         gateway = settings.WHARF_GATEWAY_URL.rstrip("/")

@@ -112,12 +112,12 @@ const Wharf = (() => {
 
   // "ready/total", or "prefill 1/1 · decode 0/1" when the service has roles.
   function instanceSummary(service, instances) {
-    const pd = service.spec && service.spec.llm && service.spec.llm.pd;
-    if (pd && instances) {
+    const wanted = service.replicas || {};
+    if ("prefill" in wanted && instances) {
       const groups = byRole(instances);
       return ["prefill", "decode"].map((role) => {
         const list = groups.get(role) || [];
-        const want = (pd[role] && pd[role].instances) || list.length;
+        const want = wanted[role];
         return `${role} ${list.filter((i) => i.state === "ready").length}/${want}`;
       }).join(" · ");
     }
