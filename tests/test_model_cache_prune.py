@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.system import redis_db
 from workers import tasks
 from workers.celery import NODE_QUEUE, app, consume_node_queue
 from workers.object_store import ObjectSource
+from workers.runtimes import get_runtime
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker import bind_sources
 from workers.runtimes.process import ProcessRuntime
@@ -159,16 +161,25 @@ def test_docker_instances_report_their_bind_sources_running_or_not(tmp_path: Pat
 # --- the task ---------------------------------------------------------------------------------
 
 
+def _use_runtime(settings: Any, choice: str) -> None:
+    """This node's runtime as the product chooses it (workers.runtimes.get_runtime)."""
+    settings.WHARF_RUNTIME = choice
+    get_runtime.cache_clear()
+
+
 @pytest.fixture
-def node(tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch) -> ProcessRuntime:
+def node(tmp_path: Path, settings: Any) -> Iterator[ProcessRuntime]:
     """This node: its cache in tmp_path, its instances local processes."""
     settings.WHARF_CACHE_DIR = tmp_path / "cache"
-    settings.WHARF_RUNTIME = "process"
-    runtime = ProcessRuntime(str(tmp_path / "models"), tmp_path / "instances")
-    monkeypatch.setattr(tasks, "get_runtime", lambda: runtime)
+    settings.WHARF_MODEL_DIR = tmp_path / "models"
+    settings.WHARF_INSTANCE_LOG_DIR = tmp_path / "instances"
+    _use_runtime(settings, "process")
+    runtime = get_runtime()
+    assert isinstance(runtime, ProcessRuntime)
     yield runtime
     for instance in runtime.list():
         runtime.remove(instance.name)
+    get_runtime.cache_clear()
 
 
 def test_task_prunes_versions_no_instance_uses(
@@ -199,22 +210,16 @@ def test_task_prunes_versions_no_instance_uses(
 
 
 def test_task_prunes_nothing_when_instances_cannot_be_listed(
-    node: ProcessRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    node: ProcessRuntime, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     versions = _fake_versions(tmp_path / "cache", 3)
-
-    def real_docker_at_a_dead_socket() -> Any:
-        from workers.runtimes.docker import DockerRuntime
-
-        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
-        return DockerRuntime("/m")
-
-    monkeypatch.setattr(tasks, "get_runtime", real_docker_at_a_dead_socket)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    _use_runtime(settings, "docker")  # a real Docker client at a dead socket
     assert tasks.prune_model_cache() == []
     assert all(v.is_dir() for v in versions)
 
     # The same cache with a runtime that answers: the older two go.
-    monkeypatch.setattr(tasks, "get_runtime", lambda: node)
+    _use_runtime(settings, "process")
     assert sorted(tasks.prune_model_cache()) == [str(v) for v in versions[:2]]
 
 
