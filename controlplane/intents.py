@@ -22,7 +22,13 @@ def _celery() -> Celery:
 
 
 def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return _redis_at(settings.REDIS_URL)
+
+
+@cache
+def _redis_at(url: str) -> redis.Redis:
+    """One client (and connection pool) per URL for the process, not one per ask."""
+    return redis.Redis.from_url(url)
 
 
 def reconcile_service(name: str) -> None:
