@@ -75,6 +75,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served here rather than from a CDN
     "controlplane.services",
     "controlplane.tokens",
     "controlplane.usage",
@@ -140,6 +142,27 @@ REST_FRAMEWORK = {
         "controlplane.tokens.api.negotiation.NamedFormatNegotiation"
     ),
     "EXCEPTION_HANDLER": "controlplane.services.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The REST API's OpenAPI 3 schema, generated from the views (/api/schema/, /api/docs/).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Wharf API",
+    "DESCRIPTION": "Deploy and serve LLM inference services. Authenticate with "
+    "`Authorization: Bearer <API token>` (manage.py create_api_token). The service spec's "
+    "own JSON Schema is at /api/v1/schema/spec.",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.openapi.add_spec_schema",
+    ],
 }
 
 LOGGING = {

@@ -1,12 +1,17 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+import controlplane.openapi  # noqa: F401  (describes every view to the schema)
 
 urlpatterns = [
     path("api/v1/", include("controlplane.services.api.urls")),
     path("api/v1/", include("controlplane.tokens.api.urls")),
     path("api/v1/", include("controlplane.usage.api.urls")),
     path("api/v1/", include("controlplane.nodes.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="openapi"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi"), name="api-docs"),
     path("admin/", admin.site.urls),
     path(
         "login/",

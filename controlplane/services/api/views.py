@@ -24,6 +24,7 @@ from controlplane.services.api.serializers import (
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
 from controlplane.services.models import Service
+from controlplane.services.routing import publish_snapshot
 from controlplane.services.secrets import keep_secrets
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
@@ -99,7 +100,9 @@ class ServiceList(APIView):
 
 class ServiceDetail(APIView):
     def get(self, request: Request, name: str) -> Response:
-        return Response(ServiceSerializer(_live_service(name)).data)
+        """A service being deleted is shown (desired_state deleted, phase deleting) until its
+        last instance has stopped: a 404 means it is gone."""
+        return Response(ServiceSerializer(get_object_or_404(Service, name=name)).data)
 
     def put(self, request: Request, name: str) -> Response:
         if isinstance(request.data, dict) and request.data.get("name", name) != name:
@@ -152,7 +155,9 @@ class RotateServiceToken(APIView):
             service.tokens.all().delete()
             token = ServiceToken.issue(service)
             record(service, "TokenRotated", "service token replaced; the old one no longer works")
-            _on_commit_reconcile(name)
+            # Published at once, as for API keys: the gateways take the new token within a
+            # second, not at the reconciler's next pass.
+            transaction.on_commit(publish_snapshot, robust=True)
         return Response({"name": name, "token": token}, status=status.HTTP_201_CREATED)
 
 

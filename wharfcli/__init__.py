@@ -1,0 +1,1 @@
+"""`wharf`, the command line of Wharf: a client of the REST API and the gateway only."""

@@ -1,0 +1,35 @@
+"""`wharf`: the entry point. Every command group, and eascmd's verbs as aliases."""
+
+from __future__ import annotations
+
+import click
+
+from wharfcli import service_ops  # noqa: F401  (its commands join `services`)
+from wharfcli.bench import bench
+from wharfcli.client import EXIT_CODES
+from wharfcli.fleet import keys, nodes, usage
+from wharfcli.output import output_option
+from wharfcli.services import create, delete, describe, list_services, services, start, stop, update
+from wharfcli.tools import call, estimate, login, preview
+
+# eascmd's verbs, for hands used to EAS: `wharf desc NAME` is `wharf services describe NAME`.
+EASCMD_ALIASES = {"create": create, "modify": update, "desc": describe, "list": list_services,
+                  "delete": delete, "start": start, "stop": stop}  # fmt: skip
+
+
+@click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wharf", prog_name="wharf")
+@output_option
+def cli() -> None:
+    """Deploy and call LLM services on Wharf. Sign in first with `wharf login`; WHARF_API and
+    WHARF_TOKEN override what it kept."""
+
+
+for command in (login, services, keys, usage, nodes, preview, estimate, call, bench):
+    cli.add_command(command)
+for alias, command in EASCMD_ALIASES.items():
+    cli.add_command(command, alias)
+
+
+def main() -> None:
+    cli(prog_name="wharf")
