@@ -11,6 +11,7 @@ import socket
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from contracts import log_format
 from contracts.env import envbool, envint, envrange, envstr, secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -165,14 +166,15 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": envstr("WHARF_LOG_LEVEL", "INFO")},
-    "loggers": {"httpx": {"level": "WARNING"}},  # one line per request drowns everything else
-}
+# One format for every process (text, or JSON lines with WHARF_LOG_FORMAT=json), uvicorn's and
+# Celery's loggers included; a bad WHARF_LOG_FORMAT or WHARF_LOG_LEVEL stops start-up here.
+# No access lines from the API (django.request logs its 4xx and 5xx answers).
+LOGGING = log_format.logging_config(
+    log_format.log_format(), log_format.log_level(), access_log=False
+)
+LOGGING_CONFIG = "contracts.log_format.apply"  # dictConfig, and warnings as log lines
+# Celery keeps that handler rather than putting its own format on the root logger.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Wharf ---------------------------------------------------------------------------------
 # The broker and the routing snapshot share one Redis. `make run` starts an embedded one and

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import copy
+import logging
 from typing import Any
 
 import uvicorn
-from uvicorn.config import LOGGING_CONFIG
+
+from contracts.log_format import LEVELS, LogConfigError, log_format, log_level, logging_config
 
 
 def log_config(level: str) -> dict[str, Any]:
-    """uvicorn's logging, extended to the gateway's own loggers (applied in every worker)."""
-    config = copy.deepcopy(LOGGING_CONFIG)
-    config["loggers"]["gateway"] = {
-        "handlers": ["default"],
-        "level": level.upper(),
-        "propagate": False,
-    }
-    return config
+    """The one Wharf log format (contracts.log_format, WHARF_LOG_FORMAT) for uvicorn's loggers,
+    its access log included, and the gateway's own (applied in every worker)."""
+    return logging_config(log_format(), level.upper())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +27,12 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="processes: limits are shared through Redis, balancing and /metrics per process",
     )
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LEVELS,
+        help="default: WHARF_LOG_LEVEL, else INFO",
+    )
     parser.add_argument(
         "--access-log",
         action=argparse.BooleanOptionalAction,
@@ -40,13 +41,20 @@ def main(argv: list[str] | None = None) -> None:
         "line is a noticeable share of a request's cost; /metrics counts them instead)",
     )
     args = parser.parse_args(argv)
+    try:
+        level = args.log_level or log_level()
+        config = log_config(level)
+    except LogConfigError as error:
+        parser.error(str(error))
+    logging.captureWarnings(True)  # Python's warnings as log lines, in the format
     uvicorn.run(
         "gateway.app:app",
         host=args.host,
         port=args.port,
         workers=args.workers,
-        log_level=args.log_level,
-        log_config=log_config(args.log_level),
+        log_level=level.lower(),
+        log_config=config,
+        # Lines without query strings (they may carry keys), with the request's x-request-id.
         access_log=args.access_log,
         # The fast event loop and HTTP parser (uvicorn[standard]); the gateway's overhead
         # per request roughly halves against asyncio's loop and h11.

@@ -35,7 +35,7 @@ from contracts.routing import RoutedKey, RoutedService, Snapshot
 from contracts.tokens import bearer_token, token_digest
 from contracts.usage import SERVICE_TOKEN_ID
 from gateway import body as bodies
-from gateway import errors, metrics
+from gateway import errors, metrics, request_id
 from gateway.balancer import Balancer
 from gateway.config import Settings, load_settings
 from gateway.engine_auth import EngineKeys
@@ -181,6 +181,7 @@ def _forward(
         policy = service.pd.decode_policy if service.pd else policy
         if not service.instances:
             return errors.no_ready_instance(service.name)
+    client = request.client.host if request.client else None
     call = Call(
         service=service,
         key_id=caller.key_id,
@@ -189,9 +190,7 @@ def _forward(
         path=path,
         query=request.scope.get("query_string", b""),
         # Generation answers are read for their usage, so they must come uncompressed.
-        headers=upstream_request_headers(
-            request.headers, request.client.host if request.client else None, drop
-        ),
+        headers=upstream_request_headers(request.headers, client, drop, request_id.current()),
         body=body,
         timeout=service.timeout or runtime.settings.upstream_timeout,
         prompt_estimate=prompt,
@@ -426,8 +425,8 @@ class _FastPath:
 
     Starlette's middleware layers (error and exception handlers, each wrapping `send`) and
     its route matching cost about a tenth of a proxied request's CPU; the hot routes need
-    none of it (their handler answers every error itself; an unexpected exception still
-    becomes uvicorn's 500).
+    none of it (their handler answers every error itself; an unexpected exception becomes a
+    500 here). Every request gets its x-request-id here first (gateway.request_id).
     """
 
     def __init__(self, app: Starlette) -> None:
@@ -435,13 +434,22 @@ class _FastPath:
         self.state = app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        hot = scope["type"] == "http" and scope["method"] == "POST"
-        if hot and scope["path"] in _GENERATION_PATHS:
-            scope["app"] = self.app  # what Request.app reads, as Starlette would set it
-            response = await openai_route(Request(scope, receive))
-            await response(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        tagged = request_id.tag(scope, send)
+        try:
+            if scope["method"] == "POST" and scope["path"] in _GENERATION_PATHS:
+                scope["app"] = self.app  # what Request.app reads, as Starlette would set it
+                response = await openai_route(Request(scope, receive))
+                await response(scope, receive, tagged)
+                return
+            await self.app(scope, receive, tagged)
+        except Exception:
+            if tagged.started:
+                raise  # uvicorn logs it (with the request's id) and drops the connection
+            log.exception("unexpected error answering %s %s", scope["method"], scope["path"])
+            await errors.internal_error()(scope, receive, tagged)
 
 
 def create_app(settings: Settings | None = None) -> _FastPath:

@@ -181,3 +181,13 @@ def prefill_failed(service: str) -> JSONResponse:
         f"The prefill instance of service '{service}' failed the request. Retry; if this "
         "persists, check the prefill instance's logs in the console.",
     )
+
+
+def internal_error() -> JSONResponse:
+    return error_response(
+        500,
+        "server_error",
+        "internal_error",
+        "The gateway failed while answering this request. Retry; if this persists, report it "
+        "with the answer's x-request-id, which the gateway's log lines carry.",
+    )

@@ -31,6 +31,7 @@ from gateway.engine_auth import EngineKeys
 from gateway.limits import Admission, Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
+from gateway.request_id import HEADER as REQUEST_ID
 from gateway.taps import JsonTap, SseTap
 from gateway.upstream import (
     Answer,
@@ -60,11 +61,13 @@ HOP_BY_HOP = frozenset(
 )
 # The token is for the gateway; engines must never see it (nor log it): they get their own
 # key instead (gateway.engine_auth). The gateway has the whole body before it calls an
-# engine, so the client's Expect is answered already.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length", "expect"}
-# uvicorn writes its own; passing the engine's too would duplicate them.
+# engine, so the client's Expect is answered already. The request's id is the gateway's
+# choice (gateway.request_id), not necessarily the client's.
+_REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length", "expect", REQUEST_ID}
+# uvicorn writes its own; passing the engine's too would duplicate them. The request's id
+# is added to every answer by gateway.request_id (vLLM echoes it: it would come twice).
 _RESPONSE_DROP = frozenset(
-    name.encode() for name in HOP_BY_HOP | {"server", "date", "x-wharf-instance"}
+    name.encode() for name in HOP_BY_HOP | {"server", "date", "x-wharf-instance", REQUEST_ID}
 )
 
 INSTANCE_HEADER = "x-wharf-instance"
@@ -83,9 +86,13 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 
 
 def upstream_request_headers(
-    headers: Headers, client_host: str | None, drop: frozenset[str] = frozenset()
+    headers: Headers,
+    client_host: str | None,
+    drop: frozenset[str] = frozenset(),
+    request_id: str | None = None,
 ) -> list[tuple[str, str]]:
-    """The client's headers minus hop-by-hop ones, the token and `drop`, plus X-Forwarded-For."""
+    """The client's headers minus hop-by-hop ones, the token and `drop`, plus X-Forwarded-For
+    and the request's id."""
     items = headers.items()
     dropped = _REQUEST_DROP | drop | _connection_tokens(items)
     kept = [(name, value) for name, value in items if name.lower() not in dropped]
@@ -93,6 +100,8 @@ def upstream_request_headers(
         prior = headers.get("x-forwarded-for")
         kept = [(n, v) for n, v in kept if n.lower() != "x-forwarded-for"]
         kept.append(("x-forwarded-for", f"{prior}, {client_host}" if prior else client_host))
+    if request_id:
+        kept.append((REQUEST_ID, request_id))
     return kept
 
 

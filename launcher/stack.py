@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import signal
 import socket
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from contracts import log_format
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +114,9 @@ class Stack:
     def _spawn(self, name: str, args: list[str]) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{name}.log", "ab") as log:
-            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())
+            # In the parts' own format, so that a log stays one format (JSON lines too).
+            log.write((log_format.line(logging.INFO, "launcher", f"starting {name}", self.env)
+                       + "\n").encode())  # fmt: skip
             log.flush()
             self.processes[name] = subprocess.Popen(
                 args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -133,9 +138,12 @@ class Stack:
             self._spawn("gateway", [py, "-m", "gateway", "--host", "127.0.0.1",
                                     "--port", str(self.gateway_port)])  # fmt: skip
             schedule = str(self.home / "celerybeat-schedule")
-            self._spawn("worker", [py, "-m", "celery", "-A", "workers.celery", "worker",
+            # Celery's banner is for people: none among JSON lines.
+            quiet = ["--quiet"] if log_format.log_format(self.env) == "json" else []
+            self._spawn("worker", [py, "-m", "celery", "-A", "workers.celery", *quiet, "worker",
                                    "--beat", "--pool", "threads", "--concurrency", "4",
-                                   "--loglevel", "info", "--schedule", schedule])  # fmt: skip
+                                   "--loglevel", log_format.log_level(self.env),
+                                   "--schedule", schedule])  # fmt: skip
             self.wait_ready()
         except BaseException:
             self.stop()

@@ -8,6 +8,7 @@ which registers the node and heartbeats.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import sys
@@ -15,7 +16,10 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from contracts.log_format import log_format, log_level
 from controlplane.nodes.state import parse_labels
+
+log = logging.getLogger(__name__)
 
 NODE_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
 
@@ -47,9 +51,17 @@ class Command(BaseCommand):
             WHARF_NODE_NAME=node, WHARF_NODE_ADDRESS=address, WHARF_NODE_LABELS=labels
         )
         schedule = settings.WHARF_HOME / f"celerybeat-schedule-{node}"
-        argv = [sys.executable, "-m", "celery", "-A", "workers.celery", "worker", "--beat",
-                "--pool", "threads", "--concurrency", str(concurrency), "--loglevel", "info",
-                "--hostname", f"{node}@%h", "--schedule", str(schedule)]  # fmt: skip
-        self.stdout.write(f"node {node} at {address}: starting its worker")
-        sys.stdout.flush()
+        argv = [sys.executable, "-m", "celery", "-A", "workers.celery", *celery_log_options(),
+                "worker", "--beat", "--pool", "threads", "--concurrency", str(concurrency),
+                "--loglevel", log_level(), "--hostname", f"{node}@%h",
+                "--schedule", str(schedule)]  # fmt: skip
+        log.info("node %s at %s: starting its worker", node, address)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
         os.execv(sys.executable, argv)
+
+
+def celery_log_options() -> list[str]:
+    """Celery's start-up banner is for people; JSON lines (WHARF_LOG_FORMAT=json) go without.
+    Its log lines keep Wharf's format (settings: CELERY_WORKER_HIJACK_ROOT_LOGGER)."""
+    return ["--quiet"] if log_format() == "json" else []
