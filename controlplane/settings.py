@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "controlplane.tokens",
     "controlplane.usage",
     "controlplane.nodes",
+    "controlplane.benchmarks",
     "frontend",
     "launcher",
 ]

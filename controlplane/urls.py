@@ -6,6 +6,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 import controlplane.openapi  # noqa: F401  (describes every view to the schema)
 
 urlpatterns = [
+    # Before the services' URLs: their last pattern takes any services/<name>/<action>.
+    path("api/v1/", include("controlplane.benchmarks.api.urls")),
     path("api/v1/", include("controlplane.services.api.urls")),
     path("api/v1/", include("controlplane.tokens.api.urls")),
     path("api/v1/", include("controlplane.usage.api.urls")),
