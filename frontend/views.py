@@ -5,17 +5,33 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import render
+from django.templatetags.static import static
 
-from contracts.spec import ENGINES
+from contracts.spec import ENGINES, GPU_ENGINES
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 
-# The LLM scenario form offers the engines that render a command from the llm section;
-# `custom` is the custom deployment tab.
-LLM_ENGINES = [engine for engine in ENGINES if engine != "custom"]
+# Monaco's AMD build, put here by `npm ci` in frontend/ (install_vendor.mjs); not in git.
+MONACO = "frontend/vendor/monaco/vs"
+
+
+def engine_cards() -> dict[str, str | None]:
+    """The cards each engine's instances take, as the spec's rules count them
+    (contracts.spec._llm_checks): NPUs for vllm-ascend, GPUs for GPU_ENGINES, else none."""
+    return {
+        engine: "npu" if engine == "vllm-ascend" else "gpu" if engine in GPU_ENGINES else None
+        for engine in ENGINES
+    }
+
+
+def editor_base() -> str:
+    """Where the page loads Monaco from; "" when its files are not installed (the page then
+    edits JSON in a plain text area and says so)."""
+    return static(MONACO) if finders.find(f"{MONACO}/loader.js") else ""
 
 
 def _page(request: HttpRequest, template: str, nav: str, **extra) -> HttpResponse:
@@ -24,7 +40,6 @@ def _page(request: HttpRequest, template: str, nav: str, **extra) -> HttpRespons
         "gateway": settings.WHARF_GATEWAY_URL.rstrip("/"),
         # Also sets the CSRF cookie, which the JS sends back as X-CSRFToken on every write.
         "csrfToken": get_token(request),
-        "engines": LLM_ENGINES,
         "phases": [phase.value for phase in Phase],
         "user": request.user.get_username(),
         "staff": request.user.is_staff,
@@ -40,7 +55,10 @@ def services(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def deploy(request: HttpRequest) -> HttpResponse:
-    return _page(request, "frontend/deploy.html", "deploy", edit=request.GET.get("edit", ""))
+    return _page(
+        request, "frontend/deploy.html", "deploy", edit=request.GET.get("edit", ""),
+        engineCards=engine_cards(), editor=editor_base(),
+    )  # fmt: skip
 
 
 @login_required

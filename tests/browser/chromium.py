@@ -1,7 +1,9 @@
-"""Debian's Chromium for the console tests, driven by Playwright.
+"""Debian's Chromium for the console tests, driven by Playwright, and the console's code
+editor (Monaco, from npm).
 
 Playwright's own browser download does not work on these machines, so the system's
-/usr/bin/chromium is used (.ci/run installs it); without it the tests skip, except in CI.
+/usr/bin/chromium is used (.ci/run installs it); without it the tests skip, except in CI. The
+same goes for Monaco, which `npm ci` in frontend/ installs into the console's static files.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = os.environ.get("WHARF_TEST_CHROMIUM", "/usr/bin/chromium")
+FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
+MONACO_LOADER = FRONTEND / "static" / "frontend" / "vendor" / "monaco" / "vs" / "loader.js"
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
@@ -30,10 +34,19 @@ def require_browser() -> None:
     if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
         missing.append(f"Chromium at {CHROMIUM} (apt-get install chromium)")
     if missing:
-        message = "no browser for the console tests: " + ", ".join(missing)
-        if os.environ.get("CI"):
-            pytest.fail(message + "; .ci/run should have installed it")
-        pytest.skip(message)
+        _missing("no browser for the console tests: " + ", ".join(missing))
+
+
+def require_editor() -> None:
+    """Monaco's files, which the JSON editor tests drive."""
+    if not MONACO_LOADER.exists():
+        _missing(f"no code editor for the console tests: run `npm ci` in {FRONTEND}")
+
+
+def _missing(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message + "; .ci/run should have installed it")
+    pytest.skip(message)
 
 
 @contextmanager

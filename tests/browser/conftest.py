@@ -5,6 +5,7 @@ a Django user to sign in as, and Debian's Chromium driven by Playwright
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -15,13 +16,18 @@ import pytest
 
 from controlplane.services.tiny_model import write_tiny_model
 from launcher.stack import ROOT
-from tests.browser.chromium import browser_context, require_browser
-from tests.system import REDIS_DB, System, redis_db, start_system
+from tests.browser.chromium import browser_context, require_browser, require_editor
+from tests.system import System, start_system
 
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 STATIC_FOR_SHOTS = ".deploy-bar, .preview { position: static !important; }"
 USERNAME = "console-admin"
 PASSWORD = "wharf-console-test-password"
+# The console stack's own Redis database number and PostgreSQL database (beside DATABASE_URL's),
+# so that it never shares them with another suite's stack; suites run side by side choose
+# others with these variables.
+REDIS_NUMBER = int(os.environ.get("WHARF_TEST_CONSOLE_REDIS_DB", "10"))
+DATABASE = os.environ.get("WHARF_TEST_CONSOLE_DATABASE", "wharf_e2e_console")
 
 
 @dataclass
@@ -52,15 +58,15 @@ class Console:
 @pytest.fixture(scope="module")
 def console_system(tmp_path_factory, redis_url) -> Iterator[System]:
     require_browser()
-    import redis
-
+    require_editor()
     models = tmp_path_factory.mktemp("console-models")
     write_tiny_model(models / "tiny-llama")
-    # The process runtime's Redis database is shared with tests/test_system.py; start from an
-    # empty one, as the database is, so no earlier run's snapshot or queued task leaks in.
-    redis.Redis.from_url(redis_db(redis_url, REDIS_DB["process"])).flushdb()
     home = tmp_path_factory.mktemp("wharf-console")
-    system = start_system("process", home, models, redis_url, {})
+    # Its Redis database is emptied first, as its PostgreSQL database is made anew, so that no
+    # earlier run's snapshot or queued task leaks in.
+    system = start_system(
+        "process", home, models, redis_url, {}, redis_number=REDIS_NUMBER, database=DATABASE
+    )
     env = {**system.stack.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}
     subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "createsuperuser", "--noinput",

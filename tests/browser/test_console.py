@@ -2,6 +2,7 @@
 LLM form and watch it reach running, the run command preview, free editing, the JSON editor's
 field errors, logs, events, call information, the online test streaming through the gateway,
 usage charts, scale, stop and delete. Every page is saved to test-artifacts/screenshots/.
+(That each form deploys exactly what it shows: test_deploy_forms.py.)
 
 The tests run in order and share one signed-in browser and one system, like a user's session.
 """
@@ -13,6 +14,14 @@ import time
 
 import httpx
 import pytest
+
+from tests.browser.deploy_page import (
+    EDITOR_MODEL,
+    editor_text,
+    open_deploy,
+    upload_json,
+    wait_preview,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -52,66 +61,65 @@ def test_sign_in(console):
     page.close()
 
 
-def preview_text(page) -> str:
-    return page.inner_text("#preview-command")
-
-
-def wait_preview(page, check, timeout: float = 15) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = preview_text(page)
-        if check(text):
-            return text
-        page.wait_for_timeout(200)
-    raise AssertionError(f"the preview never matched; it shows:\n{preview_text(page)}")
+def field(name: str, form: str = "#form-llm") -> str:
+    """The widget of the spec's field `name` (a schema path) in a deploy form."""
+    return f'{form} [name="{name}"]'
 
 
 def fill_llm_form(console, page, name: str) -> None:
-    page.goto(console.url + "/deploy/")
-    page.fill("#form-llm input[name=name]", name)
-    page.select_option("#form-llm select[name=engine]", "vllm-cpu")
-    page.fill("#form-llm input[name=model]", "tiny-llama")
-    page.fill("#form-llm input[name=max_model_len]", "512")
+    open_deploy(page, console.url, "llm")
+    page.fill(field("name"), name)
+    page.select_option(field("llm.engine"), "vllm-cpu")
+    page.fill(field("llm.model"), "tiny-llama")
+    page.fill(field("llm.max_model_len"), "512")
 
 
 def test_preview_follows_the_form(console):
     page = console.page()
-    page.goto(console.url + "/deploy/")
-    page.fill("#form-llm input[name=name]", LLM_SERVICE)
-    page.select_option("#form-llm select[name=engine]", "vllm-cpu")
-    page.fill("#form-llm input[name=model]", "tiny-llama")
+    open_deploy(page, console.url, "llm")
+    page.fill(field("name"), LLM_SERVICE)
+    page.select_option(field("llm.engine"), "vllm-cpu")
+    page.fill(field("llm.model"), "tiny-llama")
     text = wait_preview(page, lambda t: "--model" in t and "tiny-llama" in t)
     assert "vllm.entrypoints.openai.api_server" in text and "--max-model-len" not in text
+    # The chunked prefill size has no default in the schema: the engine's own applies.
+    assert page.input_value(field("llm.chunked_prefill_size")) == ""
+    assert "--max-num-batched-tokens" not in text
 
-    page.fill("#form-llm input[name=max_model_len]", "384")
+    page.fill(field("llm.max_model_len"), "384")
     wait_preview(page, lambda t: "--max-model-len 384" in t)
-    page.fill("#form-llm input[name=tensor_parallel_size]", "2")
+    page.fill(field("llm.tensor_parallel_size"), "2")
     wait_preview(page, lambda t: "--tensor-parallel-size 2" in t)
-    page.fill("#form-llm input[name=tensor_parallel_size]", "1")
-    page.fill("#form-llm input[name=max_model_len]", "512")
-    text = wait_preview(page, lambda t: "--max-model-len 512" in t and "--tensor-parallel" not in t)
-    assert "--max-num-batched-tokens 2048" in text  # the chunked prefill size's default
+    page.fill(field("llm.tensor_parallel_size"), "1")
+    page.fill(field("llm.max_model_len"), "512")
+    page.fill(field("llm.chunked_prefill_size"), "2048")
+    wait_preview(
+        page,
+        lambda t: "--max-model-len 512" in t and "--tensor-parallel" not in t
+        and "--max-num-batched-tokens 2048" in t,
+    )  # fmt: skip
 
-    # Another engine renders another command: BladeLLM's server on GPUs, 64 GB shm for 2 cards.
-    # BladeLLM has no max-model-len flag: the engine's own error shows at that field.
-    page.select_option("#form-llm select[name=engine]", "bladellm")
-    page.fill("#form-llm input[name=cards]", "2")
+    # Another engine renders another command: BladeLLM's server on two GPUs, with the 64 GB
+    # of shared memory the API gives multi-card instances. BladeLLM has no max-model-len flag:
+    # the engine's own error shows at that field.
+    page.select_option(field("llm.engine"), "bladellm")
+    page.fill(field("metadata.gpu"), "2")
     page.wait_for_selector('.field-error[data-error-path="llm.max_model_len"]')
-    page.fill("#form-llm input[name=max_model_len]", "")
+    page.fill(field("llm.max_model_len"), "")
     wait_preview(page, lambda t: t.startswith("blade_llm_server"))
-    page.fill("#form-llm input[name=max_model_len]", "512")
-    assert page.input_value("#form-llm input[name=shm_size]") == "64"
-    # Tensor parallelism was set by hand above, so it no longer follows the cards.
-    assert page.input_value("#form-llm input[name=tensor_parallel_size]") == "1"
-    page.select_option("#form-llm select[name=engine]", "vllm-cpu")
+    page.wait_for_selector("#preview-details dt:text-is('Shared memory') + dd:text-is('64 GiB')")
+    assert page.input_value(field("metadata.shm_size")) == ""  # left to the API's default
+    page.fill(field("llm.max_model_len"), "512")
+    page.select_option(field("llm.engine"), "vllm-cpu")
     wait_preview(page, lambda t: "vllm.entrypoints" in t)
+    assert page.locator(field("metadata.gpu")).is_hidden()  # a CPU engine takes no cards
 
-    # The API refuses port 8080; the error shows at the port field.
-    page.fill("#form-llm input[name=port]", "8080")
+    # The API refuses port 8080 (a rule beyond the schema); the error shows at the port field.
+    page.fill(field("containers[0].port"), "8080")
     error = page.wait_for_selector('.field-error[data-error-path="containers[0].port"]')
     assert "reserved" in error.inner_text()
     console.shot(page, "02-deploy-llm-port-error")
-    page.fill("#form-llm input[name=port]", "")
+    page.fill(field("containers[0].port"), "")
     page.wait_for_selector('.field-error[data-error-path="containers[0].port"]', state="detached")
 
     # Prefill/decode separation, sent only when switched on: the API takes it, and the preview
@@ -119,10 +127,22 @@ def test_preview_follows_the_form(console):
     page.click("text=Prefill/decode separation")
     wait_preview(page, lambda t: "--kv-transfer-config" in t and "--max-model-len 512" in t)
     assert page.query_selector(".field-error") is None
-    page.fill("#form-llm input[name=pd_decode_instances]", "0")
+    # The schema's bound, checked in the page before anything is sent...
+    page.fill(field("llm.pd.decode.instance"), "0")
     error = page.wait_for_selector('.field-error[data-error-path="llm.pd.decode.instance"]')
     assert "greater than or equal to 1" in error.inner_text()
-    page.fill("#form-llm input[name=pd_decode_instances]", "1")
+    page.fill(field("llm.pd.decode.instance"), "1")
+    page.wait_for_selector(".field-error", state="detached")
+    # ...and the API's rules across fields, shown at the fields it names: vLLM's roles on GPUs.
+    page.select_option(field("llm.engine"), "vllm")
+    error = page.wait_for_selector('.field-error[data-error-path="llm.pd.decode.gpu"]')
+    assert "needs at least 1 GPU" in error.inner_text()
+    page.fill(field("llm.pd.prefill.gpu"), "1")
+    page.fill(field("llm.pd.decode.gpu"), "1")
+    page.wait_for_selector(".field-error", state="detached")
+    wait_preview(page, lambda t: "--kv-transfer-config" in t and "--enforce-eager" not in t)
+    console.shot(page, "03-deploy-llm-pd")
+    page.select_option(field("llm.engine"), "vllm-cpu")
     page.click("text=Prefill/decode separation")
     wait_preview(page, lambda t: "--max-model-len 512" in t and "--kv-transfer" not in t)
     console.shot(page, "03-deploy-llm")
@@ -131,10 +151,10 @@ def test_preview_follows_the_form(console):
 
 def test_custom_form_previews_and_shows_field_errors(console):
     page = console.page()
-    page.goto(console.url + "/deploy/#custom")
+    open_deploy(page, console.url, "custom")
     form = "#form-custom"
-    page.fill(f"{form} input[name=name]", "my-server")
-    page.fill(f"{form} textarea[name=command]", "exec python3 -m http.server $PORT")
+    page.fill(field("name", form), "my-server")
+    page.fill(field("containers[0].command", form), "exec python3 -m http.server $PORT")
     # No image and no llm section: the preview lists what is missing, and deploying marks
     # the field the API names.
     page.wait_for_selector('#preview-errors li:has-text("containers[0].image")')
@@ -142,15 +162,16 @@ def test_custom_form_previews_and_shows_field_errors(console):
     page.click("#deploy")
     error = page.wait_for_selector('.field-error[data-error-path="containers[0].image"]')
     assert "image" in error.inner_text()
-    page.fill(f"{form} input[name=image]", "wharf/vllm-cpu:0.32.0")
-    page.fill(f"{form} input[name=port]", "8001")
+    page.fill(field("containers[0].image", form), "wharf/vllm-cpu:0.32.0")
+    page.fill(field("containers[0].port", form), "8001")
     page.click("#add-env")
-    page.fill(f"{form} input[name=env-name]", "GREETING")
-    page.fill(f"{form} input[name=env-value]", "hello")
+    page.fill("#custom-env [data-item=name] input", "GREETING")
+    page.fill("#custom-env [data-item=value] input", "hello")
     page.click("#add-mount")
-    page.select_option(f"{form} select[name=mount-kind]", "memory")
-    page.fill(f"{form} input[name=mount-path]", "/cache")
-    page.fill(f"{form} input[name=mount-source]", "1")
+    page.select_option("#custom-mounts select[data-role=kind]", "empty_dir")
+    page.select_option('#custom-mounts [data-item="empty_dir.medium"] select', "memory")
+    page.fill("#custom-mounts [data-item=mount_path] input", "/cache")
+    page.fill('#custom-mounts [data-item="empty_dir.size_limit"] input', "1")
     wait_preview(page, lambda t: t == "exec python3 -m http.server $PORT")
     page.wait_for_selector("#preview-details dd:has-text('GREETING=hello')")
     page.wait_for_selector("#preview-details dd:has-text('/cache ← tmpfs (1 GiB)')")
@@ -202,7 +223,7 @@ def test_free_edited_command_is_what_deploys(console):
     editor = page.wait_for_selector("#edit-command")
     assert "--max-model-len 512" in editor.input_value()
     editor.fill(editor.input_value() + " \\\n  --seed 7")
-    page.fill("#form-llm input[name=max_model_len]", "1024")  # the edited command still wins
+    page.fill(field("llm.max_model_len"), "1024")  # the edited command still wins
     page.wait_for_timeout(600)
     assert editor.input_value().endswith("--seed 7")
     console.shot(page, "06-deploy-free-edit")
@@ -290,8 +311,9 @@ def test_logs_and_events(console):
 
 def test_json_editor_shows_field_errors_and_deploys(console):
     page = console.page()
-    page.goto(console.url + "/deploy/#json")
-    page.fill("#json-text", JSON_SPEC)
+    open_deploy(page, console.url, "json", editor="monaco")
+    upload_json(page, JSON_SPEC)
+    page.wait_for_selector('#preview-errors li:has-text("containers[0].port")')
     page.click("#deploy")
     item = page.wait_for_selector('#json-errors li[data-path="containers[0].port"]')
     assert "reserved" in item.inner_text()
@@ -299,10 +321,15 @@ def test_json_editor_shows_field_errors_and_deploys(console):
         n for n, line in enumerate(JSON_SPEC.splitlines(), 1) if '"port"' in line
     )  # fmt: skip
     assert item.get_attribute("data-line") == str(port_line)
-    assert page.inner_text("#json-editor .gutter span.bad") == str(port_line)
+    # The API's error is also marked at its line in the editor.
+    marked = page.evaluate(f"""() => monaco.editor.getModelMarkers({{owner: 'wharf-api'}})
+        .filter(m => m.resource.toString() === {EDITOR_MODEL}.uri.toString())
+        .map(m => m.startLineNumber)""")
+    assert port_line in marked
+    page.wait_for_selector("#json-editor .squiggly-error")
     console.shot(page, "12-deploy-json-error")
 
-    page.fill("#json-text", JSON_SPEC.replace('"port": 8080', '"port": 8001'))
+    upload_json(page, JSON_SPEC.replace('"port": 8080', '"port": 8001'))
     page.wait_for_selector('#json-errors li[data-path="containers[0].port"]', state="detached")
     page.click("#deploy")
     page.wait_for_selector("#created-token")
@@ -313,10 +340,11 @@ def test_json_editor_shows_field_errors_and_deploys(console):
     # Edit spec: the stored spec in the JSON editor, saved with PUT (a new generation).
     page.click("text=Edit spec")
     page.wait_for_selector("h1:has-text('Update files-json')")
-    page.wait_for_function("document.getElementById('json-text').value.includes('http.server')")
-    text = page.input_value("#json-text")
+    page.wait_for_selector("body[data-deploy-ready=monaco]")
+    page.wait_for_function(f"() => {EDITOR_MODEL}.getValue().includes('http.server')")
+    text = editor_text(page)
     edited = text.replace("--bind 127.0.0.1", "--bind 127.0.0.1 --protocol HTTP/1.1")
-    page.fill("#json-text", edited)
+    upload_json(page, edited)
     page.click("#deploy")
     page.wait_for_url(f"**/services/{JSON_SERVICE}/")
     page.wait_for_selector("#svc-summary dd:has-text('2 of 2 applied')", timeout=180_000)
