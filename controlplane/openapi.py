@@ -14,6 +14,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 
 from contracts.spec import ServiceSpec
+from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.nodes.api import views as nodes
 from controlplane.nodes.api.serializers import NodeSerializer
 from controlplane.services.api import estimate, logs, schema, versions, views
@@ -152,5 +153,6 @@ def describe_views() -> None:
                responses={200: NodeSerializer},
                parameters=[action("cordon", "uncordon", "drain")]))(nodes.NodeAction)  # fmt: skip
 
+    describe_benchmark_views(V, _op, ERRORS)
 
 describe_views()

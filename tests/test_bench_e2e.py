@@ -37,7 +37,7 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def system(tmp_path_factory, redis_url, models):
     home = tmp_path_factory.mktemp("wharf-bench")
-    system = start_system("process", home, models, redis_url, {}, redis_number=10,
+    system = start_system("process", home, models, redis_url, {}, redis_number=6,
                           database="wharf_bench", token_name="bench")  # fmt: skip
     yield system
     system.remove_instances()  # of a service a failed test left behind

@@ -9,7 +9,9 @@ import re
 import httpx
 import pytest
 from click.testing import CliRunner
+from django.core import signals
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from openapi_spec_validator import validate
 from rest_framework.test import APIClient
 
@@ -57,7 +59,9 @@ def _operations(schema: dict) -> list[tuple[str, re.Pattern]]:
     return found
 
 
-def test_every_call_the_cli_makes_is_in_the_schema(schema, tmp_path, monkeypatch, django_user_model):
+def test_every_call_the_cli_makes_is_in_the_schema(
+    schema, tmp_path, monkeypatch, django_user_model, request
+):
     from controlplane.tokens.models import ApiToken
 
     user = django_user_model.objects.create_user("ops", is_staff=True)
@@ -72,6 +76,12 @@ def test_every_call_the_cli_makes_is_in_the_schema(schema, tmp_path, monkeypatch
             super().__init__(transport=httpx.WSGITransport(app=app), event_hooks=hooks, **kwargs)
 
     monkeypatch.setattr(httpx, "Client", Recorded)
+    # As Django's test client does: the app must not close the test's database connection
+    # (and with it the test's transaction) at the end of each request.
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    request.addfinalizer(lambda: signals.request_started.connect(close_old_connections))
+    request.addfinalizer(lambda: signals.request_finished.connect(close_old_connections))
     monkeypatch.setenv("WHARF_CONFIG_DIR", str(tmp_path))
     monkeypatch.setenv("WHARF_API", "http://testserver")
     spec = tmp_path / "spec.json"
@@ -90,7 +100,8 @@ def test_every_call_the_cli_makes_is_in_the_schema(schema, tmp_path, monkeypatch
         ["estimate", "--model", "absent", "--card-memory-gb", "80"],
         ["keys", "create", "--name", "ci"], ["keys", "list"], ["keys", "revoke", "k1"],
         ["usage", "--since", "1h"], ["nodes", "list"], ["nodes", "cordon", "n1"],
-        ["nodes", "uncordon", "n1"], ["nodes", "drain", "n1"], ["delete", "tiny"],
+        ["nodes", "uncordon", "n1"], ["nodes", "drain", "n1"], ["bench", "list", "tiny"],
+        ["delete", "tiny"],
     ]  # fmt: skip
     for args in commands:
         result = runner.invoke(cli, args)
