@@ -155,4 +155,5 @@ def describe_views() -> None:
 
     describe_benchmark_views(V, _op, ERRORS)
 
+
 describe_views()
