@@ -378,7 +378,7 @@
     });
     if (editing) await loadStored();
     await editor.ready;
-    document.body.dataset.deployReady = editor.mode; // for tests: the page is wired up
+    document.body.dataset.deployReady = editor.mode; // wired up, on Monaco or the text area
   }
 
   // Updating: the stored spec in the JSON editor; PUT keeps stored secrets sent as ******.

@@ -163,7 +163,7 @@ const JsonEditor = (() => {
     json.jsonDefaults.setDiagnosticsOptions({
       validate: true, allowComments: true, enableSchemaRequest: false,
       schemaValidation: "error",
-      schemas: schema ? [{uri: new URL("/api/v1/schema/spec", location.href).href,
+      schemas: schema ? [{uri: new URL(`${Wharf.config.api}/schema/spec`, location.href).href,
         fileMatch: [MODEL_URI], schema}] : [],
     });
     const model = monaco.editor.getModel(monaco.Uri.parse(MODEL_URI))
