@@ -71,7 +71,10 @@ class Container(_Strict):
     image: str | None = Field(default=None, max_length=512)
     command: str | None = Field(default=None, max_length=MAX_COMMAND)
     script: str | None = Field(default=None, max_length=MAX_COMMAND)
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="The port the engine listens on; not 8080 or 9090 (the gateway's).",
+    )  # fmt: skip
     env: list[EnvVar] = Field(default=[], max_length=256)
 
     @field_validator("image")
@@ -248,16 +251,40 @@ class Pd(_Strict):
 
 class Llm(_Strict):
     # Checked by _known_engine (its message names the choices); the schema lists them.
-    engine: str = Field(json_schema_extra={"enum": list(ENGINES)})
-    model: str | None = None
-    served_model_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][\w./:-]{0,127}$")
-    tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_CARDS)
-    max_model_len: int | None = Field(default=None, ge=16, le=MAX_TOKENS)
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    engine: str = Field(
+        json_schema_extra={"enum": list(ENGINES)},
+        description="vllm (NVIDIA GPUs), vllm-cpu (no cards), vllm-ascend (Ascend NPUs), "
+        "bladellm, tgi, paddlenlp (GPUs), or custom (the given image and command).",
+    )
+    model: str | None = Field(
+        default=None,
+        description="A model-store name (tiny-llama, org/model), an absolute path in the "
+        "container, or an oss://, obs:// or s3:// URI staged onto the node.",
+    )
+    served_model_name: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][\w./:-]{0,127}$",
+        description="The name callers put in model; none: the service name.",
+    )  # fmt: skip
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, le=MAX_CARDS,
+        description="Cards one copy of the model is split over; at most the cards per instance.",
+    )  # fmt: skip
+    max_model_len: int | None = Field(
+        default=None, ge=16, le=MAX_TOKENS,
+        description="The longest context, in tokens; none: the model's own.",
+    )  # fmt: skip
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1,
+        description="Share of each GPU's memory the engine may take; none: the engine's default.",
+    )  # fmt: skip
     max_num_seqs: int | None = Field(default=None, ge=1, le=65536)
     max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     enable_chunked_prefill: bool | None = None
-    chunked_prefill_size: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    chunked_prefill_size: int | None = Field(
+        default=None, ge=1, le=MAX_TOKENS,
+        description="Tokens per prefill chunk (vLLM's --max-num-batched-tokens); none: the "
+        "engine's default.",
+    )  # fmt: skip
     quantization: str | None = Field(default=None, pattern=SAFE_WORD)
     kv_cache_dtype: str | None = Field(default=None, pattern=SAFE_WORD)
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
@@ -289,7 +316,10 @@ class Llm(_Strict):
 
 
 class ServiceSpec(_Strict):
-    name: str
+    name: str = Field(
+        json_schema_extra={"pattern": NAME_PATTERN.pattern},
+        description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
+    )
     containers: list[Container] = Field(default=[], max_length=8)
     storage: list[StorageEntry] = Field(default=[], max_length=64)
     metadata: Metadata = Metadata()
@@ -367,100 +397,16 @@ def _message(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-def _cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
-    """Rules that span sections."""
-    errors: dict[str, list[str]] = {}
-    if spec.llm is None:
-        if not spec.containers:
-            errors["containers"] = ["give at least one container, or an llm section"]
-        for i, container in enumerate(spec.containers):
-            if not container.image:
-                errors[f"containers[{i}].image"] = ["an image is required without an llm section"]
-            if not (container.command or container.script):
-                errors[f"containers[{i}].command"] = [
-                    "a command or script is required without an llm section"
-                ]
-    if spec.llm is not None:
-        errors.update(_llm_checks(spec))
-    if len(spec.containers) > 1:
-        errors.setdefault("containers", []).append("one container per instance is supported")
-    mounts = [entry.mount_path.rstrip("/") or "/" for entry in spec.storage]
-    for i, mount in enumerate(mounts):
-        if mount in mounts[:i]:
-            errors[f"storage[{i}].mount_path"] = [f"{mount} is mounted twice"]
-    if spec.metadata.shm_size and "/dev/shm" in mounts:
-        errors["metadata.shm_size"] = ["shared memory is set twice: here and as /dev/shm storage"]
-    return errors
-
-
 GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
-
-
-def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
-    llm = spec.llm
-    assert llm is not None
-    errors: dict[str, list[str]] = {}
-    container = spec.containers[0] if spec.containers else None
-    custom_command = bool(container and (container.command or container.script))
-    if not llm.model and not custom_command and llm.engine != "custom":
-        need = "a draft model needs a main model: " if llm.speculative else ""
-        errors["llm.model"] = [f"{need}give the model to serve"]
-    if llm.engine == "custom" and not custom_command:
-        errors["containers[0].command"] = ["the custom engine runs the given image and command"]
-    if llm.pd is not None:
-        errors.update(_pd_checks(llm))
-        return errors
-    cards, kind = (spec.metadata.npu, "npu") if llm.engine == "vllm-ascend" else (
-        spec.metadata.gpu, "gpu"
-    )  # fmt: skip
-    if llm.engine in GPU_ENGINES + ("vllm-ascend",) and cards < 1:
-        alt = "; or use engine vllm-cpu" if llm.engine == "vllm" else ""
-        errors[f"metadata.{kind}"] = [
-            f"engine {llm.engine} runs on {kind.upper()}s: set at least 1{alt}"
-        ]
-    elif llm.tensor_parallel_size > max(cards, 1) and llm.engine != "vllm-cpu":
-        errors["llm.tensor_parallel_size"] = [
-            f"tensor parallelism {llm.tensor_parallel_size} needs as many cards; "
-            f"metadata.{kind} is {cards}"
-        ]
-    return errors
-
-
-def _pd_checks(llm: Llm) -> dict[str, list[str]]:
-    """Cards and parallelism are per role in a prefill/decode-separated service."""
-    assert llm.pd is not None
-    errors: dict[str, list[str]] = {}
-    if llm.engine not in PD_ENGINES:
-        errors["llm.pd"] = [
-            f"engine {llm.engine} does not support prefill/decode separation; "
-            f"use one of {', '.join(PD_ENGINES)}, or remove llm.pd"
-        ]
-        return errors
-    if llm.pd.rank_table and llm.engine != "vllm-ascend":
-        errors["llm.pd.rank_table"] = [
-            "rank tables describe Ascend NPUs: they need engine vllm-ascend on NPU hosts"
-        ]
-    kind = "npu" if llm.engine == "vllm-ascend" else "gpu"
-    for name in ROLES:
-        role = llm.pd.role(name)
-        cards = getattr(role, kind)
-        if llm.engine != "vllm-cpu" and cards < 1:
-            errors[f"llm.pd.{name}.{kind}"] = [
-                f"each {name} instance of engine {llm.engine} needs at least 1 {kind.upper()}"
-            ]
-        elif llm.engine != "vllm-cpu" and role.tensor_parallel_size > cards:
-            errors[f"llm.pd.{name}.tensor_parallel_size"] = [
-                f"tensor parallelism {role.tensor_parallel_size} needs as many cards; "
-                f"llm.pd.{name}.{kind} is {cards}"
-            ]
-    return errors
 
 
 def parse_spec(data: Any) -> ServiceSpec:
     """The spec, or SpecError naming every bad field: the schema, then the rules that span
     sections."""
+    from contracts.spec_rules import cross_checks  # they read this module's models
+
     spec = typed_spec(data)
-    errors = _cross_checks(spec)
+    errors = cross_checks(spec)
     if errors:
         raise SpecError(errors)
     return spec

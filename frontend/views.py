@@ -21,7 +21,7 @@ MONACO = "frontend/vendor/monaco/vs"
 
 def engine_cards() -> dict[str, str | None]:
     """The cards each engine's instances take, as the spec's rules count them
-    (contracts.spec._llm_checks): NPUs for vllm-ascend, GPUs for GPU_ENGINES, else none."""
+    (contracts.spec_rules._llm_checks): NPUs for vllm-ascend, GPUs for GPU_ENGINES, else none."""
     return {
         engine: "npu" if engine == "vllm-ascend" else "gpu" if engine in GPU_ENGINES else None
         for engine in ENGINES
