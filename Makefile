@@ -19,7 +19,7 @@ PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make lock  (after editing the .in file; L
 	--generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
 	$(LOCK_FLAGS)
 
-.PHONY: run test lint lock engines image wharf-image images venv venv-dev clean
+.PHONY: run test lint lock engines image wharf-image images venv venv-dev console clean
 
 # The project itself is installed editable without dependencies (the locks pin those) and
 # without build isolation (the locked setuptools builds it), for the `wharf` console script.
@@ -33,6 +33,17 @@ $(DEV): $(RUNTIME) requirements-dev.txt
 	$(PIP) --require-hashes -r requirements-dev.txt
 	touch $@
 
+# The console's browser code from npm (Monaco, the JSON editor; frontend/package-lock.json).
+# Without npm the console still works, with a plain text area for JSON, and says so.
+CONSOLE := frontend/node_modules/.installed
+$(CONSOLE): frontend/package.json frontend/package-lock.json frontend/install_vendor.mjs
+	@if command -v npm >/dev/null; then \
+		cd frontend && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; \
+	else echo "npm not found: the console's JSON editor is a plain text area (install npm, then make console)"; fi
+
+## The console's JSON editor (Monaco) from npm.
+console: $(CONSOLE)
+
 ## The runtime environment (what `make run` needs).
 venv: $(RUNTIME)
 
@@ -40,11 +51,11 @@ venv: $(RUNTIME)
 venv-dev: $(DEV)
 
 ## Bring the whole system up on embedded defaults and deploy the demo model.
-run: venv
+run: venv console
 	$(PY) manage.py up
 
 ## The whole test suite (unit, API, gateway, end to end on Docker and local processes).
-test: venv-dev lint
+test: venv-dev lint console
 	$(PY) -m pytest
 
 lint: venv-dev
