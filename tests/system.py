@@ -88,12 +88,18 @@ class System:
         return ProcessRuntime("/nonexistent", self.stack.home / "instances")
 
     def remove_instances(self) -> None:
+        """Whatever instances the stack still runs. Local processes: every one under its home
+        (services being deleted included); containers: those of the services it lists (the
+        daemon is shared with other stacks)."""
         runtime = self.instances()
-        with self.api() as api:
-            names = [s["name"] for s in api.get("/services").json()]
-        for name in names:
-            for instance in runtime.list(service=name):
-                runtime.remove(instance.name)
+        if self.runtime == "process":
+            found = runtime.list()
+        else:
+            with self.api() as api:
+                names = [s["name"] for s in api.get("/services").json()]
+            found = [i for name in names for i in runtime.list(service=name)]
+        for instance in found:
+            runtime.remove(instance.name)
 
     def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict:
         deadline = time.monotonic() + timeout

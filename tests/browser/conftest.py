@@ -86,10 +86,13 @@ def _delete_leftovers(system: System, timeout: float = 90) -> None:
     would start replacements that outlive the stack.
     """
     with system.api() as api:
-        for service in api.get("/services").json():
-            api.delete(f"/services/{service['name']}")
+        names = [service["name"] for service in api.get("/services").json()]
+        for name in names:
+            api.delete(f"/services/{name}")
         deadline = time.monotonic() + timeout
-        while api.get("/services").json() and time.monotonic() < deadline:
+        # A service being deleted is shown until its last instance has stopped: 404 is gone.
+        while names and time.monotonic() < deadline:
+            names = [n for n in names if api.get(f"/services/{n}").status_code != 404]
             time.sleep(1)
 
 
