@@ -116,8 +116,7 @@ def test_delete_marks_the_service_for_removal(api):
     create(api)
     assert api.delete("/api/v1/services/tiny").status_code == 202
     assert Service.objects.get(name="tiny").desired_state == "deleted"
-    # shown until its instances have stopped (no worker runs here to remove them)
-    assert api.get("/api/v1/services/tiny").json()["desired_state"] == "deleted"
+    assert api.get("/api/v1/services/tiny").status_code == 404
     assert api.get("/api/v1/services").json() == []
 
 

@@ -89,12 +89,13 @@ def wait_for(client: Client, name: str, goal: str, timeout_s: float, follower: F
 def wait_gone(client: Client, name: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            service = client.get(f"services/{name}")
+        try:  # its events are readable until its last instance has stopped and it is gone
+            events = client.get(f"services/{name}/events", limit=1)
         except CliError as exc:
             if exc.exit_code == NOT_FOUND:
                 return
             raise
-        click.echo(status_line(service), err=True)
+        if events:
+            click.echo(f"{events[0]['reason']}: {events[0]['message']}", err=True)
         time.sleep(POLL_S)
     raise CliError(f"gave up after {timeout_s:.0f} s; {name} is still being deleted", TIMED_OUT)

@@ -100,9 +100,7 @@ class ServiceList(APIView):
 
 class ServiceDetail(APIView):
     def get(self, request: Request, name: str) -> Response:
-        """A service being deleted is shown (desired_state deleted, phase deleting) until its
-        last instance has stopped: a 404 means it is gone."""
-        return Response(ServiceSerializer(get_object_or_404(Service, name=name)).data)
+        return Response(ServiceSerializer(_live_service(name)).data)
 
     def put(self, request: Request, name: str) -> Response:
         if isinstance(request.data, dict) and request.data.get("name", name) != name:
