@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -132,4 +133,7 @@ def test_the_service_lifecycle(system, wharf, tmp_path):
     code, out, err = wharf("delete", NAME, "--wait")
     assert code == 0 and "deleted" in out, err
     assert wharf("desc", NAME)[0] == 4
+    deadline = time.monotonic() + 30  # as test_system: the node stops them just after
+    while system.instances().list(service=NAME) and time.monotonic() < deadline:
+        time.sleep(1)
     assert system.instances().list(service=NAME) == []  # nothing left running
