@@ -72,17 +72,9 @@ if ! command -v debootstrap >/dev/null; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 fi
 
-# Use the Debian mirror this machine's own apt uses: it is the one that is reachable.
-mirror() {
-    local f=/etc/apt/sources.list.d/debian.sources
-    if [[ -f $f ]]; then
-        awk '$1 == "URIs:" && $2 !~ /security/ { print $2; exit }' "$f"
-    elif [[ -f /etc/apt/sources.list ]]; then
-        awk '$1 == "deb" && !/security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
-            /etc/apt/sources.list
-    fi
-}
-MIRROR=$(mirror)
+# shellcheck source=images/debian_mirror.sh
+source "$HERE/../debian_mirror.sh"
+MIRROR=$(debian_mirror)
 if [[ -z $MIRROR ]]; then
     echo "cannot find a Debian mirror in this machine's apt sources" >&2
     exit 1
