@@ -100,9 +100,8 @@ def upstream_request_headers(
         prior = headers.get("x-forwarded-for")
         kept = [(n, v) for n, v in kept if n.lower() != "x-forwarded-for"]
         kept.append(("x-forwarded-for", f"{prior}, {client_host}" if prior else client_host))
-    # The id is not sent to the engine yet: with it, vLLM CPU's running-requests gauge read 0
-    # during a stream in tests/test_system.py (to be understood before it is turned back on).
-    del request_id
+    if request_id:
+        kept.append((REQUEST_ID, request_id))
     return kept
 
 

@@ -106,7 +106,11 @@ class System:
         with self.api() as api:
             while time.monotonic() < deadline:
                 response = api.get(f"/services/{name}")
-                body = response.json() if response.status_code == 200 else {"phase": "gone"}
+                if response.status_code == 200:
+                    body = response.json()
+                else:  # a 404 from the delete request on; its events last until it is gone
+                    gone = api.get(f"/services/{name}/events").status_code == 404
+                    body = {"phase": "gone" if gone else "deleting"}
                 # The phase as of the latest intent: right after an update the status still
                 # describes the previous generation until the scheduler's next pass.
                 current = body.get("observed_generation", 0) >= body.get("generation", 0)

@@ -58,7 +58,7 @@ def service(system):
     yield created.json()["token"]
     with system.api() as api:
         api.delete(f"/services/{NAME}")
-    system.wait_phase(NAME, {"gone"}, timeout=120)  # GET is a 404 only once it is gone
+    system.wait_phase(NAME, {"gone"}, timeout=120)
 
 
 @pytest.fixture(scope="module")

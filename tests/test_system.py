@@ -105,11 +105,15 @@ def leftovers(system, name: str, groups: set[str]) -> list[str]:
     return [line for line in ps.splitlines() if line.split()[0] in groups]
 
 
-def requests_running(url: str) -> float:
+def engine_figures(url: str) -> dict[str, float]:
+    """The engine's running requests and generated tokens so far, from its /metrics."""
+    names = {"vllm:num_requests_running": "running", "vllm:generation_tokens_total": "generated"}
+    figures = {}
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line.startswith("vllm:num_requests_running"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("vllm:num_requests_running not in /metrics")
+        if line.split("{", 1)[0] in names:
+            figures[names[line.split("{", 1)[0]]] = float(line.rsplit(" ", 1)[1])
+    assert figures.keys() == set(names.values()), f"not all of {names} in /metrics"
+    return figures
 
 
 def assert_disconnect_aborts_the_engine_request(gateway, token, model, instance_url):
@@ -118,19 +122,31 @@ def assert_disconnect_aborts_the_engine_request(gateway, token, model, instance_
     body = {"model": model, "prompt": "Go on", "max_tokens": 1900, "stream": True,
             "ignore_eos": True}  # fmt: skip
     headers = {"Authorization": f"Bearer {token}"}
+    before = engine_figures(instance_url)
+    started = time.monotonic()
+    seen = []  # (seconds, running, tokens generated): what a failure message shows
+
+    def look() -> float:
+        figures = engine_figures(instance_url)
+        seen.append((round(time.monotonic() - started, 2), figures["running"],
+                     figures["generated"] - before["generated"]))  # fmt: skip
+        return figures["running"]
+
     with httpx.stream("POST", f"{gateway}/v1/completions", json=body, headers=headers,
                       timeout=60) as response:  # fmt: skip
-        lines = response.iter_lines()
-        next(line for line in lines if line.startswith("data:"))
+        lines = response.iter_lines()  # kept: a dropped generator would close the stream
+        first = next(line for line in lines if line.startswith("data:"))
         # vLLM updates its gauges from the engine's stats, a moment after the first token.
-        deadline = time.monotonic() + 3
-        while requests_running(instance_url) != 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 10
+        while look() != 1 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert requests_running(instance_url) == 1
+        assert seen[-1][1] == 1, f"the request is not running: {seen}; first line {first!r}"
+    closed = len(seen)
     deadline = time.monotonic() + 1.5
-    while requests_running(instance_url) and time.monotonic() < deadline:
+    while look() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert requests_running(instance_url) == 0
+    assert seen[-1][1] == 0, f"still running after the client left at {seen[closed - 1]}: {seen}"
+    assert seen[-1][2] < 1900, f"the engine generated all it was asked for: {seen}"
 
 
 def test_tiny_vllm_spec_serves_completions_through_the_gateway(system):

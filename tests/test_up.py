@@ -163,7 +163,9 @@ def idle_spec(name: str) -> dict:
 
 def wait_deleted(api: httpx.Client, names: list[str], timeout: float) -> list[str]:
     deadline = time.monotonic() + timeout
-    while (left := [n for n in names if api.get(f"/services/{n}").status_code != 404]) and (
+    # The events stay readable until the service's row is gone; the service itself is a 404 from
+    # the delete request on.
+    while (left := [n for n in names if api.get(f"/services/{n}/events").status_code != 404]) and (
         time.monotonic() < deadline
     ):
         time.sleep(0.5)

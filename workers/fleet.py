@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from workers.locks import LOCK_TTL, client
+from workers.locks import client, leased
 
 WAKE_KEY = "wharf:agent:wake:{node}"
 
@@ -48,13 +48,10 @@ class FleetSettings:
 @contextmanager
 def placement_lock(timeout: float = 60) -> Iterator[None]:
     """Held while cards are given out anywhere in the fleet, so none is given twice."""
-    lock = client().lock("wharf:placement", timeout=LOCK_TTL, blocking_timeout=timeout)
-    if not lock.acquire():
-        raise TimeoutError(f"the placement lock stayed busy for {timeout} s")
-    try:
+    with leased("wharf:placement", wait=timeout) as held:
+        if not held:
+            raise TimeoutError(f"the placement lock stayed busy for {timeout} s")
         yield
-    finally:
-        lock.release()
 
 
 def wake(nodes: set[str]) -> None:

@@ -1,16 +1,26 @@
-"""Redis locks: one reconcile pass per service at a time, one allocator per node."""
+"""Redis locks held as leases: one reconcile pass per service at a time, one placement in the
+fleet at a time, one allocator per node.
+
+A lock lives LEASE seconds unless its holder renews it, which a thread does every third of
+that while the holder works. So a long pass keeps its lock, and a worker killed mid-pass
+(SIGKILL, a lost host) blocks the others for LEASE seconds at most, not for as long as the
+longest pass could take.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
 from django.conf import settings
+from redis.exceptions import LockError
 
-# Longer than any pass: staging a large model happens inside one (storage has its own file
-# lock, so an expired lock costs a duplicate pass, never a corrupt cache).
-LOCK_TTL = 600
+log = logging.getLogger(__name__)
+
+LEASE = 15.0  # seconds a lock outlives a holder that stopped renewing it
 
 
 def client() -> redis.Redis:
@@ -18,13 +28,43 @@ def client() -> redis.Redis:
 
 
 @contextmanager
+def leased(key: str, wait: float) -> Iterator[bool]:
+    """Hold the lock `key` for the block, waiting up to `wait` seconds for it; yields whether
+    it was acquired (the block runs either way, so a caller that does not wait can requeue)."""
+    # Not thread-local: the renewing thread must see the token the acquiring thread got.
+    lock = client().lock(key, timeout=LEASE, blocking_timeout=wait, thread_local=False)
+    if not lock.acquire():
+        yield False
+        return
+    done = threading.Event()
+    renewer = threading.Thread(target=_renew, args=(lock, done), name=f"lease {key}", daemon=True)
+    renewer.start()
+    try:
+        yield True
+    finally:
+        done.set()
+        renewer.join()
+        try:
+            lock.release()
+        except LockError:  # it lapsed while Redis was unreachable; someone may hold it now
+            log.warning("lock %s lapsed before its holder finished", key)
+
+
+def _renew(lock: redis.lock.Lock, done: threading.Event) -> None:
+    while not done.wait(LEASE / 3):
+        try:
+            lock.reacquire()
+        except LockError:
+            log.warning("lock %s lapsed before its holder finished", lock.name)
+            return
+        except redis.RedisError as exc:  # try again at the next turn, while the lease lasts
+            log.warning("could not renew lock %s: %s", lock.name, exc)
+
+
+@contextmanager
 def node_lock(purpose: str, timeout: float = 60) -> Iterator[None]:
     """Held while a decision about this node's shared resources is made and acted on."""
-    lock = client().lock(f"wharf:node:{settings.WHARF_NODE_NAME}:{purpose}", timeout=LOCK_TTL,
-                         blocking_timeout=timeout)  # fmt: skip
-    if not lock.acquire():
-        raise TimeoutError(f"node lock {purpose!r} busy for {timeout} s")
-    try:
+    with leased(f"wharf:node:{settings.WHARF_NODE_NAME}:{purpose}", wait=timeout) as held:
+        if not held:
+            raise TimeoutError(f"node lock {purpose!r} busy for {timeout} s")
         yield
-    finally:
-        lock.release()

@@ -12,7 +12,7 @@ from controlplane.usage import flush
 from workers import storage
 from workers.celery import app
 from workers.fleet import FleetSettings
-from workers.locks import LOCK_TTL, client
+from workers.locks import client, leased
 from workers.runtimes import get_runtime
 from workers.scheduler import schedule
 
@@ -31,14 +31,11 @@ def reconcile_service(name: str) -> None:
     client().delete(reconcile.pending_key(name))  # changes from now on need a pass after this one
     # One pass per service at a time; a trigger that finds the lock taken comes back shortly,
     # so an update made during a pass is never lost.
-    lock = client().lock(f"wharf:reconcile:{name}", timeout=LOCK_TTL, blocking_timeout=0)
-    if not lock.acquire():
-        enqueue_reconcile(name, countdown=REQUEUE_DELAY)
-        return
-    try:
+    with leased(f"wharf:reconcile:{name}", wait=0) as held:
+        if not held:
+            enqueue_reconcile(name, countdown=REQUEUE_DELAY)
+            return
         again = reconcile_isolated(name)
-    finally:
-        lock.release()
     if again is not None:
         enqueue_reconcile(name, countdown=again)
 

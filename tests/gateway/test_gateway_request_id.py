@@ -62,6 +62,7 @@ def test_a_new_id_reaches_the_engine_and_comes_back(deployed: Deployed) -> None:
     assert answer.status_code == 200
     request_id = answer.headers["x-request-id"]
     assert NEW_ID.fullmatch(request_id)
+    assert deployed.engine.recorder.seen[test_id].headers["x-request-id"] == request_id
 
 
 def test_each_request_gets_its_own_id(deployed: Deployed) -> None:
@@ -75,6 +76,7 @@ def test_a_callers_id_is_kept_on_a_stream(deployed: Deployed) -> None:
     answer = completion(deployed.gateway, deployed.token, headers, stream=True)
     assert answer.status_code == 200 and "data: [DONE]" in answer.text
     assert answer.headers.get_list("x-request-id") == ["trace-42/step:7"]
+    assert deployed.engine.recorder.seen[test_id].headers["x-request-id"] == "trace-42/step:7"
 
 
 def test_the_eas_form_sends_the_id_once(deployed: Deployed, http: httpx.Client) -> None:
@@ -84,6 +86,7 @@ def test_the_eas_form_sends_the_id_once(deployed: Deployed, http: httpx.Client) 
         headers={"Authorization": deployed.token, "x-request-id": "eas-1"},
     )
     assert answer.status_code == 200
+    assert answer.json()["headers"]["x-request-id"] == "eas-1"
     assert answer.headers.get_list("x-request-id") == ["eas-1"]
 
 
@@ -99,6 +102,7 @@ def test_a_bad_id_is_replaced(deployed: Deployed, bad: bytes) -> None:
     assert answer.status_code == 200
     request_id = answer.headers["x-request-id"]
     assert NEW_ID.fullmatch(request_id)
+    assert deployed.engine.recorder.seen[test_id].headers["x-request-id"] == request_id
 
 
 def test_a_128_character_id_is_kept(deployed: Deployed) -> None:
@@ -162,7 +166,9 @@ def test_both_legs_of_a_prefill_decode_call_carry_the_id(
     test_id = uuid.uuid4().hex
     answer = completion(gateway, token, {"x-test-id": test_id}, model="pd", stream=True)
     assert answer.status_code == 200
-    assert answer.headers["x-request-id"]
+    request_id = answer.headers["x-request-id"]
+    assert engines[0].recorder.seen[test_id].headers["x-request-id"] == request_id
+    assert engines[1].recorder.seen[test_id].headers["x-request-id"] == request_id
 
 
 def test_an_engines_echoed_id_is_not_doubled(
@@ -176,6 +182,7 @@ def test_an_engines_echoed_id_is_not_doubled(
         engine = RoutedInstance(name="echo", url=echoing.url)
         gateway = start_gateway(snapshot(1, service(unique("echo"), [engine], [digest], ("e",))))
         answer = completion(gateway, token, {"x-request-id": "mine"}, model="e")
+        assert answer.json() == {"seen": "mine"}
         assert answer.headers.get_list("x-request-id") == ["mine"]
     finally:
         echoing.stop()
