@@ -19,7 +19,8 @@ Snapshot JSON::
           ],
           "rate_limit": 100,               # requests/s for the whole service (metadata.rpc)
           "max_queue_size": 64,            # requests waiting per instance; null: no bound
-          "timeout": 600.0                 # seconds per request (metadata.rpc.keepalive); null
+          "timeout": 600.0                 # seconds for the whole request, from its arrival
+                                           # (metadata.rpc.keepalive); null: no bound
         }
       },
       "keys": {                            # API keys, by token digest
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 SNAPSHOT_KEY = "wharf:routing:snapshot"
 SNAPSHOT_CHANNEL = "wharf:routing:changed"
@@ -154,6 +156,16 @@ class Snapshot:
             version=int(data.get("version", 0)), services=services, keys=keys,
             unreadable=tuple(unreadable),
         )  # fmt: skip
+
+    @cached_property
+    def services_by_token(self) -> dict[str, frozenset[str]]:
+        """The services each service token (by digest) belongs to: who presents a token is
+        known before the request names a service (a gateway reads no body of a stranger's)."""
+        found: dict[str, set[str]] = {}
+        for name, svc in self.services.items():
+            for digest in svc.token_digests:
+                found.setdefault(digest, set()).add(name)
+        return {digest: frozenset(names) for digest, names in found.items()}
 
     def find_by_model(self, model: str) -> RoutedService | None:
         """The service a `model` value names: its service name first, else a served model name."""

@@ -1,14 +1,17 @@
 """The gateway's ASGI app: authentication and routing in front of engine instances.
 
 Routes:
-- POST /api/predict/{service}/{path}  EAS form; the service is named in the URL.
-- POST /v1/completions, /v1/chat/completions  OpenAI form; the body's `model` names it.
-- GET  /v1/models  the models the presented token may call.
+- GET/HEAD/POST /api/predict/{service}/{path}  EAS form; the service is named in the URL.
+- POST /v1/completions, /v1/chat/completions, /v1/embeddings  OpenAI form; the body's
+  `model` names the service.
+- GET  /v1/models, /v1/models/{model}  the models the presented token may call.
 - GET  /healthz  liveness, with the routing snapshot's version.
+- GET  /readyz  readiness: 503 until a routing snapshot has been read.
 - GET  /metrics  Prometheus metrics (gateway.metrics).
 
-A request is authorized by its service's own token or by an API key in the snapshot,
-then admitted by the limits (gateway.limits) and forwarded (gateway.proxy).
+A request is authorized by its service's own token or by an API key in the snapshot
+(gateway.callers) before its body is read, then admitted by the limits (gateway.limits)
+and forwarded (gateway.proxy).
 """
 
 from __future__ import annotations
@@ -31,21 +34,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from contracts.routing import RoutedKey, RoutedService, Snapshot
-from contracts.tokens import bearer_token, token_digest
-from contracts.usage import SERVICE_TOKEN_ID
+from contracts.routing import RoutedService, Snapshot
 from gateway import body as bodies
-from gateway import errors, metrics, request_id
+from gateway import callers, errors, request_id
 from gateway.balancer import Balancer
+from gateway.callers import Caller
 from gateway.config import Settings, load_settings
 from gateway.engine_auth import EngineKeys
+from gateway.headers import upstream_request_headers
 from gateway.health import RedisHealth
 from gateway.inflight import InflightReporter
 from gateway.limits import Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, by_role
 from gateway.pipelined import PipelinedRedis
-from gateway.proxy import Call, Plane, ProxyResponse, upstream_request_headers
+from gateway.proxy import EAS_FORM, OPENAI_FORM, Call, Plane, ProxyResponse
 from gateway.snapshot import SnapshotWatcher
 from gateway.upstream import Upstream
 from gateway.usage import UsageRecorder
@@ -56,8 +59,8 @@ log = logging.getLogger(__name__)
 # treated as down (limits count in-process) rather than holding requests up.
 _REDIS_TIMEOUT_S = 1.0
 _REDIS_CONNECTIONS = 128
-# The OpenAI generation routes, also reachable through the EAS form.
-_GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
+# The OpenAI routes that forward a call, also reachable through the EAS form.
+_OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
 
 
 @dataclass
@@ -69,65 +72,8 @@ class Runtime:
     plane: Plane
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who is calling: a service's own token (no key, no key limits) or an API key."""
-
-    key_id: str
-    key: RoutedKey | None = None
-
-
-_SERVICE_TOKEN = Caller(SERVICE_TOKEN_ID)
-
-
 def _runtime(request: Request) -> Runtime:
     return request.app.state.runtime
-
-
-def _digest(request: Request, settings: Settings) -> str | None:
-    """The presented token's digest; the plaintext token goes no further than this."""
-    token = bearer_token(request.headers.get("authorization"))
-    return token_digest(settings.secret_key, token) if token else None
-
-
-def _authorize(
-    request: Request,
-    runtime: Runtime,
-    snapshot: Snapshot,
-    service: RoutedService | None,
-    name: str,
-) -> Caller | Response:
-    """Who may call `service`, or the error: 404 → 401 → 403 → 503 in that order."""
-    if service is None:
-        return errors.unknown_service(name)
-    digest = _digest(request, runtime.settings)
-    if digest is None:
-        return errors.missing_token()
-    # Set and dict lookups of keyed digests: digests are not secret, so timing reveals
-    # nothing useful.
-    caller = _SERVICE_TOKEN if digest in service.token_digests else None
-    if caller is None:
-        denied = _check_key(snapshot.keys.get(digest), service.name, runtime.plane.metrics)
-        if isinstance(denied, Response):
-            return denied
-        caller = denied
-    if not service.instances:
-        return errors.no_ready_instance(service.name)
-    return caller
-
-
-def _check_key(key: RoutedKey | None, service: str, counters: Metrics) -> Caller | Response:
-    if key is None:
-        counters.reject(service, metrics.REASON_INVALID_TOKEN, 401)
-        return errors.invalid_token(service)
-    now = time.time()
-    if key.expires_at is not None and now >= key.expires_at:
-        counters.reject(service, metrics.REASON_KEY_EXPIRED, 401)
-        return errors.key_expired(key.expires_at)
-    if not key.allows(service, now):
-        counters.reject(service, metrics.REASON_KEY_SCOPE, 403)
-        return errors.key_not_allowed(service)
-    return Caller(key.id, key)
 
 
 def _demand(service: RoutedService, caller: Caller, tokens: int) -> Demand:
@@ -160,8 +106,9 @@ def _forward(
     body: bytes,
     data: dict[str, Any] | None,
     arrived: float,
+    form: str,
 ) -> Response:
-    """The response that forwards the request; `data`: the parsed body of a generation call."""
+    """The response that forwards the request; `data`: the parsed body of an OpenAI call."""
     # Prompt tokens estimated as a quarter of the body's bytes (about 4 bytes a token for
     # English, and JSON's punctuation errs on the high side): free to compute, and the
     # engine's real count replaces it once the answer is in.
@@ -192,12 +139,14 @@ def _forward(
         # Generation answers are read for their usage, so they must come uncompressed.
         headers=upstream_request_headers(request.headers, client, drop, request_id.current()),
         body=body,
-        timeout=service.timeout or runtime.settings.upstream_timeout,
+        timeout=runtime.settings.upstream_timeout,
         prompt_estimate=prompt,
         strip_usage=strip_usage,
         arrived=arrived,
         policy=policy,
         prefill=prefill,
+        form=form,
+        keepalive=service.timeout,
     )
     return ProxyResponse(runtime.plane, call)
 
@@ -211,23 +160,25 @@ async def predict(request: Request) -> Response:
     name = request.path_params["service"]
     snapshot = runtime.watcher.current
     service = snapshot.services.get(name)
-    caller = _authorize(request, runtime, snapshot, service, name)
+    if service is None:
+        return errors.unknown_service(name)
+    token = callers.digest(request.headers.get("authorization"), runtime.settings.secret_key)
+    caller = callers.authorize(snapshot, service, token, runtime.plane.metrics)
     if isinstance(caller, Response):
         return caller
-    assert service is not None
     body = await bodies.read(request, runtime.settings.max_body_bytes)
     if isinstance(body, bodies.Invalid):
         return errors.invalid_body(body)
     tail = _eas_tail(request)
     data: dict[str, Any] | None = None
-    if request.method == "POST" and ("/" + tail.lstrip("/")).split("?")[0] in _GENERATION_PATHS:
+    if request.method == "POST" and ("/" + tail.lstrip("/")).split("?")[0] in _OPENAI_PATHS:
         # An OpenAI call in EAS form: read like one, for usage and token limits (its body
         # need not name a model).
         parsed = bodies.parse(body, model_required=False)
         if isinstance(parsed, bodies.Invalid):
             return errors.invalid_body(parsed)
         data = parsed
-    return _forward(request, runtime, service, caller, tail, body, data, arrived)
+    return _forward(request, runtime, service, caller, tail, body, data, arrived, EAS_FORM)
 
 
 def _eas_tail(request: Request) -> str:
@@ -259,10 +210,21 @@ def _engine_body(
     return json.dumps(data).encode(), data
 
 
+def _caller(request: Request, runtime: Runtime) -> Caller | Response:
+    """Who calls an OpenAI route, from the Authorization header alone."""
+    if not runtime.watcher.loaded:
+        return errors.routing_not_loaded()
+    token = callers.digest(request.headers.get("authorization"), runtime.settings.secret_key)
+    return callers.identify(runtime.watcher.current, token, runtime.plane.metrics)
+
+
 async def openai_route(request: Request) -> Response:
     """OpenAI form: the body's `model` picks the service; the path is forwarded unchanged."""
     arrived = time.perf_counter()
     runtime = _runtime(request)
+    caller = _caller(request, runtime)
+    if isinstance(caller, Response):
+        return caller  # the body of a caller not known is never read
     body = await bodies.read(request, runtime.settings.max_body_bytes)
     if isinstance(body, bodies.Invalid):
         return errors.invalid_body(body)
@@ -270,60 +232,54 @@ async def openai_route(request: Request) -> Response:
     if isinstance(data, bodies.Invalid):
         return errors.invalid_body(data)
     model: str = data["model"]
-    if not runtime.watcher.loaded:
-        return errors.routing_not_loaded()
-    snapshot = runtime.watcher.current
-    service = snapshot.find_by_model(model)
-    if service is None:
-        return errors.unknown_model(model)
-    caller = _authorize(request, runtime, snapshot, service, model)
-    if isinstance(caller, Response):
-        return caller
+    service = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
+    if isinstance(service, Response):
+        return service
+    if not service.instances:
+        return errors.no_ready_instance(service.name)
     body, data = _engine_body(service, model, data, body)
     path = request.scope["path"]
-    return _forward(request, runtime, service, caller, path, body, data, arrived)
-
-
-def _callable_models(snapshot: Snapshot, digest: str, now: float) -> list[str]:
-    key = snapshot.keys.get(digest)
-    names: list[str] = []
-    for name in sorted(snapshot.services):
-        service = snapshot.services[name]
-        if digest in service.token_digests or (key is not None and key.allows(name, now)):
-            names.extend(service.served_model_names or (service.name,))
-    return list(dict.fromkeys(names))  # de-duplicated, order kept
+    return _forward(request, runtime, service, caller, path, body, data, arrived, OPENAI_FORM)
 
 
 async def list_models(request: Request) -> Response:
     runtime = _runtime(request)
-    digest = _digest(request, runtime.settings)
-    if digest is None:
-        return errors.missing_token()
-    if not runtime.watcher.loaded:
-        return errors.routing_not_loaded()
-    snapshot = runtime.watcher.current
-    now = time.time()
-    key = snapshot.keys.get(digest)
-    if key is not None and key.expires_at is not None and now >= key.expires_at:
-        return errors.key_expired(key.expires_at)
-    models = _callable_models(snapshot, digest, now)
-    if not models:
-        return errors.error_response(
-            401,
-            errors.AUTHENTICATION,
-            "invalid_token",
-            "The token is not valid for any service. Check that you copied it correctly and "
-            "that it has not been revoked.",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "wharf"} for m in models]
-    return JSONResponse({"object": "list", "data": data})
+    caller = _caller(request, runtime)
+    if isinstance(caller, Response):
+        return caller
+    models = callers.callable_models(runtime.watcher.current, caller, time.time())
+    return JSONResponse({"object": "list", "data": [_model_object(m) for m in models]})
+
+
+async def get_model(request: Request) -> Response:
+    """OpenAI's model object for one model the caller may call; 404 model_not_found else."""
+    runtime = _runtime(request)
+    caller = _caller(request, runtime)
+    if isinstance(caller, Response):
+        return caller
+    model = request.path_params["model"]
+    found = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
+    if isinstance(found, Response):
+        return found
+    return JSONResponse(_model_object(model))
+
+
+def _model_object(model: str) -> dict[str, Any]:
+    return {"id": model, "object": "model", "created": 0, "owned_by": "wharf"}
 
 
 async def healthz(request: Request) -> Response:
     return JSONResponse(
         {"status": "ok", "snapshot_version": _runtime(request).watcher.current.version}
     )
+
+
+async def readyz(request: Request) -> Response:
+    """Ready once a routing snapshot has been read: before, every call would be refused."""
+    watcher = _runtime(request).watcher
+    if not watcher.ready:
+        return errors.not_ready()
+    return JSONResponse({"status": "ready", "snapshot_version": watcher.current.version})
 
 
 async def prometheus(request: Request) -> Response:
@@ -337,10 +293,10 @@ async def http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return errors.error_response(
             404,
-            errors.NOT_FOUND,
+            errors.INVALID_REQUEST,
             "route_not_found",
             f"No route {request.url.path}. Use /v1/completions, /v1/chat/completions, "
-            "/v1/models or /api/predict/<service>/<path>.",
+            "/v1/embeddings, /v1/models or /api/predict/<service>/<path>.",
         )
     return errors.error_response(
         exc.status_code,
@@ -400,7 +356,8 @@ async def _running(settings: Settings) -> AsyncIterator[Runtime]:
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
-    plane = Plane(Upstream(), balancer, limiter, usage, counters, engine_keys)
+    upstream = Upstream(keepalive_s=settings.upstream_keepalive)
+    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys)
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     health.start()
     await watcher.start()
@@ -439,7 +396,7 @@ class _FastPath:
             return
         tagged = request_id.tag(scope, send)
         try:
-            if scope["method"] == "POST" and scope["path"] in _GENERATION_PATHS:
+            if scope["method"] == "POST" and scope["path"] in _OPENAI_PATHS:
                 scope["app"] = self.app  # what Request.app reads, as Starlette would set it
                 response = await openai_route(Request(scope, receive))
                 await response(scope, receive, tagged)
@@ -463,10 +420,12 @@ def create_app(settings: Settings | None = None) -> _FastPath:
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
-        Route("/v1/completions", openai_route, methods=["POST"]),
-        Route("/v1/chat/completions", openai_route, methods=["POST"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+        *(Route(path, openai_route, methods=["POST"]) for path in _OPENAI_PATHS),
+        # GET routes take HEAD too.
         Route("/api/predict/{service}", predict, methods=["GET", "POST"]),
         Route("/api/predict/{service}/{path:path}", predict, methods=["GET", "POST"]),
     ]

@@ -13,6 +13,9 @@ from contracts.usage import USAGE_PREFIX
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
+UPSTREAM_KEEPALIVE_S = 4.0
+
+
 class ConfigError(RuntimeError):
     """A setting is missing or unusable; the message says which variable to set."""
 
@@ -42,6 +45,11 @@ class Settings:
     cooldown: float = 5.0
     usage_flush_interval: float = 1.0
     max_body_bytes: int = MAX_BODY_BYTES
+    # Idle connections to engines are closed after this long (0: one request per connection).
+    # Below the engines' own idle timeout (uvicorn's, vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE: 5 s)
+    # the gateway closes first; at or above it, a request can meet a connection the engine
+    # closes as it arrives, which gateway.upstream then sends again where that is safe.
+    upstream_keepalive: float = UPSTREAM_KEEPALIVE_S
 
 
 def load_settings() -> Settings:
@@ -61,10 +69,17 @@ def load_settings() -> Settings:
     max_body = env.envint("WHARF_GATEWAY_MAX_BODY_BYTES", MAX_BODY_BYTES)
     if max_body <= 0:
         raise ConfigError("WHARF_GATEWAY_MAX_BODY_BYTES must be a positive number of bytes.")
+    keepalive = env.envfloat("WHARF_GATEWAY_UPSTREAM_KEEPALIVE", UPSTREAM_KEEPALIVE_S)
+    if not 0 <= keepalive <= 3600:
+        raise ConfigError(
+            "WHARF_GATEWAY_UPSTREAM_KEEPALIVE must be a number of seconds from 0 (no reuse) "
+            "to 3600; keep it below the engines' idle timeout (5 s for vLLM)."
+        )
     return Settings(
         redis_url=env.envstr("REDIS_URL", "redis://127.0.0.1:6379/0"),
         secret_key=secret.encode(),
         snapshot_poll=poll,
         upstream_timeout=timeout,
         max_body_bytes=max_body,
+        upstream_keepalive=keepalive,
     )

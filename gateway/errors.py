@@ -1,4 +1,11 @@
-"""OpenAI-style error bodies, so OpenAI SDKs surface the gateway's messages as-is."""
+"""OpenAI's error bodies, so OpenAI SDKs surface the gateway's messages as they are.
+
+`type` is one of OpenAI's: `invalid_request_error` for what the caller can fix (400, 401,
+403, 404, 413), `server_error` for the gateway's and engines' failures (5xx), and for 429s
+the limit's kind (`requests`, `tokens`). `code` is OpenAI's where OpenAI names the case
+(`invalid_api_key`, `model_not_found`, `rate_limit_exceeded`); where OpenAI's is null, a
+Wharf name of the case (`missing_api_key`, `no_ready_instance`, ...).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +17,12 @@ from starlette.responses import JSONResponse
 from gateway.body import Invalid
 
 INVALID_REQUEST = "invalid_request_error"
-AUTHENTICATION = "authentication_error"
-PERMISSION = "permission_error"
-NOT_FOUND = "not_found_error"
-UNAVAILABLE = "service_unavailable"
+SERVER_ERROR = "server_error"
 RATE_LIMITED = "rate_limit_exceeded"
+# Alibaba PAI-EAS's statuses for its own form of call (/api/predict/...): an instance queue
+# full (metadata.rpc.max_queue_size), and a request past metadata.rpc.keepalive.
+EAS_QUEUE_FULL = 450
+EAS_TIMEOUT = 408
 
 
 def error_response(
@@ -39,21 +47,22 @@ def invalid_body(invalid: Invalid) -> JSONResponse:
 def missing_token() -> JSONResponse:
     return error_response(
         401,
-        AUTHENTICATION,
-        "missing_token",
+        INVALID_REQUEST,
+        "missing_api_key",
         "No token given. Send the service's token as 'Authorization: Bearer <token>' "
         "(or the bare token as the Authorization header).",
         headers={"WWW-Authenticate": "Bearer"},
     )
 
 
-def invalid_token(service: str) -> JSONResponse:
+def invalid_token(service: str | None = None) -> JSONResponse:
+    what = f"for service '{service}'" if service else "for any service"
     return error_response(
         401,
-        AUTHENTICATION,
-        "invalid_token",
-        f"The token is not valid for service '{service}'. Check that you copied the token "
-        "of this service, and that it has not been revoked.",
+        INVALID_REQUEST,
+        "invalid_api_key",
+        f"The token is not valid {what}. Check that you copied the token of this service or "
+        "your API key, and that it has not been revoked.",
         headers={"WWW-Authenticate": "Bearer"},
     )
 
@@ -62,8 +71,8 @@ def key_expired(expired_at: float) -> JSONResponse:
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expired_at))
     return error_response(
         401,
-        AUTHENTICATION,
-        "key_expired",
+        INVALID_REQUEST,
+        "invalid_api_key",
         f"The API key expired at {when}. Create a new key in the console, or ask its owner "
         "to extend it.",
         headers={"WWW-Authenticate": "Bearer"},
@@ -73,7 +82,7 @@ def key_expired(expired_at: float) -> JSONResponse:
 def key_not_allowed(service: str) -> JSONResponse:
     return error_response(
         403,
-        PERMISSION,
+        INVALID_REQUEST,
         "key_not_allowed",
         f"The API key may not call service '{service}': it is limited to other services. "
         "Use a key whose scope includes this service.",
@@ -83,7 +92,7 @@ def key_not_allowed(service: str) -> JSONResponse:
 def unknown_service(service: str) -> JSONResponse:
     return error_response(
         404,
-        NOT_FOUND,
+        INVALID_REQUEST,
         "service_not_found",
         f"No service named '{service}'. Check the service name in the URL; "
         "the console lists your services and their endpoints.",
@@ -91,19 +100,47 @@ def unknown_service(service: str) -> JSONResponse:
 
 
 def unknown_model(model: str) -> JSONResponse:
+    """A model no service serves, or none the caller may call: the same answer, as OpenAI's."""
     return error_response(
         404,
-        NOT_FOUND,
+        INVALID_REQUEST,
         "model_not_found",
-        f"No service serves the model '{model}'. Use a service name or one of its served "
-        "model names; GET /v1/models lists the models your token can call.",
+        f"The model '{model}' does not exist or your token may not call it. Use a service "
+        "name or one of its served model names; GET /v1/models lists the models your token "
+        "can call.",
+        param="model",
+    )
+
+
+def unsupported_route(service: str, path: str) -> JSONResponse:
+    """An engine without the route called (say /v1/embeddings on a text generation model)."""
+    return error_response(
+        404,
+        INVALID_REQUEST,
+        "model_not_supported",
+        f"The model of service '{service}' does not serve {path}: its engine has no such "
+        "route (embeddings need an embedding model). Choose a model that serves it.",
+        param="model",
+    )
+
+
+def request_timeout(service: str, seconds: float) -> JSONResponse:
+    """EAS's 408: the request took longer than the service's metadata.rpc.keepalive."""
+    return error_response(
+        EAS_TIMEOUT,
+        SERVER_ERROR,
+        "request_timeout",
+        f"Service '{service}' did not answer within its keepalive of {seconds * 1000:g} ms "
+        "(metadata.rpc.keepalive: the whole request, queueing included). Retry, ask for less, "
+        "or raise the service's keepalive.",
+        headers={"connection": "close"},
     )
 
 
 def no_ready_instance(service: str) -> JSONResponse:
     return error_response(
         503,
-        UNAVAILABLE,
+        SERVER_ERROR,
         "no_ready_instance",
         f"Service '{service}' has no ready instance right now; it may be starting, scaling "
         "or failing its health checks. Retry shortly, or check the service in the console.",
@@ -114,7 +151,7 @@ def no_ready_instance(service: str) -> JSONResponse:
 def routing_not_loaded() -> JSONResponse:
     return error_response(
         503,
-        UNAVAILABLE,
+        SERVER_ERROR,
         "routing_unavailable",
         "The gateway has not loaded its routing table yet (its Redis is unreachable). "
         "Retry shortly; if this persists, check the gateway's REDIS_URL.",
@@ -122,10 +159,22 @@ def routing_not_loaded() -> JSONResponse:
     )
 
 
+def not_ready() -> JSONResponse:
+    return error_response(
+        503,
+        SERVER_ERROR,
+        "routing_unavailable",
+        "The gateway has not read a routing snapshot yet: its Redis is unreachable, or the "
+        "control plane has not published one. Check the gateway's REDIS_URL and that the "
+        "control plane runs.",
+        headers={"Retry-After": "5"},
+    )
+
+
 def upstream_unreachable(service: str) -> JSONResponse:
     return error_response(
         502,
-        UNAVAILABLE,
+        SERVER_ERROR,
         "upstream_unreachable",
         f"Could not connect to any instance of service '{service}'. Retry shortly; "
         "if this persists, check the service's instances in the console.",
@@ -135,7 +184,7 @@ def upstream_unreachable(service: str) -> JSONResponse:
 def upstream_failed(service: str) -> JSONResponse:
     return error_response(
         502,
-        UNAVAILABLE,
+        SERVER_ERROR,
         "upstream_error",
         f"The instance of service '{service}' broke off the request before answering. "
         "Retry; if this persists, check the instance's logs in the console.",
@@ -145,7 +194,7 @@ def upstream_failed(service: str) -> JSONResponse:
 def upstream_timeout(service: str, seconds: float) -> JSONResponse:
     return error_response(
         504,
-        UNAVAILABLE,
+        SERVER_ERROR,
         "upstream_timeout",
         f"Service '{service}' did not answer within {seconds:g} s. Retry, ask for fewer "
         "tokens, or use stream=true so output arrives as it is generated.",
@@ -153,19 +202,25 @@ def upstream_timeout(service: str, seconds: float) -> JSONResponse:
 
 
 def rate_limited(
-    error_type: str, message: str, headers: Mapping[str, str], *, retryable: bool = True
+    error_type: str,
+    message: str,
+    headers: Mapping[str, str],
+    *,
+    retryable: bool = True,
+    status: int = 429,
 ) -> JSONResponse:
-    """A 429 as OpenAI sends it; `retryable=False` tells its SDKs not to retry in vain."""
+    """A 429 as OpenAI sends it (450 for a full queue in EAS form); `retryable=False` tells
+    its SDKs not to retry in vain."""
     extra = dict(headers)
     if not retryable:
         extra["x-should-retry"] = "false"
-    return error_response(429, error_type, RATE_LIMITED, message, headers=extra)
+    return error_response(status, error_type, RATE_LIMITED, message, headers=extra)
 
 
 def no_prefill_instance(service: str) -> JSONResponse:
     return error_response(
         503,
-        UNAVAILABLE,
+        SERVER_ERROR,
         "no_prefill_instance",
         f"Service '{service}' has no ready prefill instance right now. Retry shortly; to let "
         "decode serve alone meanwhile, set llm.pd.on_prefill_failure to decode_only.",
@@ -176,7 +231,7 @@ def no_prefill_instance(service: str) -> JSONResponse:
 def prefill_failed(service: str) -> JSONResponse:
     return error_response(
         502,
-        UNAVAILABLE,
+        SERVER_ERROR,
         "prefill_failed",
         f"The prefill instance of service '{service}' failed the request. Retry; if this "
         "persists, check the prefill instance's logs in the console.",
@@ -186,7 +241,7 @@ def prefill_failed(service: str) -> JSONResponse:
 def internal_error() -> JSONResponse:
     return error_response(
         500,
-        "server_error",
+        SERVER_ERROR,
         "internal_error",
         "The gateway failed while answering this request. Retry; if this persists, report it "
         "with the answer's x-request-id, which the gateway's log lines carry.",

@@ -150,12 +150,12 @@ def refusal(demand: Demand, verdict: Verdict) -> Refusal:
             f"{key}: concurrent requests limit of {demand.max_concurrency} reached. Retry when "
             "one of its requests has finished."
         )
-        return Refusal(REASONS[code], "rate_limit_error", message, headers)
+        return Refusal(REASONS[code], "requests", message, headers)
     message = (
         f"Service '{demand.service}' is at capacity: every instance has its queue limit of "
         f"{demand.queue_size} outstanding requests. {after}"
     )
-    return Refusal(REASONS[code], "rate_limit_error", message, headers)
+    return Refusal(REASONS[code], "requests", message, headers)
 
 
 def _refused_limit_headers(demand: Demand, verdict: Verdict) -> list[tuple[bytes, bytes]]:

@@ -17,10 +17,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -28,10 +26,11 @@ from contracts.routing import RoutedInstance, RoutedService
 from gateway import errors, metrics
 from gateway.balancer import Balancer
 from gateway.engine_auth import EngineKeys
+from gateway.headers import client_response_headers
+from gateway.limit_rules import Refusal
 from gateway.limits import Admission, Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
-from gateway.request_id import HEADER as REQUEST_ID
 from gateway.taps import JsonTap, SseTap
 from gateway.upstream import (
     Answer,
@@ -45,84 +44,12 @@ from gateway.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
-# RFC 9110 section 7.6.1: meaningful for one connection only, never forwarded.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-# The token is for the gateway; engines must never see it (nor log it): they get their own
-# key instead (gateway.engine_auth). The gateway has the whole body before it calls an
-# engine, so the client's Expect is answered already. The request's id is the gateway's
-# choice (gateway.request_id), not necessarily the client's.
-_REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length", "expect", REQUEST_ID}
-# uvicorn writes its own; passing the engine's too would duplicate them. The request's id
-# is added to every answer by gateway.request_id (vLLM echoes it: it would come twice).
-_RESPONSE_DROP = frozenset(
-    name.encode() for name in HOP_BY_HOP | {"server", "date", "x-wharf-instance", REQUEST_ID}
-)
-
-INSTANCE_HEADER = "x-wharf-instance"
-
 # nginx's status for "the client closed the connection before the answer".
 CLIENT_CLOSED = 499
-
-
-def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
-    """Header names listed in Connection, which are hop-by-hop for this message too."""
-    names: set[str] = set()
-    for name, value in headers:
-        if name.lower() == "connection":
-            names.update(token.strip().lower() for token in value.split(","))
-    return names
-
-
-def upstream_request_headers(
-    headers: Headers,
-    client_host: str | None,
-    drop: frozenset[str] = frozenset(),
-    request_id: str | None = None,
-) -> list[tuple[str, str]]:
-    """The client's headers minus hop-by-hop ones, the token and `drop`, plus X-Forwarded-For
-    and the request's id."""
-    items = headers.items()
-    dropped = _REQUEST_DROP | drop | _connection_tokens(items)
-    kept = [(name, value) for name, value in items if name.lower() not in dropped]
-    if client_host:
-        prior = headers.get("x-forwarded-for")
-        kept = [(n, v) for n, v in kept if n.lower() != "x-forwarded-for"]
-        kept.append(("x-forwarded-for", f"{prior}, {client_host}" if prior else client_host))
-    if request_id:
-        kept.append((REQUEST_ID, request_id))
-    return kept
-
-
-def client_response_headers(
-    raw: Sequence[tuple[bytes, bytes]], instance: RoutedInstance, reframed: bool
-) -> list[tuple[bytes, bytes]]:
-    """The engine's headers for the client; `reframed`: the body is not the engine's length."""
-    connection = {
-        token.strip().lower().encode()
-        for name, value in raw
-        if name.lower() == b"connection"
-        for token in value.decode("latin-1").split(",")
-    }
-    drop = _RESPONSE_DROP | connection
-    kept = [(name.lower(), value) for name, value in raw if name.lower() not in drop]
-    if reframed or any(name.lower() == b"transfer-encoding" for name, _ in raw):
-        # The body is re-framed by our server, so a length the engine sent alongside
-        # chunked encoding (invalid anyway), or for bytes we removed, must not leak through.
-        kept = [(n, v) for n, v in kept if n != b"content-length"]
-    kept.append((INSTANCE_HEADER.encode(), instance.name.encode("latin-1")))
-    return kept
+OPENAI_FORM, EAS_FORM = "openai", "eas"
+_CLIENT_LEFT, _EXPIRED = "client_left", "expired"
+# An engine's 404 for a route it lacks is read whole, up to this, to see whose it is.
+_MISSING_ROUTE_READ = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -155,6 +82,8 @@ class Call:
     arrived: float = 0.0  # time.perf_counter() when the request came in
     policy: str = "least_outstanding"  # how instances are ranked ("round_robin" too)
     prefill: PrefillLeg | None = None  # a prefill/decode service: prefill first, then decode
+    form: str = OPENAI_FORM  # how the caller called: OpenAI's routes or EAS's /api/predict/...
+    keepalive: float | None = None  # seconds for the whole request (metadata.rpc.keepalive)
 
 
 @dataclass
@@ -165,7 +94,7 @@ class _Outcome:
     counts: tuple[int, int] | None = None  # (prompt, completion) tokens the engine reported
     events: int = 0  # data events relayed, when streaming
     ended: bool = False  # nothing left to abort: the answer is complete or given up
-    client_left: bool = False
+    stopped: str = ""  # why the gateway cancelled the request: _CLIENT_LEFT or _EXPIRED
     first_byte: float = 0.0  # seconds from arrival to the answer's first byte
 
 
@@ -190,28 +119,32 @@ class ProxyResponse(Response):
             demand = replace(demand, instances=tuple(i.url for i in ranked))
         admission = await plane.limiter.admit(demand)
         if admission.refusal is not None:
-            refusal = admission.refusal
-            plane.metrics.reject(call.service.name, refusal.reason, 429)
-            response = errors.rate_limited(
-                refusal.error_type, refusal.message, refusal.headers, retryable=refusal.retryable
-            )
-            await response(scope, receive, send)
+            await self._refuse(admission.refusal, scope, receive, send)
             return
         outcome = _Outcome()
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.ensure_future(_disconnected(receive))
 
-        def client_left(_: asyncio.Future[None]) -> None:
+        def stop(why: str) -> None:
             # uvicorn also reports a disconnect once the answer is complete: only one that
             # comes while the engine is still answering aborts the request.
-            if not watcher.cancelled() and not outcome.ended:
-                outcome.client_left = True
+            if not outcome.ended and not outcome.stopped:
+                outcome.stopped = why
                 task.cancel()
+
+        def client_left(_: asyncio.Future[None]) -> None:
+            if not watcher.cancelled():
+                stop(_CLIENT_LEFT)
 
         # A plain task and callback, not an anyio task group: a quarter of the cost, and this
         # runs for every request.
         watcher.add_done_callback(client_left)
+        deadline = None
+        if call.keepalive:
+            # metadata.rpc.keepalive bounds the whole request, from its arrival.
+            left = call.keepalive - (time.perf_counter() - call.arrived)
+            deadline = asyncio.get_running_loop().call_later(max(left, 0), stop, _EXPIRED)
         try:
             if call.prefill is not None:
                 failure = await self._prefill(call.prefill)
@@ -220,15 +153,41 @@ class ProxyResponse(Response):
                     return
             await self._relay(ranked, demand, admission, outcome, scope, receive, send)
         except asyncio.CancelledError:
-            if not outcome.client_left:
+            if not outcome.stopped:
                 raise
-            # Our own cancellation, for the departed client: it ends here.
+            # Our own cancellation, for the departed client or the keepalive: it ends here.
             task.uncancel()
+            if outcome.stopped == _EXPIRED and not outcome.answered:
+                await self._error(self._expired(), outcome, scope, receive, send)
+            # Expired mid-answer: returning unfinished makes the server drop the connection.
         finally:
             outcome.ended = True
+            if deadline is not None:
+                deadline.cancel()
             watcher.remove_done_callback(client_left)
             watcher.cancel()
             self._finish(admission, outcome)
+
+    async def _refuse(self, refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+        """A limit refused the request: 429, or EAS's 450 for a full instance queue."""
+        call = self.call
+        status = 429
+        if call.form == EAS_FORM and refusal.reason == metrics.REASON_INSTANCE_QUEUE:
+            status = errors.EAS_QUEUE_FULL
+        self.plane.metrics.reject(call.service.name, refusal.reason, status)
+        response = errors.rate_limited(
+            refusal.error_type, refusal.message, refusal.headers,
+            retryable=refusal.retryable, status=status,
+        )  # fmt: skip
+        await response(scope, receive, send)
+
+    def _expired(self) -> Response:
+        """The answer to a request past its service's keepalive: EAS's 408, OpenAI's 504."""
+        call = self.call
+        assert call.keepalive is not None
+        if call.form == EAS_FORM:
+            return errors.request_timeout(call.service.name, call.keepalive)
+        return errors.upstream_timeout(call.service.name, call.keepalive)
 
     async def _relay(
         self,
@@ -273,6 +232,14 @@ class ProxyResponse(Response):
                 plane.balancer.release(instance.url)
                 raise
             try:
+                if answer.status in (404, 405) and self.call.form == OPENAI_FORM:
+                    body = await answer.peek(_MISSING_ROUTE_READ)
+                    if b'"error"' not in body:
+                        # The engine's framework's own 404 (vLLM: {"detail": "Not Found"}): it
+                        # lacks the route, e.g. /v1/embeddings for a text generation model.
+                        response = errors.unsupported_route(service.name, self.call.path)
+                        await self._error(response, outcome, scope, receive, send)
+                        return
                 await self._stream(answer, instance, admission, outcome, send)
             finally:
                 plane.balancer.release(instance.url)
@@ -365,7 +332,7 @@ class ProxyResponse(Response):
         call = self.call
         sse, json_tap = _taps(answer, call.strip_usage)
         headers = client_response_headers(
-            answer.headers, instance, reframed=sse is not None and call.strip_usage
+            answer.headers, instance, sse is not None and call.strip_usage, answer.status
         )
         self.status_code = outcome.status = answer.status
         if answer.status >= 500:

@@ -49,6 +49,7 @@ class SnapshotWatcher:
         self._health = health
         self._snapshot = Snapshot()
         self._loaded = False
+        self._ready = False
         self._read_at = time.monotonic()
         self._redis: aioredis.Redis | None = None
         self._task: asyncio.Task[None] | None = None
@@ -61,6 +62,12 @@ class SnapshotWatcher:
     def loaded(self) -> bool:
         """Whether Redis has answered at least once, i.e. routing is known rather than assumed."""
         return self._loaded
+
+    @property
+    def ready(self) -> bool:
+        """Whether a routing snapshot has been read (Redis answering with none is not enough:
+        a gateway routes nothing until the control plane has published one)."""
+        return self._ready
 
     def age(self) -> float:
         """Seconds since Redis last answered a snapshot read (it grows during an outage)."""
@@ -123,7 +130,7 @@ class SnapshotWatcher:
         if self._on_load is not None:
             self._on_load(snapshot)
         self._snapshot = snapshot
-        self._loaded = True
+        self._loaded = self._ready = True
 
     async def _reload_logged(self) -> None:
         try:

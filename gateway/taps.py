@@ -26,7 +26,8 @@ def token_counts(usage: object) -> tuple[int, int] | None:
     """(prompt, completion) tokens from an OpenAI `usage` object, if it has them."""
     if not isinstance(usage, dict):
         return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    # An embeddings answer counts prompt tokens only.
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens", 0)
     if isinstance(prompt, int) and isinstance(completion, int):
         return prompt, completion
     return None

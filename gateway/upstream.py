@@ -20,14 +20,22 @@ UpstreamTimeoutError (the engine was silent too long) and UpstreamBrokenError (t
 or the answer was malformed after the request went out: retrying could run it twice).
 
 One failure is not an error: an engine closing a kept-alive connection just as it is reused
-(its idle timer fired while the request was on the way). The engine answered nothing and
-read nothing it acted on, so the request goes out once more on a new connection, as Envoy's
-`reset` retry does; an OpenAI-compatible engine keeps no state between calls.
+(its idle timer fired while the request was on the way). As Go's net/http, urllib3 and
+aiohttp do, a pooled connection is checked before use (one the engine already closed is
+passed over: nothing was sent on it), and one that closes with no byte of an answer after
+the request went out on it is tried once more, afresh, when the request may be repeated:
+its method is idempotent (RFC 9110 9.2.2) or it carries an Idempotency-Key; or the close
+came within `UNREAD_WINDOW_S` of the request, before the engine could have acted on it (an
+idle timer firing, not an engine that read a request and then died: it would first have
+to run it).
+
+HEAD answers, and 204 and 304 ones, end with their head: no body is waited for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl
 from collections import deque
 from dataclasses import dataclass
@@ -61,6 +69,12 @@ class UpstreamBrokenError(UpstreamError):
 _HIGH_WATER = 256 * 1024
 # An engine's answer head larger than this is not an answer.
 _MAX_HEAD = 64 * 1024
+# A reused connection the engine closed this soon after a request went out on it, with no byte
+# of an answer, was closed by its idle timer as the request arrived: no engine reads a request
+# and closes unanswered this fast unless it never read it. Such requests go out once more.
+UNREAD_WINDOW_S = 0.05
+# RFC 9110 9.2.2: methods whose repetition changes nothing.
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 
 @dataclass(frozen=True)
@@ -97,8 +111,12 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.lost: UpstreamError | None = None
         self.pooled: tuple[list[_Connection], asyncio.TimerHandle] | None = None
-        # One parser for the connection's life: it reads one answer after another.
+        # One parser reads one answer after another; it is replaced after a bodiless one.
         self.parser = httptools.HttpResponseParser(self)
+        self.bodiless = False  # the request was a HEAD: its answer ends with its head
+        self.spent = False  # the parser still waits for a body that will never come
+        self.sent_at = 0.0
+        self.closed_at = 0.0
         self._reset()
 
     def _reset(self) -> None:
@@ -118,11 +136,12 @@ class _Connection(asyncio.Protocol):
 
     # -- one exchange ----------------------------------------------------------------------
 
-    def send(self, data: bytes, timeout: float) -> None:
+    def send(self, data: bytes, timeout: float, bodiless: bool = False) -> None:
         assert self.transport is not None
         self._reset()
+        self.bodiless = bodiless
         self.timeout = timeout
-        self.last_heard = self.loop.time()
+        self.sent_at = self.last_heard = self.loop.time()
         self.timer = self.loop.call_at(self.last_heard + timeout, self._check_silence)
         self.transport.write(data)
 
@@ -160,6 +179,13 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def closed_unanswered(self, replayable: bool) -> bool:
+        """Whether this kept-alive connection closed as it was reused, with no byte of an
+        answer, and the request may go out once more (see the module's docstring)."""
+        if self.heard or not self.closed_at:
+            return False
+        return replayable or self.closed_at - self.sent_at <= UNREAD_WINDOW_S
+
     def _check_silence(self) -> None:
         quiet_until = self.last_heard + self.timeout
         if self.loop.time() < quiet_until:
@@ -195,11 +221,15 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(UpstreamBrokenError(f"malformed answer: {exc}"))
             self.abort()
+        if self.spent:
+            self.parser = httptools.HttpResponseParser(self)
+            self.spent = False
 
     def eof_received(self) -> bool:
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed_at = self.loop.time()
         self.done()
         if self.pooled is not None:
             idle, timer = self.pooled
@@ -237,9 +267,17 @@ class _Connection(asyncio.Protocol):
         self.status = status
         if status in (204, 304):
             self.framed = True
+        if self.bodiless:
+            # A HEAD's answer announces a body it never sends; the parser cannot be told (it
+            # does not know the request), so the answer ends here and it is replaced.
+            self.framed = self.complete = self.spent = True
+            self.keep_alive = self.parser.should_keep_alive()
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            self.keep_alive = False  # bytes after a bodiless answer: not reusable
+            return
         if body:
             self.chunks.append(body)
             self.buffered += len(body)
@@ -248,8 +286,8 @@ class _Connection(asyncio.Protocol):
             self._wake()
 
     def on_message_complete(self) -> None:
-        if not self.status:
-            return  # the end of an interim answer
+        if not self.status or self.complete:
+            return  # the end of an interim answer, or of a body a HEAD's answer has not
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
         self._wake()
@@ -285,6 +323,16 @@ class Answer:
                 return b""
             await connection.wait()
         return connection.take()
+
+    async def peek(self, limit: int) -> bytes:
+        """The body's first `limit` bytes (fewer if it is shorter), left to be read again."""
+        connection = self._connection
+        try:
+            while connection.buffered < limit and not connection.complete:
+                await connection.wait()
+        except UpstreamError:
+            pass  # the reads that follow raise it
+        return b"".join(connection.chunks)[:limit]
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -353,13 +401,13 @@ class Upstream:
         connection, reused = await self._connection(where, connect_timeout)
         while True:
             try:
-                connection.send(request, timeout)
+                connection.send(request, timeout, bodiless=method == "HEAD")
                 while not connection.status:
                     await connection.wait()
                 return Answer(self, where, connection)
             except UpstreamBrokenError:
                 connection.abort()
-                if not reused or connection.heard:
+                if not (reused and connection.closed_unanswered(_replayable(method, headers))):
                     raise
             except BaseException:
                 connection.abort()
@@ -382,8 +430,9 @@ class Upstream:
             connection.pooled[1].cancel()
             connection.pooled = None
             transport = connection.transport
-            if connection.lost is None and transport is not None and not transport.is_closing():
+            if connection.lost is None and transport is not None and not _dropped(transport):
                 return connection, True
+            connection.abort()
         return await self._connect(where, connect_timeout), False
 
     async def _connect(self, where: _Target, connect_timeout: float) -> _Connection:
@@ -408,7 +457,35 @@ class Upstream:
         return connection
 
     def _put(self, where: _Target, connection: _Connection) -> None:
+        if self._keepalive_s <= 0:
+            connection.abort()  # keep-alive off: one request per connection
+            return
         idle = self._idle.setdefault(where, [])
         timer = asyncio.get_running_loop().call_later(self._keepalive_s, connection.abort)
         connection.pooled = (idle, timer)
         idle.append(connection)
+
+
+def _replayable(method: str, headers: list[tuple[str, str]]) -> bool:
+    """Whether sending the request twice does what sending it once does (RFC 9110 9.2.2; an
+    Idempotency-Key says so of a POST, as Go's net/http reads it)."""
+    if method in IDEMPOTENT_METHODS:
+        return True
+    return any(name.lower() in ("idempotency-key", "x-idempotency-key") for name, _ in headers)
+
+
+def _dropped(transport: asyncio.Transport) -> bool:
+    """Whether the engine closed (or wrote on) an idle connection, though the event loop has
+    not noticed yet: the socket is readable, as urllib3 checks before reusing one."""
+    if transport.is_closing():
+        return True
+    if transport.get_extra_info("ssl_object") is not None:
+        return False  # TLS records (session tickets) may be waiting: readable proves nothing
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)

@@ -94,11 +94,13 @@ class Gateway:
         return httpx.get(self.url + "/metrics", trust_env=False).text
 
 
-def assert_error(response: httpx.Response, status: int, error_type: str, code: str) -> None:
+def assert_error(
+    response: httpx.Response, status: int, error_type: str, code: str, param: str | None = None
+) -> None:
     """An OpenAI-style error body: {"error": {"message", "type", "param", "code"}}."""
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert (error["type"], error["code"], error["param"]) == (error_type, code, None)
+    assert (error["type"], error["code"], error["param"]) == (error_type, code, param)
     assert error["message"]
 
 

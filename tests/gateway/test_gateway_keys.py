@@ -65,7 +65,7 @@ def test_key_for_every_service_reaches_each(
     assert complete(http, gateway, token, other.name).status_code == 200
 
 
-def test_key_outside_its_scope_is_403_naming_the_service(
+def test_key_outside_its_scope_is_403_in_eas_form_naming_the_service(
     start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
 ) -> None:
     allowed, other = two_services(engines)
@@ -73,12 +73,29 @@ def test_key_outside_its_scope_is_403_naming_the_service(
     key = RoutedKey(unique("k"), services=frozenset({allowed.name}))
     gateway = start_gateway(snapshot(1, allowed, other, keys={digest: key}))
 
-    response = complete(http, gateway, token, other.name)
-    assert_error(response, 403, "permission_error", "key_not_allowed")
+    response = http.post(
+        f"{gateway.url}/api/predict/{other.name}/v1/completions",
+        json={"prompt": "x"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert_error(response, 403, "invalid_request_error", "key_not_allowed")
     assert other.name in response.json()["error"]["message"]
+
+
+def test_key_outside_its_scope_is_openais_model_not_found_in_openai_form(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    # As OpenAI answers for a model a key has no access to: the same 404 as for no model.
+    allowed, other = two_services(engines)
+    token, digest = make_key()
+    key = RoutedKey(unique("k"), services=frozenset({allowed.name}))
+    gateway = start_gateway(snapshot(1, allowed, other, keys={digest: key}))
+
+    response = complete(http, gateway, token, other.name)
+    assert_error(response, 404, "invalid_request_error", "model_not_found", param="model")
     with (
         openai_client(gateway, token) as client,
-        pytest.raises(openai.PermissionDeniedError, match="may not call service"),
+        pytest.raises(openai.NotFoundError, match="does not exist or your token may not call"),
     ):
         client.completions.create(model=other.name, prompt="x")
 
@@ -92,11 +109,12 @@ def test_expired_key_is_401_saying_when_it_expired(
     gateway = start_gateway(snapshot(1, allowed, keys={digest: key}))
 
     response = complete(http, gateway, token, allowed.name)
-    assert_error(response, 401, "authentication_error", "key_expired")
+    assert_error(response, 401, "invalid_request_error", "invalid_api_key")
     assert "expired at" in response.json()["error"]["message"]
     assert response.headers["www-authenticate"] == "Bearer"
     models = http.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {token}"})
-    assert_error(models, 401, "authentication_error", "key_expired")
+    assert_error(models, 401, "invalid_request_error", "invalid_api_key")
+    assert "expired at" in models.json()["error"]["message"]
 
 
 def test_key_expiring_while_the_gateway_runs_is_refused_from_then_on(
@@ -126,6 +144,9 @@ def test_revoked_key_is_refused_within_a_second_of_the_next_snapshot(
     assert wait_until(lambda: complete(http, gateway, token, allowed.name).status_code == 401)
     assert time.monotonic() - started < 1.0
     assert_error(
-        complete(http, gateway, token, allowed.name), 401, "authentication_error", "invalid_token"
+        complete(http, gateway, token, allowed.name),
+        401,
+        "invalid_request_error",
+        "invalid_api_key",
     )
     assert complete(http, gateway, kept_token, allowed.name).status_code == 200

@@ -203,7 +203,7 @@ def test_key_concurrency_refuses_while_full_and_frees_the_slot_when_requests_end
 
     stream = held_stream(gateway, token, "m")
     refused = post(http, gateway, token, body)
-    assert_rate_limited(refused, "rate_limit_error", "concurrent requests limit of 1 reached")
+    assert_rate_limited(refused, "requests", "concurrent requests limit of 1 reached")
     stream.finish()  # the request is over
     assert post(http, gateway, token, body).status_code == 200
 
@@ -225,7 +225,7 @@ def test_instance_queue_refuses_beyond_max_queue_size_then_recovers(
 
     stream = held_stream(gateway, token, svc.name)
     refused = post(http, gateway, token, body)
-    assert_rate_limited(refused, "rate_limit_error", "queue limit of 1 outstanding requests")
+    assert_rate_limited(refused, "requests", "queue limit of 1 outstanding requests")
     stream.finish()
     assert post(http, gateway, token, body).status_code == 200
 

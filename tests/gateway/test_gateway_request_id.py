@@ -112,21 +112,28 @@ def test_a_128_character_id_is_kept(deployed: Deployed) -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "body", "status"),
+    ("method", "path", "body", "status", "token"),
     [
-        ("POST", "/v1/completions", {"model": "tiny", "prompt": "x"}, 401),  # no token
-        ("POST", "/v1/completions", {"model": "nobody", "prompt": "x"}, 404),
-        ("POST", "/api/predict/nobody/v1/completions", {}, 404),
-        ("GET", "/no/such/route", None, 404),
-        ("POST", "/v1/completions", {"prompt": "x"}, 400),
+        ("POST", "/v1/completions", {"model": "tiny", "prompt": "x"}, 401, False),
+        ("POST", "/v1/completions", {"model": "nobody", "prompt": "x"}, 404, True),
+        ("POST", "/api/predict/nobody/v1/completions", {}, 404, False),
+        ("GET", "/no/such/route", None, 404, False),
+        ("POST", "/v1/completions", {"prompt": "x"}, 400, True),
     ],
 )
 def test_gateway_made_errors_carry_the_id(
-    deployed: Deployed, http: httpx.Client, method: str, path: str, body, status: int
+    deployed: Deployed,
+    http: httpx.Client,
+    method: str,
+    path: str,
+    body,
+    status: int,
+    token: bool,
 ) -> None:
-    answer = http.request(
-        method, deployed.gateway.url + path, json=body, headers={"x-request-id": "err-1"}
-    )
+    headers = {"x-request-id": "err-1"}
+    if token:
+        headers["Authorization"] = f"Bearer {deployed.token}"
+    answer = http.request(method, deployed.gateway.url + path, json=body, headers=headers)
     assert answer.status_code == status
     assert answer.headers.get_list("x-request-id") == ["err-1"]
 

@@ -125,7 +125,7 @@ def test_accepts_token_with_or_without_bearer_scheme(
 @pytest.mark.parametrize("path", ["/api/predict/tiny-svc/v1/completions", "/v1/completions"])
 def test_rejects_missing_token(deployed: Deployed, http: httpx.Client, path: str) -> None:
     response = http.post(deployed.gateway.url + path, json={"model": "tiny", "prompt": "x"})
-    assert_error(response, 401, "authentication_error", "missing_token")
+    assert_error(response, 401, "invalid_request_error", "missing_api_key")
     assert response.headers["www-authenticate"] == "Bearer"
 
 
@@ -137,7 +137,7 @@ def test_rejects_wrong_token(deployed: Deployed, http: httpx.Client, scheme: str
         json={"model": "tiny", "prompt": "x"},
         headers={"Authorization": scheme + other_token},
     )
-    assert_error(response, 401, "authentication_error", "invalid_token")
+    assert_error(response, 401, "invalid_request_error", "invalid_api_key")
 
 
 def test_openai_client_sees_wrong_token_as_authentication_error(deployed: Deployed) -> None:
@@ -146,18 +146,28 @@ def test_openai_client_sees_wrong_token_as_authentication_error(deployed: Deploy
         pytest.raises(openai.AuthenticationError) as raised,
     ):
         client.completions.create(model="tiny", prompt="x")
-    assert "not valid for service 'tiny-svc'" in str(raised.value)
+    assert "not valid for any service" in str(raised.value)
 
 
-def test_rejects_unknown_service_before_checking_the_token(
+def test_rejects_unknown_service_in_eas_form_before_checking_the_token(
     deployed: Deployed, http: httpx.Client
 ) -> None:
     eas = http.post(deployed.gateway.url + "/api/predict/nope/v1/completions", json={})
-    assert_error(eas, 404, "not_found_error", "service_not_found")
-    openai_form = http.post(
-        deployed.gateway.url + "/v1/completions", json={"model": "nope", "prompt": "x"}
+    assert_error(eas, 404, "invalid_request_error", "service_not_found")
+
+
+def test_unknown_model_is_openais_model_not_found_after_the_token_is_checked(
+    deployed: Deployed, http: httpx.Client
+) -> None:
+    body = {"model": "nope", "prompt": "x"}
+    stranger = http.post(deployed.gateway.url + "/v1/completions", json=body)
+    assert_error(stranger, 401, "invalid_request_error", "missing_api_key")
+    response = http.post(
+        deployed.gateway.url + "/v1/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {deployed.token}"},
     )
-    assert_error(openai_form, 404, "not_found_error", "model_not_found")
+    assert_error(response, 404, "invalid_request_error", "model_not_found", param="model")
 
 
 @pytest.mark.parametrize(
@@ -187,7 +197,7 @@ def test_service_without_ready_instance_is_503_after_auth(
         json={"model": "cold", "prompt": "x"},
         headers={"Authorization": f"Bearer {token}"},
     )
-    assert_error(response, 503, "service_unavailable", "no_ready_instance")
+    assert_error(response, 503, "server_error", "no_ready_instance")
     assert response.headers["retry-after"]
     unauthenticated = http.post(gateway.url + "/v1/completions", json={"model": "cold"})
     assert unauthenticated.status_code == 401
@@ -223,6 +233,9 @@ def test_unknown_route_answers_in_openai_error_shape(
     deployed: Deployed, http: httpx.Client
 ) -> None:
     assert_error(
-        http.get(deployed.gateway.url + "/v2/nothing"), 404, "not_found_error", "route_not_found"
+        http.get(deployed.gateway.url + "/v2/nothing"),
+        404,
+        "invalid_request_error",
+        "route_not_found",
     )
     assert http.get(deployed.gateway.url + "/v1/completions").status_code == 405

@@ -418,3 +418,117 @@ def test_interim_answers_are_skipped() -> None:
             await upstream.close()
 
     run(test)
+
+
+def close_a_while_after_the_second_request(delay: float) -> Handler:
+    """Answer one request kept alive; read the next, then close unanswered `delay` s later: an
+    engine that read the request (and may have acted on it) before going away."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await read_request(reader)
+        await asyncio.sleep(delay)
+
+    return handler
+
+
+def test_a_post_closed_unanswered_well_after_it_was_sent_is_not_retried() -> None:
+    async def test() -> None:
+        async with Engine(close_a_while_after_the_second_request(0.3)) as engine:
+            upstream = Upstream()
+            assert await exchange(upstream, engine) == b"{}"
+            with pytest.raises(UpstreamBrokenError):
+                await exchange(upstream, engine)
+            assert engine.connections == 1
+            await upstream.close()
+
+    run(test)
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_an_idempotent_request_closed_unanswered_on_a_reused_connection_is_retried(
+    method: str,
+) -> None:
+    async def test() -> None:
+        async with Engine(close_a_while_after_the_second_request(0.3)) as engine:
+            upstream = Upstream()
+            assert await exchange(upstream, engine) == b"{}"
+            answer = await upstream.request(engine.url, method, "/", [], b"", 5)
+            assert answer.status == 200 and await answer.read() == b"{}"
+            assert engine.connections == 2
+            answer.release()
+            await upstream.close()
+
+    run(test)
+
+
+def test_a_post_with_an_idempotency_key_is_retried_like_an_idempotent_one() -> None:
+    async def test() -> None:
+        async with Engine(close_a_while_after_the_second_request(0.3)) as engine:
+            upstream = Upstream()
+            assert await exchange(upstream, engine) == b"{}"
+            headers = [("Idempotency-Key", "k1")]
+            answer = await upstream.request(engine.url, "POST", "/", headers, b"{}", 5)
+            assert await answer.read() == b"{}"
+            assert engine.connections == 2
+            answer.release()
+            await upstream.close()
+
+    run(test)
+
+
+def test_a_head_answer_ends_with_its_head_and_its_connection_is_reused() -> None:
+    async def test() -> None:
+        # A HEAD's answer names the length of the body a GET would get, and sends none.
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 42\r\n\r\n"
+        requests: list[bytes] = []
+
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while True:
+                request_head, _ = await read_request(reader)
+                requests.append(request_head.split(b" ")[0])
+                writer.write(head if request_head.startswith(b"HEAD") else OK)
+
+        async with Engine(handler) as engine:
+            upstream = Upstream()
+            answer = await asyncio.wait_for(
+                upstream.request(engine.url, "HEAD", "/", [], b"", 5), 2
+            )
+            assert answer.status == 200 and answer.header(b"content-length") == b"42"
+            assert await asyncio.wait_for(answer.read(), 2) == b""
+            answer.release()
+            assert await exchange(upstream, engine) == b"{}"
+            assert requests == [b"HEAD", b"POST"] and engine.connections == 1
+            await upstream.close()
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    "status_line", [b"HTTP/1.1 204 No Content\r\n", b"HTTP/1.1 304 Not Modified\r\n"]
+)
+def test_204_and_304_answers_end_with_their_head(status_line: bytes) -> None:
+    async def test() -> None:
+        # A 304 may name the length of the representation it stands for; no body follows.
+        answer_bytes = status_line + b'etag: "v1"\r\ncontent-length: 42\r\n\r\n'
+        async with Engine(keep_answering(answer_bytes)) as engine:
+            upstream = Upstream()
+            answer = await asyncio.wait_for(upstream.request(engine.url, "GET", "/", [], b"", 5), 2)
+            assert await asyncio.wait_for(answer.read(), 2) == b""
+            answer.release()
+            await upstream.close()
+
+    run(test)
+
+
+def test_keepalive_of_zero_uses_one_connection_per_request() -> None:
+    async def test() -> None:
+        async with Engine(keep_answering()) as engine:
+            upstream = Upstream(keepalive_s=0)
+            assert await exchange(upstream, engine) == b"{}"
+            assert await exchange(upstream, engine) == b"{}"
+            assert engine.connections == 2
+            await upstream.close()
+
+    run(test)

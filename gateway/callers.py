@@ -1,0 +1,119 @@
+"""Who is calling: the presented token, found in the routing snapshot, and what it may call.
+
+A caller is known from the Authorization header alone, so nothing of a request from a
+stranger is read: not its body (which the OpenAI form needs to name a model), nor anything
+after. Digests are looked up in sets and dicts: they are not secret (keyed digests of
+tokens), so lookup timing reveals nothing useful.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from starlette.responses import Response
+
+from contracts.routing import RoutedKey, RoutedService, Snapshot
+from contracts.tokens import bearer_token, token_digest
+from contracts.usage import SERVICE_TOKEN_ID
+from gateway import errors, metrics
+from gateway.metrics import Metrics
+
+# The service label of refusals made before a service is known (a stranger's token).
+NO_SERVICE = "-"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A service's own token (no key, no key limits) or an API key."""
+
+    key_id: str
+    key: RoutedKey | None = None
+    services: frozenset[str] = frozenset()  # a service token: the services it belongs to
+
+    def may_call(self, service: str, now: float) -> bool:
+        if self.key is not None:
+            return self.key.allows(service, now)
+        return service in self.services
+
+
+_SERVICE_TOKEN = Caller(SERVICE_TOKEN_ID)
+
+
+def digest(authorization: str | None, secret_key: bytes) -> str | None:
+    """The presented token's digest; the plaintext token goes no further than this."""
+    token = bearer_token(authorization)
+    return token_digest(secret_key, token) if token else None
+
+
+def identify(snapshot: Snapshot, token: str | None, counters: Metrics) -> Caller | Response:
+    """Who presents `token` (a digest), whatever they call: 401 for no token or an unknown
+    or expired one."""
+    if token is None:
+        return errors.missing_token()
+    key = snapshot.keys.get(token)
+    if key is not None:
+        if key.expires_at is not None and time.time() >= key.expires_at:
+            counters.reject(NO_SERVICE, metrics.REASON_KEY_EXPIRED, 401)
+            return errors.key_expired(key.expires_at)
+        return Caller(key.id, key)
+    services = snapshot.services_by_token.get(token)
+    if services:
+        return Caller(SERVICE_TOKEN_ID, services=services)
+    counters.reject(NO_SERVICE, metrics.REASON_INVALID_TOKEN, 401)
+    return errors.invalid_token()
+
+
+def authorize(
+    snapshot: Snapshot, service: RoutedService, token: str | None, counters: Metrics
+) -> Caller | Response:
+    """Who may call `service` (named in an EAS URL): 401, then 403, then 503 in that order."""
+    if token is None:
+        return errors.missing_token()
+    caller = _SERVICE_TOKEN if token in service.token_digests else None
+    if caller is None:
+        checked = _check_key(snapshot.keys.get(token), service.name, counters)
+        if isinstance(checked, Response):
+            return checked
+        caller = checked
+    if not service.instances:
+        return errors.no_ready_instance(service.name)
+    return caller
+
+
+def _check_key(key: RoutedKey | None, service: str, counters: Metrics) -> Caller | Response:
+    if key is None:
+        counters.reject(service, metrics.REASON_INVALID_TOKEN, 401)
+        return errors.invalid_token(service)
+    now = time.time()
+    if key.expires_at is not None and now >= key.expires_at:
+        counters.reject(service, metrics.REASON_KEY_EXPIRED, 401)
+        return errors.key_expired(key.expires_at)
+    if not key.allows(service, now):
+        counters.reject(service, metrics.REASON_KEY_SCOPE, 403)
+        return errors.key_not_allowed(service)
+    return Caller(key.id, key)
+
+
+def callable_models(snapshot: Snapshot, caller: Caller, now: float) -> list[str]:
+    """The `model` values the caller may use, in the order of their services' names."""
+    names: list[str] = []
+    for name in sorted(snapshot.services):
+        if caller.may_call(name, now):
+            service = snapshot.services[name]
+            names.extend(service.served_model_names or (service.name,))
+    return list(dict.fromkeys(names))  # de-duplicated, order kept
+
+
+def model_service(
+    snapshot: Snapshot, caller: Caller, model: str, counters: Metrics
+) -> RoutedService | Response:
+    """The service a `model` names, if the caller may call it; else OpenAI's 404, which does
+    not tell a model that exists from one that does not."""
+    service = snapshot.find_by_model(model)
+    if service is None:
+        return errors.unknown_model(model)
+    if not caller.may_call(service.name, time.time()):
+        counters.reject(service.name, metrics.REASON_KEY_SCOPE, 404)
+        return errors.unknown_model(model)
+    return service
