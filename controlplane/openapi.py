@@ -27,6 +27,7 @@ from controlplane.services.api.serializers import (
 from controlplane.tokens.api import views as keys
 from controlplane.tokens.api.serializers import ApiKeySerializer
 from controlplane.usage.api import views as usage
+from controlplane.workspaces.api.openapi import describe_workspace_views
 
 SPEC = {"$ref": "#/components/schemas/ServiceSpec"}
 SPEC_BODY = {"application/json": SPEC}
@@ -154,6 +155,7 @@ def describe_views() -> None:
                parameters=[action("cordon", "uncordon", "drain")]))(nodes.NodeAction)  # fmt: skip
 
     describe_benchmark_views(V, _op, ERRORS)
+    describe_workspace_views(V, _op, ERRORS)
 
 
 describe_views()

@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files, served here rather than from a CDN
+    "controlplane.workspaces",
     "controlplane.services",
     "controlplane.tokens",
     "controlplane.usage",
@@ -135,7 +136,7 @@ REST_FRAMEWORK = {
         "controlplane.tokens.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.workspaces.access.WorkspaceRight"],
     "UNAUTHENTICATED_USER": None,
     # JSON only, with a size and depth bound; forms post to the console's own views.
     "DEFAULT_PARSER_CLASSES": ["controlplane.json_body.BoundedJSONParser"],

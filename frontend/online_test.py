@@ -21,11 +21,14 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
+from rest_framework.exceptions import PermissionDenied
 
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.tokens.models import ApiKey
+from controlplane.workspaces.access import access, in_workspace
+from controlplane.workspaces.roles import KEYS
 
 PATHS = ("chat/completions", "completions")
 SESSION_KEY = "wharf_console_gateway_key"
@@ -42,27 +45,43 @@ def _error(status: int, detail: str) -> JsonResponse:
     return JsonResponse({"detail": detail}, status=status)
 
 
-def _issue_key(user) -> dict:
+def _issue_key(user, workspace) -> dict:
     api_key, key = ApiKey.issue(
-        user, name="console online test", expires_at=timezone.now() + KEY_LIFETIME
+        user, workspace, name="console online test", expires_at=timezone.now() + KEY_LIFETIME
     )
     publish_snapshot()  # so the gateways learn the key now, not at their next poll
     return {"id": api_key.pk, "key": key}
 
 
-async def _console_key(request: HttpRequest) -> tuple[str, bool]:
-    """The session's console key (and whether it was just issued); a new one when the session
-    has none or its key is revoked or about to expire."""
-    stored = await request.session.aget(SESSION_KEY)
+async def _console_key(request: HttpRequest, workspace) -> tuple[str, bool]:
+    """The session's console key for the service's workspace (and whether it was just
+    issued); a new one when the session has none or its key is revoked or about to expire."""
+    keys = await request.session.aget(SESSION_KEY) or {}
+    stored = keys.get(str(workspace.pk)) if isinstance(keys, dict) else None
     if stored:
         soon = timezone.now() + timedelta(minutes=5)
         live = ApiKey.objects.filter(pk=stored["id"], revoked_at=None, expires_at__gt=soon)
         if await live.aexists():
             return stored["key"], False
     user = await request.auser()
-    stored = await sync_to_async(_issue_key)(user)
-    await request.session.aset(SESSION_KEY, stored)
+    stored = await sync_to_async(_issue_key)(user, workspace)
+    await request.session.aset(SESSION_KEY, {**keys, str(workspace.pk): stored})
     return stored["key"], True
+
+
+def _service_workspace(request: HttpRequest, name: str):
+    """The workspace of the service `name` if the user may test it (an online test issues a
+    key: the keys right), else the refusal."""
+    try:
+        acting = access(request)
+        acting.require(KEYS)
+    except PermissionDenied as exc:
+        return _error(403, str(exc.detail))
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name)
+    service = in_workspace(request, live).select_related("workspace").first()
+    if service is None:
+        return _error(404, f"no service named {name!r}")
+    return service.workspace
 
 
 def _parse(body: bytes) -> tuple[str, dict] | JsonResponse:
@@ -90,10 +109,11 @@ async def test_call(request: HttpRequest, name: str) -> HttpResponse:
     if isinstance(parsed, JsonResponse):
         return parsed
     path, params = parsed
-    live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name)
-    if not await live.aexists():
-        return _error(404, f"no service named {name!r}")
-    key, fresh = await _console_key(request)
+    request.user = user  # resolved: the workspace checks below run in a thread
+    workspace = await sync_to_async(_service_workspace)(request, name)
+    if isinstance(workspace, JsonResponse):
+        return workspace
+    key, fresh = await _console_key(request, workspace)
     # The service is picked by its name (the gateway maps it to the served model name), and
     # usage is asked for so the panel can show token counts.
     body = {**params, "model": name, "stream": True,

@@ -8,12 +8,16 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles import finders
 from django.http import Http404, HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.templatetags.static import static
+from django.views.decorators.http import require_POST
+from rest_framework.exceptions import PermissionDenied
 
 from contracts.spec import ENGINES, GPU_ENGINES
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
+from controlplane.workspaces.access import SESSION_KEY, access, in_workspace, workspaces_of
+from controlplane.workspaces.roles import OWNER, RIGHTS
 
 # Monaco's AMD build, put here by `npm ci` in frontend/ (install_vendor.mjs); not in git.
 MONACO = "frontend/vendor/monaco/vs"
@@ -35,6 +39,10 @@ def editor_base() -> str:
 
 
 def _page(request: HttpRequest, template: str, nav: str, **extra) -> HttpResponse:
+    try:
+        acting = access(request)
+    except PermissionDenied as exc:
+        return render(request, "frontend/no_workspace.html", {"reason": exc.detail}, status=403)
     config = {
         "api": "/api/v1",
         "gateway": settings.WHARF_GATEWAY_URL.rstrip("/"),
@@ -43,9 +51,19 @@ def _page(request: HttpRequest, template: str, nav: str, **extra) -> HttpRespons
         "phases": [phase.value for phase in Phase],
         "user": request.user.get_username(),
         "staff": request.user.is_staff,
+        "workspace": acting.workspace.name,
+        "role": acting.role,
+        # What the pages offer: a viewer gets no deploy, edit or key buttons.
+        "rights": sorted(right for right in RIGHTS[OWNER] if acting.can(right)),
         **extra,
     }
-    return render(request, template, {"nav": nav, "config": config, **extra})
+    context = {
+        "nav": nav, "config": config, "workspace": acting.workspace.name, "role": acting.role,
+        "can": {right: acting.can(right) for right in RIGHTS[OWNER]},
+        "workspaces": list(workspaces_of(request.user).values_list("name", flat=True)),
+        **extra,
+    }  # fmt: skip
+    return render(request, template, context)
 
 
 @login_required
@@ -68,6 +86,22 @@ def nodes(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def service(request: HttpRequest, name: str) -> HttpResponse:
-    if not Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name).exists():
+    try:
+        live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name)
+        visible = in_workspace(request, live).exists()
+    except PermissionDenied:
+        visible = True  # _page shows why the user can see nothing
+    if not visible:  # another workspace's service is as absent as a missing one
         raise Http404("no such service")
     return _page(request, "frontend/service.html", "services", service=name)
+
+
+@login_required
+@require_POST
+def switch_workspace(request: HttpRequest) -> HttpResponse:
+    """The switcher's form: act in another of the user's workspaces from now on."""
+    name = request.POST.get("workspace", "")
+    if not workspaces_of(request.user).filter(name=name).exists():
+        raise Http404("no such workspace")
+    request.session[SESSION_KEY] = name
+    return redirect("services")

@@ -9,13 +9,29 @@ from rest_framework.test import APIClient
 
 from contracts.routing import SNAPSHOT_KEY, Snapshot
 from controlplane.tokens.models import ApiToken
+from controlplane.workspaces.members import ensure_member
+from controlplane.workspaces.models import DEFAULT, Workspace
 
 
-def client_for(username: str, staff: bool = False) -> APIClient:
-    """A client with an API token of a new user (the user is `client.user`)."""
+def default_workspace() -> Workspace:
+    """The workspace the migrations make (again after a test that flushed the database)."""
+    return Workspace.objects.get_or_create(name=DEFAULT)[0]
+
+
+def member(user, role: str = "developer", workspace: str = DEFAULT) -> Workspace:
+    """`user` made a member of `workspace` (created if missing) with `role`."""
+    return ensure_member(user, workspace, role)
+
+
+def client_for(
+    username: str, staff: bool = False, role: str = "developer", workspace: str = DEFAULT
+) -> APIClient:
+    """A client with an API token of a new user, a `role` in `workspace` (the user is
+    `client.user`)."""
     user = get_user_model().objects.create_user(username, is_staff=staff)
+    token = ApiToken.issue(user, member(user, role, workspace), "test")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     client.user = user
     return client
 

@@ -16,6 +16,7 @@ from controlplane.benchmarks.api import runs
 from controlplane.benchmarks.models import BenchmarkRun
 from controlplane.services.models import Service
 from controlplane.services.tiny_model import write_tiny_model
+from tests.api_support import default_workspace
 
 FIGURES = {name: 1.5 for name in validation.FIGURES} | {
     "requests": 10, "failed": 0, "token_mismatches": 0, "ttft_ms_p50": None,
@@ -100,7 +101,7 @@ def test_a_body_full_of_errors_names_a_bounded_number_of_them():
 @pytest.fixture
 def service(db):
     spec = {"name": "svc", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
-    return Service.objects.create(name="svc", spec=spec)
+    return Service.objects.create(workspace=default_workspace(), name="svc", spec=spec)
 
 
 URL = "/api/v1/services/svc/benchmarks"
@@ -180,7 +181,9 @@ def store(tmp_path, settings):
 
 def serve(name: str, model) -> str:
     llm = {"engine": "vllm-cpu"} | ({"model": model} if model else {})
-    Service.objects.create(name=name, spec={"name": name, "llm": llm})
+    Service.objects.create(
+        workspace=default_workspace(), name=name, spec={"name": name, "llm": llm}
+    )
     return f"/api/v1/services/{name}/tokenizer"
 
 

@@ -13,6 +13,7 @@ from controlplane.benchmarks.validation import FIGURES
 from controlplane.services.models import Service
 from controlplane.tokens.models import ApiToken
 from launcher.stack import ROOT
+from tests.api_support import default_workspace, member
 from tests.browser.chromium import browser_context, require_browser
 
 PASSWORD = "bench-console-password"
@@ -42,12 +43,14 @@ def console(live_server, transactional_db):
     require_browser()
     user = get_user_model().objects.create_user("bencher", password=PASSWORD, is_staff=True)
     spec = {"name": "svc", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
-    Service.objects.create(name="svc", spec=spec)
+    Service.objects.create(workspace=default_workspace(), name="svc", spec=spec)
 
     @contextmanager
     def signed_in(*runs: dict):
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'bench')}")
+        client.credentials(
+            HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, member(user, 'owner'), 'bench')}"
+        )
         for run in runs:
             assert client.post(URL, run, format="json").status_code == 201
         with browser_context() as context:

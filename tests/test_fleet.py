@@ -16,6 +16,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.versions import record_version
+from tests.api_support import default_workspace
 from tests.fleet_support import FLEET, Fleet
 from workers.agent import _after_readiness
 from workers.probes import Probe
@@ -37,7 +38,9 @@ def custom(name: str, instances: int = 1, gpu: int = 0, **extra) -> dict:
 
 def deploy(spec: dict) -> Service:
     with transaction.atomic():
-        service = Service.objects.create(name=spec["name"], spec=spec)
+        service = Service.objects.create(
+            workspace=default_workspace(), name=spec["name"], spec=spec
+        )
         record_version(service, spec, "created")
     return service
 

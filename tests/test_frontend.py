@@ -14,6 +14,7 @@ from django.test import AsyncClient, Client
 
 from controlplane.services.models import Instance, Service
 from controlplane.tokens.models import ApiKey
+from tests.api_support import default_workspace, member
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +23,9 @@ SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
 
 @pytest.fixture
 def user():
-    return get_user_model().objects.create_user("bob", password="s3cret-pass")
+    bob = get_user_model().objects.create_user("bob", password="s3cret-pass")
+    member(bob, "developer")
+    return bob
 
 
 @pytest.fixture
@@ -63,9 +66,41 @@ def test_pages_render_for_a_signed_in_user(client):
 
 def test_service_page_exists_only_for_a_live_service(client):
     assert client.get("/services/tiny/").status_code == 404
-    Service.objects.create(name="tiny", spec=SPEC)
+    Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
     page = client.get("/services/tiny/")
     assert page.status_code == 200 and page.context["config"]["service"] == "tiny"
+
+
+def test_the_console_acts_in_the_workspace_the_switcher_chose(client, user):
+    team = member(user, "viewer", "team")
+    Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
+    Service.objects.create(workspace=team, name="theirs", spec={**SPEC, "name": "theirs"})
+    home = client.get("/")
+    assert home.context["workspaces"] == ["default", "team"]
+    assert home.context["config"]["workspace"] == "default"
+    assert 'id="workspace-switch"' in home.content.decode()
+    assert "Deploy service" in home.content.decode()  # a developer here
+    assert client.get("/services/theirs/").status_code == 404  # another workspace's
+    assert [s["name"] for s in client.get("/api/v1/services").json()] == ["tiny"]
+    switched = client.post("/console/workspace", {"workspace": "team"})
+    assert switched.status_code == 302
+    home = client.get("/")
+    assert (home.context["config"]["workspace"], home.context["config"]["role"]) == (
+        "team", "viewer")  # fmt: skip
+    assert "Deploy service" not in home.content.decode()  # a viewer there
+    assert client.get("/services/theirs/").status_code == 200
+    assert 'id="svc-actions"' not in client.get("/services/theirs/").content.decode()
+    assert 'id="deploy-refused"' in client.get("/deploy/").content.decode()
+    assert [s["name"] for s in client.get("/api/v1/services").json()] == ["theirs"]
+    assert client.post("/console/workspace", {"workspace": "nope"}).status_code == 404
+
+
+def test_a_user_of_no_workspace_is_told_so():
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("eve"))
+    page = client.get("/")
+    assert page.status_code == 403
+    assert "not a member of any workspace" in page.content.decode()
 
 
 def test_session_writes_to_the_api_need_the_csrf_token(user):
@@ -94,8 +129,10 @@ def instance(settings, redis_url, tmp_path):
     (tmp_path / "instances" / "tiny-abc.log").write_text(lines)
     server = LogServer("n", ProcessRuntime(str(tmp_path), tmp_path / "instances"))
     server.start()
-    service = Service.objects.create(name="tiny", spec=SPEC)
-    Service.objects.create(name="other", spec={**SPEC, "name": "other"})
+    service = Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
+    Service.objects.create(
+        workspace=default_workspace(), name="other", spec={**SPEC, "name": "other"}
+    )
     yield Instance.objects.create(
         service=service, name="tiny-abc", runtime="process", node="n", spec_hash="x", state="ready"
     )
@@ -193,7 +230,7 @@ def _call(user, name: str, payload: dict, login: bool = True):
 
 def test_online_test_relays_the_gateways_events_with_a_console_key(user, gateway, settings):
     settings.WHARF_GATEWAY_URL = "http://gateway.test:9000"
-    Service.objects.create(name="tiny", spec=SPEC)
+    Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
     gateway["reject"] = 2  # the gateway has not loaded the new key yet
     body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
     response, content, _ = _call(user, "tiny", {"path": "chat/completions", "body": body})
@@ -211,14 +248,14 @@ def test_online_test_relays_the_gateways_events_with_a_console_key(user, gateway
 
 
 def test_online_test_passes_gateway_errors_through(user, gateway):
-    Service.objects.create(name="tiny", spec=SPEC)
+    Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
     response, content, _ = _call(user, "tiny", {"path": "completions", "body": {"max_tokens": 0}})
     assert response.status_code == 503
     assert json.loads(content)["error"]["message"] == "no ready instance"
 
 
 def test_online_test_refuses_bad_requests(user, gateway):
-    Service.objects.create(name="tiny", spec=SPEC)
+    Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
     assert _call(user, "tiny", {"path": "embeddings"})[0].status_code == 400
     assert _call(user, "tiny", {"body": []})[0].status_code == 400
     assert _call(user, "nope", {})[0].status_code == 404

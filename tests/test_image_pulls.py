@@ -20,6 +20,7 @@ import pytest
 from contracts.engines.plan import ContainerPlan
 from contracts.engines.vllm_ascend import NPU_SMI_PATHS
 from contracts.spec import REDACTED, parse_spec
+from tests.api_support import default_workspace
 from tests.registry_support import Registry, docker_auth
 from workers.runtimes.base import InstanceError
 from workers.runtimes.pulls import PullError, PullProgress, pull, size_text
@@ -253,7 +254,9 @@ def deploy(spec: dict):
     from controlplane.services.versions import record_version
 
     with transaction.atomic():
-        service = Service.objects.create(name=spec["name"], spec=spec)
+        service = Service.objects.create(
+            workspace=default_workspace(), name=spec["name"], spec=spec
+        )
         record_version(service, spec, "created")
     return service
 

@@ -10,7 +10,7 @@ from contracts.routing import Snapshot
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.tokens.models import digest
-from tests.api_support import published
+from tests.api_support import default_workspace, published
 from workers.tasks import FAILED_DELAY, reconcile_isolated
 
 pytestmark = pytest.mark.django_db
@@ -23,8 +23,8 @@ POISON = {"name": "poison", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}
 
 
 def test_a_poison_service_is_left_out_and_the_others_keep_routing(store):
-    Service.objects.create(name="healthy", spec=HEALTHY)
-    poison = Service.objects.create(name="poison", spec=POISON)
+    Service.objects.create(workspace=default_workspace(), name="healthy", spec=HEALTHY)
+    poison = Service.objects.create(workspace=default_workspace(), name="poison", spec=POISON)
     publish_snapshot()
     publish_snapshot()
     snapshot = published(store)
@@ -37,8 +37,8 @@ def test_a_poison_service_is_left_out_and_the_others_keep_routing(store):
 def test_key_changes_still_reach_the_gateways_next_to_a_poison_service(
     store, api, django_capture_on_commit_callbacks
 ):
-    Service.objects.create(name="healthy", spec=HEALTHY)
-    Service.objects.create(name="poison", spec=POISON)
+    Service.objects.create(workspace=default_workspace(), name="healthy", spec=HEALTHY)
+    Service.objects.create(workspace=default_workspace(), name="poison", spec=POISON)
     with django_capture_on_commit_callbacks(execute=True):
         created = api.post("/api/v1/keys", {"name": "app"}, format="json").json()
     assert digest(created["key"]) in published(store).keys
@@ -58,8 +58,12 @@ def test_a_snapshot_entry_of_the_wrong_shape_costs_the_gateway_only_that_entry()
 
 
 def test_a_pass_that_raises_is_recorded_and_retried_and_the_others_go_on(settings):
-    Service.objects.create(name="healthy", spec={**HEALTHY, "metadata": {"instance": 0}})
-    broken = Service.objects.create(name="broken", spec={**HEALTHY, "name": "broken"})
+    Service.objects.create(
+        workspace=default_workspace(), name="healthy", spec={**HEALTHY, "metadata": {"instance": 0}}
+    )
+    broken = Service.objects.create(
+        workspace=default_workspace(), name="broken", spec={**HEALTHY, "name": "broken"}
+    )
     settings.REDIS_URL = "redis://127.0.0.1:1/0"  # placing its instance needs a lock: refused
     assert reconcile_isolated("broken") == FAILED_DELAY
     assert reconcile_isolated("broken") == FAILED_DELAY

@@ -13,7 +13,7 @@ from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import build_snapshot, publish_snapshot
 from controlplane.tokens.models import ApiKey, digest
-from tests.api_support import client_for, published
+from tests.api_support import client_for, default_workspace, published
 from workers.fleet import FleetSettings
 from workers.scheduler import schedule
 
@@ -27,8 +27,8 @@ def alice() -> APIClient:
 
 @pytest.fixture
 def services() -> None:
-    Service.objects.create(name="qwen", spec={"name": "qwen"})
-    Service.objects.create(name="llama", spec={"name": "llama"})
+    Service.objects.create(workspace=default_workspace(), name="qwen", spec={"name": "qwen"})
+    Service.objects.create(workspace=default_workspace(), name="llama", spec={"name": "llama"})
 
 
 def create(api, **body):
@@ -72,7 +72,7 @@ def test_every_bad_field_is_named_and_nothing_is_saved(alice, services):
     assert set(body["errors"]) == {
         "name", "services", "expires_at", "rpm", "tpm", "max_concurrency", "colour",
     }  # fmt: skip
-    assert body["errors"]["services"] == ["no such service: nope"]
+    assert body["errors"]["services"] == ["no such service in workspace 'default': nope"]
     assert body["detail"].startswith("The key is invalid (7 errors)")
     assert ApiKey.objects.count() == 0
 
@@ -169,8 +169,12 @@ def test_a_revoked_key_leaves_the_published_snapshot(
 def test_expired_keys_are_left_out_of_the_snapshot(alice):
     owner = get_user_model().objects.get(username="alice")
     now = datetime.now(UTC)
-    expired, _ = ApiKey.issue(owner, "old", expires_at=now - timedelta(seconds=1))
-    later, _ = ApiKey.issue(owner, "later", expires_at=now + timedelta(hours=1))
+    expired, _ = ApiKey.issue(
+        owner, default_workspace(), "old", expires_at=now - timedelta(seconds=1)
+    )
+    later, _ = ApiKey.issue(
+        owner, default_workspace(), "later", expires_at=now + timedelta(hours=1)
+    )
     keys = build_snapshot().keys
     assert set(keys) == {later.digest}
     assert keys[later.digest].expires_at == pytest.approx(later.expires_at.timestamp())
@@ -182,7 +186,9 @@ def test_keys_are_scoped_by_service(alice, services):
     everything = create(alice).json()
     keys = build_snapshot().keys
     qwen_only, every = keys[digest(scoped["key"])], keys[digest(everything["key"])]
-    assert scoped["services"] == ["qwen"] and every.services is None
+    # null: every service of the key's workspace, named in the snapshot
+    assert scoped["services"] == ["qwen"] and everything["services"] is None
+    assert every.services == frozenset({"qwen", "llama"})
     assert qwen_only.allows("qwen", now=0) and not qwen_only.allows("llama", now=0)
     assert every.allows("llama", now=0)
 
@@ -196,7 +202,9 @@ def test_a_deleted_service_leaves_key_scopes_so_a_namesake_is_not_reachable(
     Service.objects.filter(name="qwen").update(desired_state=DesiredState.DELETED)
     schedule("qwen", FleetSettings())
     assert not Service.objects.filter(name="qwen").exists()
-    Service.objects.create(name="qwen", spec={"name": "qwen"})  # a new one, same name
+    Service.objects.create(
+        workspace=default_workspace(), name="qwen", spec={"name": "qwen"}
+    )  # a new one, same name
     keys = build_snapshot().keys
     assert keys[digest(both["key"])].services == frozenset({"llama"})
     assert not keys[digest(only["key"])].allows("qwen", now=0)
@@ -204,9 +212,9 @@ def test_a_deleted_service_leaves_key_scopes_so_a_namesake_is_not_reachable(
     assert alice.get(f"/api/v1/keys/{only['id']}").json()["services"] == []
 
 
-def test_others_keys_are_invisible_and_irrevocable_but_staff_see_all(alice):
+def test_other_workspaces_keys_are_invisible_and_irrevocable_but_staff_see_all(alice):
     key_id = create(alice).json()["id"]
-    bob = client_for("bob")
+    bob = client_for("bob", workspace="team-b")
     assert bob.get("/api/v1/keys").json() == []
     assert bob.get(f"/api/v1/keys/{key_id}").status_code == 404
     assert bob.delete(f"/api/v1/keys/{key_id}").status_code == 404
@@ -229,8 +237,12 @@ def test_publish_skips_an_unchanged_snapshot_but_not_a_new_key(alice, store):
 
 def test_services_carry_their_rpc_settings():
     rpc = {"rate_limit": 5, "max_queue_size": 16, "keepalive": 1500}
-    Service.objects.create(name="limited", spec={"name": "limited", "metadata": {"rpc": rpc}})
-    Service.objects.create(name="plain", spec={"name": "plain"})
+    Service.objects.create(
+        workspace=default_workspace(),
+        name="limited",
+        spec={"name": "limited", "metadata": {"rpc": rpc}},
+    )
+    Service.objects.create(workspace=default_workspace(), name="plain", spec={"name": "plain"})
     services = build_snapshot().services
     limited, plain = services["limited"], services["plain"]
     assert (limited.rate_limit, limited.max_queue_size, limited.timeout) == (5, 16, 1.5)

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 
 from controlplane.services.models import Service
 from controlplane.tokens.models import ApiKey, ApiToken
+from tests.api_support import default_workspace, member
 from tests.fuzz_support import SCALARS, fuzz
 from tests.fuzz_support import json_values as any_json
 
@@ -95,9 +96,13 @@ key_ids = st.text(min_size=1, max_size=30).filter(lambda s: "/" not in s) | st.s
 def alice() -> APIClient:
     user = get_user_model().objects.create_user("alice")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
-    Service.objects.create(name="qwen", spec={"name": "qwen"}, owner=user)
-    ApiKey.issue(user, "existing")
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, member(user, 'owner'), 'test')}"
+    )
+    Service.objects.create(
+        workspace=default_workspace(), name="qwen", spec={"name": "qwen"}, owner=user
+    )
+    ApiKey.issue(user, default_workspace(), "existing")
     return client
 
 

@@ -20,7 +20,7 @@ from controlplane.nodes.models import Node
 from controlplane.nodes.state import node_state, parse_labels
 from controlplane.services.models import Instance, Service
 from launcher.stack import ROOT
-from tests.api_support import client_for
+from tests.api_support import client_for, default_workspace
 from tests.system import redis_db
 from workers.node import heartbeat
 from workers.runtimes.process import ProcessRuntime
@@ -83,7 +83,9 @@ def test_the_api_lists_nodes_with_their_state_cards_and_instances():
                         cards=[{**h200, "index": 0}, {**h200, "index": 1}])  # fmt: skip
     Node.objects.create(name="gone", address="10.0.0.2",
                         heartbeat_at=timezone.now() - timedelta(minutes=5))  # fmt: skip
-    service = Service.objects.create(name="qwen", spec={"name": "qwen"})
+    service = Service.objects.create(
+        workspace=default_workspace(), name="qwen", spec={"name": "qwen"}
+    )
     Instance.objects.create(service=service, name="qwen-1", runtime="docker", node="gpu-1",
                             devices="gpu:1", spec_hash="h", state="ready")  # fmt: skip
     api = client_for("alice")

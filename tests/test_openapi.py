@@ -15,6 +15,7 @@ from django.db import close_old_connections
 from openapi_spec_validator import validate
 from rest_framework.test import APIClient
 
+from tests.api_support import member
 from wharfcli.main import cli
 
 pytestmark = pytest.mark.django_db
@@ -65,7 +66,7 @@ def test_every_call_the_cli_makes_is_in_the_schema(
     from controlplane.tokens.models import ApiToken
 
     user = django_user_model.objects.create_user("ops", is_staff=True)
-    token = ApiToken.issue(user, "cli")
+    token = ApiToken.issue(user, member(user, "owner"), "cli")
     calls: list[tuple[str, str]] = []
     app = get_wsgi_application()
     real_client = httpx.Client

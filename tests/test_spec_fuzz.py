@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from controlplane.services.models import Event, Service
 from controlplane.services.routing import build_snapshot
 from controlplane.tokens.models import ApiToken
+from tests.api_support import member
 from tests.fuzz_support import fuzz
 from tests.fuzz_support import json_values as any_json
 from workers.fleet import FleetSettings
@@ -93,7 +94,9 @@ def mutated(base: dict, changes) -> dict:
 def api() -> APIClient:
     user = get_user_model().objects.get_or_create(username="fuzzer")[0]
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'fuzz')}")
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, member(user, 'owner'), 'fuzz')}"
+    )
     return client
 
 

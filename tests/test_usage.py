@@ -17,11 +17,14 @@ from contracts.usage import (
     usage_field,
     usage_key,
 )
+from controlplane.services.models import Service
 from controlplane.tokens.models import ApiKey, ApiToken
 from controlplane.usage import flush
 from controlplane.usage.dead_letter import DEAD_LETTER_PREFIX, DEAD_LETTER_TTL, WHOLE_KEY
 from controlplane.usage.flush import LOCK_KEY, flush_usage
 from controlplane.usage.models import UsageBatch, UsageRecord
+from controlplane.workspaces.models import Workspace
+from tests.api_support import member
 
 pytestmark = pytest.mark.django_db
 
@@ -82,6 +85,20 @@ def test_counts_add_up_across_flushes_of_different_minutes(store):
     }
     assert usage_keys(store) == []
     assert UsageBatch.objects.count() == 3  # one per hash written
+
+
+def test_a_flushed_minute_belongs_to_its_services_workspace_or_else_its_keys(store):
+    team = Workspace.objects.create(name="team")
+    Service.objects.create(workspace=team, name="qwen", spec={"name": "qwen"})
+    owner = get_user_model().objects.create_user("owner")
+    key = ApiKey.issue(owner, team, "app")[0].public_id
+    count(store, MINUTE, "qwen", SERVICE_TOKEN_ID, 1, 1)
+    count(store, MINUTE, "deleted", key, 1, 1)  # its service gone before the flush
+    count(store, MINUTE, "deleted", SERVICE_TOKEN_ID, 1, 1)  # nothing left to tell
+    assert flush_usage(store, (MINUTE + 1) * 60) == 1
+    owners = {(r.service, r.key_id): r.workspace for r in UsageRecord.objects.all()}
+    assert owners == {("qwen", SERVICE_TOKEN_ID): team, ("deleted", key): team,
+                      ("deleted", SERVICE_TOKEN_ID): None}  # fmt: skip
 
 
 def test_the_current_minute_is_not_flushed(store):
@@ -283,40 +300,46 @@ def test_a_key_under_the_prefix_that_is_no_usage_key_does_not_stop_the_flush(sto
     store.delete(f"{USAGE_PREFIX}\xff".encode("latin-1"))
 
 
-def client_for(username: str, staff: bool = False) -> tuple[APIClient, object]:
+def client_for(username: str, workspace: str, staff: bool = False) -> tuple[APIClient, object]:
     user = get_user_model().objects.create_user(username, is_staff=staff)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, 'test')}")
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue(user, member(user, 'viewer', workspace), 't')}"
+    )
     return client, user
 
 
-def record(minute: int, service: str, key_id: str, prompt: int, completion: int, requests=1):
+def record(minute: int, service: str, key_id: str, prompt: int, completion: int, requests=1,
+           workspace=None):  # fmt: skip
     UsageRecord.objects.create(
         minute=at(minute), service=service, key_id=key_id, prompt_tokens=prompt,
-        completion_tokens=completion, requests=requests,
+        completion_tokens=completion, requests=requests, workspace=workspace,
     )  # fmt: skip
 
 
 @pytest.fixture
 def usage():
-    """Alice's key k<a> and Bob's key k<b>, over two hours; returns (alice, bob, staff, ids)."""
-    alice, alice_user = client_for("alice")
-    bob, bob_user = client_for("bob")
-    staff, _ = client_for("root", staff=True)
-    mine = ApiKey.issue(alice_user, "mine")[0].public_id
-    theirs = ApiKey.issue(bob_user, "theirs")[0].public_id
-    record(MINUTE, "qwen", mine, 10, 20)
-    record(MINUTE + 1, "llama", mine, 1, 2, requests=2)
-    record(MINUTE + 60, "qwen", mine, 100, 200)
-    record(MINUTE, "qwen", theirs, 1000, 1000)
-    record(MINUTE, "qwen", SERVICE_TOKEN_ID, 5, 5)
+    """Alice's workspace a with her key k<a>, Bob's workspace b with his key k<b>, over two
+    hours, and a service token's usage of a service gone with its workspace; returns (alice,
+    bob, staff, alice's key id)."""
+    alice, alice_user = client_for("alice", "a")
+    bob, bob_user = client_for("bob", "b")
+    staff, _ = client_for("root", "default", staff=True)
+    a, b = Workspace.objects.get(name="a"), Workspace.objects.get(name="b")
+    mine = ApiKey.issue(alice_user, a, "mine")[0].public_id
+    theirs = ApiKey.issue(bob_user, b, "theirs")[0].public_id
+    record(MINUTE, "qwen", mine, 10, 20, workspace=a)
+    record(MINUTE + 1, "llama", mine, 1, 2, requests=2, workspace=a)
+    record(MINUTE + 60, "qwen", mine, 100, 200, workspace=a)
+    record(MINUTE, "mistral", theirs, 1000, 1000, workspace=b)
+    record(MINUTE, "gone", SERVICE_TOKEN_ID, 5, 5)
     return alice, bob, staff, mine
 
 
 RANGE = {"since": at(MINUTE).isoformat(), "until": at(MINUTE + 24 * 60).isoformat()}
 
 
-def test_totals_and_an_hourly_series_of_ones_own_keys(usage):
+def test_totals_and_an_hourly_series_of_ones_workspace(usage):
     alice, *_ = usage
     body = alice.get("/api/v1/usage", {**RANGE, "group": "hour"}).json()
     assert body["totals"] == {
@@ -346,7 +369,7 @@ def test_series_by_minute_and_day_and_filters(usage):
     assert staff.get("/api/v1/usage", {**RANGE, "key": mine}).json()["totals"]["requests"] == 4
 
 
-def test_others_usage_is_invisible(usage):
+def test_other_workspaces_usage_is_invisible(usage):
     _, bob, _, mine = usage
     assert bob.get("/api/v1/usage", RANGE).json()["totals"]["requests"] == 1
     assert bob.get("/api/v1/usage", {**RANGE, "key": mine}).json()["totals"]["requests"] == 0
@@ -397,6 +420,6 @@ def test_latency_sums_become_averages(store):
     flush_usage(store, (MINUTE + 2) * 60)
     row = UsageRecord.objects.get()
     assert (row.requests, row.latency_ms, row.ttft_ms) == (4, 400, 80)
-    staff, _ = client_for("root", staff=True)
+    staff, _ = client_for("root", "default", staff=True)
     totals = staff.get("/api/v1/usage", RANGE).json()["totals"]
     assert (totals["avg_latency_ms"], totals["avg_ttft_ms"]) == (100.0, 20.0)

@@ -91,12 +91,21 @@ def _pd_routing(pd: Pd | None) -> PdRouting | None:
 
 def _routed_keys(now: float) -> dict[str, RoutedKey]:
     """Every key the gateway should honour. An expired key is left out, and one that expires
-    later carries its expiry, which the gateway checks itself: nothing republishes then."""
+    later carries its expiry, which the gateway checks itself: nothing republishes then. A key
+    for every service (null) reaches every service of its workspace, listed by name: the
+    snapshot is published again whenever a service is created or deleted."""
     active = ApiKey.objects.active(datetime.fromtimestamp(now, tz=UTC))
+    by_workspace: dict[int, set[str]] = {}
+    for workspace, name in Service.objects.exclude(desired_state=DesiredState.DELETED).values_list(
+        "workspace_id", "name"
+    ):
+        by_workspace.setdefault(workspace, set()).add(name)
     return {
         key.digest: RoutedKey(
             id=key.public_id,
-            services=None if key.services is None else frozenset(key.services),
+            services=frozenset(
+                by_workspace.get(key.workspace_id, ()) if key.services is None else key.services
+            ),
             expires_at=key.expires_at.timestamp() if key.expires_at else None,
             rpm=key.rpm,
             tpm=key.tpm,

@@ -14,7 +14,11 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         token = bearer_token(request.headers.get("Authorization"))
         if token is None:
             return None
-        api_token = ApiToken.objects.select_related("user").filter(digest=digest(token)).first()
+        api_token = (
+            ApiToken.objects.select_related("user", "workspace")
+            .filter(digest=digest(token))
+            .first()
+        )
         if api_token is None or not api_token.user.is_active:
             raise exceptions.AuthenticationFailed("invalid API token")
         ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())

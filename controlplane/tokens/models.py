@@ -40,6 +40,10 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
+    # The workspace the token acts in, with its user's role there.
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="api_tokens"
+    )
     name = models.CharField(max_length=100)
     digest = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=12)
@@ -47,9 +51,10 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     @classmethod
-    def issue(cls, user, name: str, token: str | None = None) -> str:
+    def issue(cls, user, workspace, name: str, token: str | None = None) -> str:
         token = token or new_token(API_TOKEN_PREFIX)
-        cls.objects.create(user=user, name=name, digest=digest(token), hint=token[:10])
+        cls.objects.create(user=user, workspace=workspace, name=name, digest=digest(token),
+                           hint=token[:10])  # fmt: skip
         return token
 
 
@@ -82,6 +87,10 @@ class ApiKey(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
     )
+    # Scoped to services of this workspace only; null `services` means all of them.
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.CASCADE, related_name="api_keys"
+    )
     name = models.CharField(max_length=100)
     digest = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=12, help_text="the key's first characters")
@@ -104,10 +113,11 @@ class ApiKey(models.Model):
         return f"k{self.pk}"
 
     @classmethod
-    def issue(cls, owner, name: str, **fields) -> tuple[ApiKey, str]:
+    def issue(cls, owner, workspace, name: str, **fields) -> tuple[ApiKey, str]:
         """Create a key and return it with its plaintext, which is never stored."""
         key = new_token(API_KEY_PREFIX)
         api_key = cls.objects.create(
-            owner=owner, name=name, digest=digest(key), hint=key[:10], **fields
-        )
+            owner=owner, workspace=workspace, name=name, digest=digest(key), hint=key[:10],
+            **fields,
+        )  # fmt: skip
         return api_key, key

@@ -37,6 +37,8 @@ from contracts.usage import (
     is_flushing,
     minute_of,
 )
+from controlplane.services.models import Service
+from controlplane.tokens.models import ApiKey
 from controlplane.usage.dead_letter import move_aside, set_aside
 from controlplane.usage.entries import Entry, Poison, hash_problem, minute_start, sort_fields
 from controlplane.usage.models import UsageBatch, UsageRecord
@@ -155,6 +157,19 @@ def _add(minute: datetime, service: str, key_id: str, counts: dict[str, int]) ->
         return
     try:
         with transaction.atomic():  # a savepoint: a lost race must not abort the whole minute
-            UsageRecord.objects.create(minute=minute, service=service, key_id=key_id, **counts)
+            workspace = _workspace_of(service, key_id)
+            UsageRecord.objects.create(
+                minute=minute, service=service, key_id=key_id, workspace_id=workspace, **counts
+            )
     except IntegrityError:
         row.update(**increments)
+
+
+def _workspace_of(service: str, key_id: str) -> int | None:
+    """The workspace the minute belongs to: its service's, or, if the service is gone by now,
+    its key's; None if both are gone (staff still see the row)."""
+    found = Service.objects.filter(name=service).values_list("workspace_id", flat=True).first()
+    if found is None and key_id.startswith("k") and key_id[1:].isdigit():
+        keys = ApiKey.objects.filter(pk=int(key_id[1:]))
+        found = keys.values_list("workspace_id", flat=True).first()
+    return found

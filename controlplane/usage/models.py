@@ -10,6 +10,12 @@ class UsageRecord(models.Model):
     minute = models.DateTimeField(help_text="the minute's start, UTC")
     service = models.CharField(max_length=63)
     key_id = models.CharField(max_length=32, help_text="ApiKey.public_id, or '-'")
+    # The service's workspace when the minute was flushed (null: the service and the key were
+    # both gone by then; staff still see the row).
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", null=True, blank=True, on_delete=models.CASCADE,
+        related_name="+",
+    )  # fmt: skip
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     requests = models.PositiveBigIntegerField(default=0)

@@ -22,7 +22,7 @@ from django.db import connections
 from contracts import reconcile
 from controlplane import intents
 from controlplane.services.models import Service
-from tests.api_support import client_for
+from tests.api_support import client_for, member
 from tests.browser.chromium import browser_context, require_browser, require_editor
 from tests.browser.deploy_page import (
     EDITOR_MODEL,
@@ -66,7 +66,7 @@ def page(live_server, transactional_db, monkeypatch, broker):
     # Playwright's sync API keeps its event loop set in this thread while the test runs, and
     # Django would take the test's own (synchronous) queries for calls from async code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    get_user_model().objects.create_user("forms-user", password=PASSWORD)
+    member(get_user_model().objects.create_user("forms-user", password=PASSWORD))
     with browser_context() as context:
         page = context.new_page()
         page.set_default_timeout(30_000)

@@ -13,7 +13,7 @@ from django.db import connections
 
 from controlplane.services.models import Event, Service, ServiceVersion
 from launcher.stack import ROOT
-from tests.api_support import client_for
+from tests.api_support import client_for, member
 from tests.browser.chromium import browser_context, require_browser
 
 SECRET = "SK-browser-secret"
@@ -49,7 +49,7 @@ def page(live_server, transactional_db, monkeypatch):
     # Playwright's sync API keeps its event loop set in this thread while the test runs, and
     # Django would take the test's own (synchronous) queries for calls from async code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    get_user_model().objects.create_user("versions-user", password=PASSWORD)
+    member(get_user_model().objects.create_user("versions-user", password=PASSWORD))
     with browser_context() as context:
         page = context.new_page()
         page.set_default_timeout(30_000)

@@ -15,8 +15,7 @@ from rest_framework.views import APIView
 
 from controlplane.benchmarks.models import BenchmarkRun
 from controlplane.benchmarks.validation import KINDS, InvalidRunError, parse_run
-from controlplane.services.choices import DesiredState
-from controlplane.services.models import Service
+from controlplane.services.api.views import visible_services
 from controlplane.tokens.api.errors import Invalid
 from controlplane.tokens.api.negotiation import FORMAT
 from controlplane.tokens.api.values import parameter_errors
@@ -54,7 +53,7 @@ def _list_query(params) -> tuple[int, str | None]:
 
 class BenchmarkRuns(APIView):
     def get(self, request: Request, name: str) -> Response:
-        service = get_object_or_404(Service, name=name)
+        service = get_object_or_404(visible_services(request, live=False), name=name)
         limit, kind = _list_query(request.query_params)
         runs = service.benchmark_runs.select_related("owner", "service")
         if kind:
@@ -67,9 +66,7 @@ class BenchmarkRuns(APIView):
         except InvalidRunError as exc:
             raise Invalid("benchmark run", exc.errors, "; nothing was saved") from None
         with transaction.atomic():
-            service = get_object_or_404(
-                Service.objects.exclude(desired_state=DesiredState.DELETED), name=name
-            )
+            service = get_object_or_404(visible_services(request), name=name)
             stored = BenchmarkRun.objects.create(
                 service=service, kind=run.kind, parameters=run.parameters, rows=run.rows,
                 owner=request.user,

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from contracts.spec import MODEL_STORE_NAME, SpecError, typed_spec
+from controlplane.services.api.views import visible_services
 from controlplane.services.models import Service
 
 TOKENIZER = "tokenizer.json"
@@ -66,7 +67,7 @@ def _read(store: Path, folder: Path, name: str, model: str) -> str | None:
 
 class ServiceTokenizer(APIView):
     def get(self, request: Request, name: str) -> Response:
-        service = get_object_or_404(Service, name=name)
+        service = get_object_or_404(visible_services(request), name=name)
         model = _store_model(service)
         store = Path(settings.WHARF_MODEL_DIR).resolve()
         folder = store / model

@@ -43,6 +43,8 @@ class NodeDetail(APIView):
 
 
 class NodeAction(APIView):
+    rights = None  # staff only, checked below
+
     def post(self, request: Request, name: str, action: str) -> Response:
         if action not in ACTIONS:
             raise NotFound(f"unknown action {action!r}; use {', '.join(ACTIONS)}")

@@ -148,6 +148,8 @@ def _config_errors(config: dict[str, Any], source: str) -> Errors:
 
 
 class Estimate(APIView):
+    rights = None  # a computation over the shared model store: no workspace's data
+
     def post(self, request: Request) -> Response:
         data = request.data if isinstance(request.data, dict) else {}
         errors: Errors = {}

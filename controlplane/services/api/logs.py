@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane import intents
-from controlplane.services.choices import DesiredState
+from controlplane.services.api.views import visible_services
 from controlplane.services.models import Instance
 
 DEFAULT_TAIL = 200
@@ -37,7 +37,7 @@ class InstanceLogs(APIView):
         tail = _tail(request.query_params.get("tail"))
         # Only an instance the service owns: the name alone must not open another's log.
         found = get_object_or_404(
-            Instance.objects.exclude(service__desired_state=DesiredState.DELETED),
+            Instance.objects.filter(service__in=visible_services(request)),
             service__name=name,
             name=instance,
         )

@@ -38,12 +38,14 @@ class ServiceSerializer(serializers.ModelSerializer):
     replicas = serializers.SerializerMethodField()
     endpoints = serializers.SerializerMethodField()
     version = serializers.SerializerMethodField()
+    workspace = serializers.CharField(source="workspace.name", read_only=True)
 
     class Meta:
         model = Service
-        fields = ["name", "desired_state", "phase", "progress", "last_error", "generation",
-                  "observed_generation", "ready_instances", "instances", "replicas", "endpoints",
-                  "version", "spec", "created_at", "updated_at"]  # fmt: skip
+        fields = ["name", "workspace", "desired_state", "phase", "progress", "last_error",
+                  "generation", "observed_generation", "ready_instances", "instances",
+                  "replicas", "endpoints", "version", "spec", "created_at",
+                  "updated_at"]  # fmt: skip
 
     def get_version(self, service: Service) -> int | None:
         """The current version's number: annotated by a list (`current_version`), else read."""

@@ -12,8 +12,12 @@ from rest_framework.views import APIView
 
 from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.api.serializers import ServiceSerializer, VersionSerializer
-from controlplane.services.api.views import _live_service, _on_commit_reconcile, _validated
-from controlplane.services.choices import DesiredState
+from controlplane.services.api.views import (
+    _on_commit_reconcile,
+    _validated,
+    live_service,
+    visible_services,
+)
 from controlplane.services.events import record
 from controlplane.services.models import Service, ServiceVersion
 from controlplane.services.versions import current_number, record_version
@@ -33,7 +37,7 @@ class ServiceVersions(APIView):
     """GET /services/<name>/versions: newest first, secrets masked."""
 
     def get(self, request: Request, name: str) -> Response:
-        service = _live_service(name)
+        service = live_service(request, name)
         versions = service.versions.order_by("-number")
         context = {"current": current_number(service)}
         return Response(VersionSerializer(versions, many=True, context=context).data)
@@ -43,7 +47,7 @@ class ServiceVersionDetail(APIView):
     """GET /services/<name>/versions/<number>."""
 
     def get(self, request: Request, name: str, number: str) -> Response:
-        service = _live_service(name)
+        service = live_service(request, name)
         latest = current_number(service)
         n = int(number) if number.isascii() and number.isdigit() else None
         if n is None or latest is None or not 1 <= n <= latest:
@@ -77,10 +81,7 @@ class Rollback(APIView):
             )
         with transaction.atomic():
             # Locked: a concurrent update or rollback waits, so "the current version" holds.
-            service = get_object_or_404(
-                Service.objects.select_for_update().exclude(desired_state=DesiredState.DELETED),
-                name=name,
-            )
+            service = get_object_or_404(visible_services(request).select_for_update(), name=name)
             latest = current_number(service)
             if wanted is None:
                 if not latest or latest < 2:

@@ -28,6 +28,7 @@ from controlplane.services.routing import publish_snapshot
 from controlplane.services.secrets import keep_secrets
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
+from controlplane.workspaces.access import access, in_workspace
 
 MAX_EVENTS = 1000  # events in one answer
 
@@ -52,18 +53,23 @@ def _on_commit_reconcile(name: str) -> None:
     transaction.on_commit(lambda: intents.reconcile_service(name), robust=True)
 
 
-def _live_service(name: str) -> Service:
-    service = get_object_or_404(
-        Service.objects.exclude(desired_state=DesiredState.DELETED), name=name
-    )
-    return service
+def visible_services(request: Request, live: bool = True):
+    """The services of the acting workspace (staff: of every one); `live`: not being deleted."""
+    services = in_workspace(request, Service.objects.select_related("workspace"))
+    return services.exclude(desired_state=DesiredState.DELETED) if live else services
+
+
+def live_service(request: Request, name: str) -> Service:
+    """The named service if the caller may see it; a 404 otherwise (another workspace's
+    service is no more visible than one that does not exist)."""
+    return get_object_or_404(visible_services(request), name=name)
 
 
 class ServiceList(APIView):
     def get(self, request: Request) -> Response:
         # Each one's current version in the same query; a GROUP BY drops Meta.ordering.
         services = (
-            Service.objects.exclude(desired_state=DesiredState.DELETED)
+            visible_services(request)
             .annotate(current_version=Max("versions__number"))
             .order_by("name")
         )
@@ -84,8 +90,9 @@ class ServiceList(APIView):
         try:
             with transaction.atomic():
                 service = Service.objects.create(
-                    name=spec.name, spec=request.data, owner=request.user
-                )
+                    name=spec.name, spec=request.data, owner=request.user,
+                    workspace=access(request).workspace,
+                )  # fmt: skip
                 token = ServiceToken.issue(service)
                 record_version(service, request.data, "created")
                 record(service, "Created", f"service created (generation {service.generation})")
@@ -100,14 +107,14 @@ class ServiceList(APIView):
 
 class ServiceDetail(APIView):
     def get(self, request: Request, name: str) -> Response:
-        return Response(ServiceSerializer(_live_service(name)).data)
+        return Response(ServiceSerializer(live_service(request, name)).data)
 
     def put(self, request: Request, name: str) -> Response:
         if isinstance(request.data, dict) and request.data.get("name", name) != name:
             raise SpecInvalid({"name": ["a service cannot be renamed; create a new service"]})
         data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
         with transaction.atomic():
-            service = _live_service(name)
+            service = live_service(request, name)
             data = keep_secrets(data, service.spec)
             _validated(data)
             Service.objects.filter(pk=service.pk).update(
@@ -121,7 +128,7 @@ class ServiceDetail(APIView):
 
     def delete(self, request: Request, name: str) -> Response:
         with transaction.atomic():
-            service = _live_service(name)
+            service = live_service(request, name)
             Service.objects.filter(pk=service.pk).update(desired_state=DesiredState.DELETED)
             record(service, "Deleting", "delete requested; removing every instance")
             _on_commit_reconcile(name)
@@ -136,7 +143,7 @@ class ServiceAction(APIView):
         if desired is None:
             raise NotFound(f"unknown action {action!r}; use start or stop")
         with transaction.atomic():
-            service = _live_service(name)
+            service = live_service(request, name)
             Service.objects.filter(pk=service.pk).update(desired_state=desired)
             service.refresh_from_db()
             record(service, action.capitalize() + "Requested", f"{action} requested")
@@ -149,7 +156,7 @@ class RotateServiceToken(APIView):
 
     def post(self, request: Request, name: str) -> Response:
         with transaction.atomic():
-            service = _live_service(name)
+            service = live_service(request, name)
             service.tokens.all().delete()
             token = ServiceToken.issue(service)
             record(service, "TokenRotated", "service token replaced; the old one no longer works")
@@ -161,13 +168,13 @@ class RotateServiceToken(APIView):
 
 class ServiceInstances(APIView):
     def get(self, request: Request, name: str) -> Response:
-        service = _live_service(name)
+        service = live_service(request, name)
         return Response(InstanceSerializer(service.instances.all(), many=True).data)
 
 
 class ServiceEvents(APIView):
     def get(self, request: Request, name: str) -> Response:
-        service = get_object_or_404(Service, name=name)
+        service = get_object_or_404(visible_services(request, live=False), name=name)
         limit = request.query_params.get("limit", "100")
         if not (limit.isascii() and limit.isdigit() and 1 <= int(limit) <= MAX_EVENTS):
             raise ParseError({"limit": [f"a whole number from 1 to {MAX_EVENTS}"]})
@@ -178,6 +185,8 @@ class ServiceEvents(APIView):
 class SpecPreview(APIView):
     """POST /services/preview: the containers a spec would create, without creating them: one
     per role for a prefill/decode-separated service, with example card indexes."""
+
+    rights = None  # a computation: no workspace's data, nothing changed
 
     def post(self, request: Request) -> Response:
         from contracts.engines import Placement, render

@@ -11,12 +11,13 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
     id = serializers.CharField(source="public_id", read_only=True)
     owner = serializers.CharField(source="owner.get_username", read_only=True)
+    workspace = serializers.CharField(source="workspace.name", read_only=True)
     state = serializers.SerializerMethodField()
 
     class Meta:
         model = ApiKey
         fields = [
-            "id", "name", "owner", "hint", "services", "expires_at", "rpm", "tpm",
+            "id", "name", "owner", "workspace", "hint", "services", "expires_at", "rpm", "tpm",
             "max_concurrency", "state", "created_at", "revoked_at",
         ]  # fmt: skip
         read_only_fields = fields

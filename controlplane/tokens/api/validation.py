@@ -32,24 +32,28 @@ def _name(value: Any) -> str:
     return text(value.strip(), MAX_NAME)
 
 
-def _services(value: Any) -> list[str] | None:
+def _services(value: Any, workspace) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not value:
-        raise ValueError("a non-empty list of service names, or null for every service")
+        raise ValueError(
+            "a non-empty list of service names, or null for every service of the workspace"
+        )
     if len(value) > MAX_SERVICES:
-        raise ValueError(f"at most {MAX_SERVICES} services; null scopes a key to every service")
+        raise ValueError(
+            f"at most {MAX_SERVICES} services; null scopes a key to every service of the workspace"
+        )
     for index, name in enumerate(value):
         try:
             text(name, MAX_SERVICE_NAME, "a service name")
         except ValueError as exc:
             raise OtherFieldError(f"services[{index}]", str(exc)) from None
     names = list(dict.fromkeys(value))
-    live = Service.objects.exclude(desired_state=DesiredState.DELETED)
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(workspace=workspace)
     known = set(live.filter(name__in=names).values_list("name", flat=True))
     unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"no such service: {', '.join(unknown)}")
+    if unknown:  # another workspace's service is no more known than a missing one
+        raise ValueError(f"no such service in workspace {workspace.name!r}: {', '.join(unknown)}")
     return names
 
 
@@ -71,13 +75,14 @@ def _future(when: datetime, now: datetime) -> datetime:
     return when
 
 
-def parse_key_request(data: Any, now: datetime) -> dict[str, Any]:
-    """The ApiKey fields the request asks for; Invalid naming every bad field otherwise."""
+def parse_key_request(data: Any, now: datetime, workspace) -> dict[str, Any]:
+    """The ApiKey fields the request asks for, for a key of `workspace`; Invalid naming every
+    bad field otherwise."""
     if not isinstance(data, dict):
         raise Invalid("key", {"body": ["expected a JSON object"]}, "; nothing was saved")
     checks: dict[str, Callable[[], Any]] = {
         "name": lambda: _name(data.get("name")),
-        "services": lambda: _services(data.get("services")),
+        "services": lambda: _services(data.get("services"), workspace),
         "expires_at": lambda: _expires_at(data, now),
         **{limit: _optional(data.get(limit)) for limit in LIMITS},
     }

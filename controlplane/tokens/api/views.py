@@ -22,13 +22,14 @@ from controlplane.tokens.api.serializers import ApiKeySerializer
 from controlplane.tokens.api.validation import parse_key_request
 from controlplane.tokens.api.values import MAX_INT, parameter_errors
 from controlplane.tokens.models import ApiKey
+from controlplane.workspaces.access import access, in_workspace
+from controlplane.workspaces.roles import KEYS
 
 
 def visible_keys(request: Request) -> QuerySet[ApiKey]:
-    """Staff see every key; anyone else only their own (another's key is a 404, not a 403,
-    so ids do not reveal which keys exist)."""
-    keys = ApiKey.objects.select_related("owner")
-    return keys if request.user.is_staff else keys.filter(owner=request.user)
+    """The acting workspace's keys (staff: every key); another workspace's key is a 404, not
+    a 403, so ids do not reveal which keys exist."""
+    return in_workspace(request, ApiKey.objects.select_related("owner", "workspace"))
 
 
 def _publish_on_commit() -> None:
@@ -46,6 +47,7 @@ def _key(request: Request, key_id: str) -> ApiKey:
 
 class KeyList(APIView):
     content_negotiation_class = NamedFormatNegotiation
+    rights = {"POST": KEYS}
 
     def get(self, request: Request) -> Response:
         if errors := parameter_errors(request.query_params, known=(FORMAT,)):
@@ -54,8 +56,9 @@ class KeyList(APIView):
 
     def post(self, request: Request) -> Response:
         with transaction.atomic():
-            fields = parse_key_request(request.data, timezone.now())
-            api_key, key = ApiKey.issue(request.user, **fields)
+            workspace = access(request).workspace
+            fields = parse_key_request(request.data, timezone.now(), workspace)
+            api_key, key = ApiKey.issue(request.user, workspace, **fields)
             _publish_on_commit()
         body = ApiKeySerializer(api_key).data
         body["key"] = key  # shown once; only its digest is kept
@@ -64,6 +67,7 @@ class KeyList(APIView):
 
 class KeyDetail(APIView):
     content_negotiation_class = NamedFormatNegotiation
+    rights = {"DELETE": KEYS}
 
     def get(self, request: Request, key_id: str) -> Response:
         return Response(ApiKeySerializer(_key(request, key_id)).data)

@@ -15,11 +15,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.services.models import Service
 from controlplane.tokens.api.negotiation import NamedFormatNegotiation
-from controlplane.tokens.models import ApiKey
 from controlplane.usage.api.query import parse_query
 from controlplane.usage.models import UsageRecord
+from controlplane.workspaces.access import in_workspace
 
 SUMS = {
     "requests": Coalesce(Sum("requests"), 0),
@@ -31,15 +30,8 @@ SUMS = {
 
 
 def visible_usage(request: Request) -> QuerySet[UsageRecord]:
-    """Staff see all usage; anyone else the usage of their own keys and of the services they
-    own (whoever called them)."""
-    if request.user.is_staff:
-        return UsageRecord.objects.all()
-    own = ApiKey.objects.filter(owner=request.user).values_list("pk", flat=True)
-    services = Service.objects.filter(owner=request.user).values_list("name", flat=True)
-    return UsageRecord.objects.filter(
-        Q(key_id__in=[f"k{pk}" for pk in own]) | Q(service__in=list(services))
-    )
+    """The usage of the acting workspace's services, whoever called them (staff: all usage)."""
+    return in_workspace(request, UsageRecord.objects.all())
 
 
 def _with_total(row: dict) -> dict:

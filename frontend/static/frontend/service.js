@@ -152,7 +152,7 @@
       el("td.nowrap", when(v.created_at)),
       el("td.message", v.note),
       el("td.endpoint", v.spec_hash),
-      el("td.right", v.current ? null : el("button.btn.small",
+      el("td.right", v.current || !config.rights.includes("write") ? null : el("button.btn.small",
         {onclick: () => rollBack(v.number), dataset: {rollback: v.number}}, "Roll back")))));
   }
 

@@ -30,6 +30,7 @@ from contracts.env import envstr
 from controlplane.admin_account import USERNAME, AdminPassword, ensure_admin
 from controlplane.services.tiny_model import write_tiny_model
 from controlplane.tokens.models import ApiToken, digest
+from controlplane.workspaces.members import ensure_member
 from launcher import preflight
 from launcher.stack import ROOT, Stack, StartError
 
@@ -122,14 +123,15 @@ class Command(BaseCommand):
     def admin_login(self) -> tuple[AdminPassword, str]:
         self.step("admin account and API token")
         admin, password = ensure_admin(envstr("WHARF_ADMIN_PASSWORD"))
+        workspace = ensure_member(admin)  # the owner of `default`
         token = envstr("WHARF_BOOTSTRAP_TOKEN")
         if token:
             if not ApiToken.objects.filter(digest=digest(token)).exists():
-                ApiToken.issue(admin, "bootstrap", token)
+                ApiToken.issue(admin, workspace, "bootstrap", token)
             return password, token
         # Tokens are shown once; a new run issues a fresh one and retires the last one.
         ApiToken.objects.filter(user=admin, name="make-run").delete()
-        return password, ApiToken.issue(admin, "make-run")
+        return password, ApiToken.issue(admin, workspace, "make-run")
 
     def prepare_engine(self) -> str:
         model = Path(settings.WHARF_MODEL_DIR) / "tiny-llama"

@@ -1,0 +1,49 @@
+"""The workspace views in the OpenAPI schema; controlplane/openapi.py calls
+describe_workspace_views from its describe_views."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from controlplane.workspaces import roles
+from controlplane.workspaces.api import views
+
+ROLE = {"type": "string", "enum": list(roles.ROLES)}
+WORKSPACE = {"type": "object", "properties": {
+    "name": {"type": "string"}, "role": {**ROLE, "type": ["string", "null"],
+                                         "description": "yours; null for staff outside it"},
+    "created_at": {"type": "string", "format": "date-time"},
+    "members": {"type": "integer"}}}  # fmt: skip
+MEMBER = {"type": "object", "properties": {
+    "user": {"type": "string"}, "role": ROLE,
+    "since": {"type": "string", "format": "date-time"}}}  # fmt: skip
+
+
+def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"type": "object", "additionalProperties": False,
+                                 "required": required, "properties": properties}}  # fmt: skip
+
+
+def describe_workspace_views(V: Callable, _op: Callable, errors: dict) -> None:  # noqa: N803
+    V(get=_op("workspaces_list", "Your workspaces (staff: every one)",
+              responses={200: {"type": "array", "items": WORKSPACE}}),
+      post=_op("workspaces_create", "Create a workspace (staff)",
+               request=_body(["name"], {"name": {"type": "string", "maxLength": 63}}),
+               responses={201: WORKSPACE, 403: errors, 409: errors}),
+      )(views.WorkspaceList)  # fmt: skip
+    V(get=_op("workspaces_get", "A workspace", responses={200: WORKSPACE}),
+      delete=_op("workspaces_delete", "Delete an empty workspace (owners)",
+                 responses={204: None, 403: errors, 409: errors}),
+      )(views.WorkspaceDetail)  # fmt: skip
+    V(get=_op("members_list", "A workspace's members",
+              responses={200: {"type": "array", "items": MEMBER}}),
+      post=_op("members_add", "Add a member (admins; owners for an owner)",
+               request=_body(["user", "role"], {"user": {"type": "string"}, "role": ROLE}),
+               responses={201: MEMBER, 403: errors, 409: errors}),
+      )(views.MemberList)  # fmt: skip
+    V(get=_op("members_get", "A member", responses={200: MEMBER}),
+      patch=_op("members_change", "Change a member's role",
+                request=_body(["role"], {"role": ROLE}), responses={200: MEMBER, 403: errors}),
+      delete=_op("members_remove", "Remove a member", responses={204: None, 403: errors}),
+      )(views.MemberDetail)  # fmt: skip

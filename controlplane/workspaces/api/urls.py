@@ -1,0 +1,10 @@
+from django.urls import path
+
+from controlplane.workspaces.api import views
+
+urlpatterns = [
+    path("workspaces", views.WorkspaceList.as_view()),
+    path("workspaces/<str:workspace>", views.WorkspaceDetail.as_view()),
+    path("workspaces/<str:workspace>/members", views.MemberList.as_view()),
+    path("workspaces/<str:workspace>/members/<str:user>", views.MemberDetail.as_view()),
+]
