@@ -13,6 +13,9 @@ Failures surface as redis-py's exceptions: ConnectionError when Redis cannot be 
 the connection breaks (every pending call fails with it), TimeoutError when a reply is late
 (the connection is then dropped, since later replies could no longer be matched to their
 calls), ResponseError for an error reply.
+
+A rediss:// URL's TLS options (`?ssl_cert_reqs=required&ssl_ca_certs=/path/ca.pem`, client
+certificates, hostname checking) apply here as they do to redis-py's connections.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections import deque
 from typing import Any, cast
 
 import hiredis
-from redis.asyncio.connection import parse_url
+from redis.asyncio.connection import RedisSSLContext, parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -87,7 +90,7 @@ class _Protocol(asyncio.Protocol):
 class PipelinedRedis:
     def __init__(self, url: str, timeout: float) -> None:
         self._options: dict[str, Any] = dict(parse_url(url))
-        self._tls = url.startswith("rediss://")
+        self._tls = tls_context(self._options) if url.startswith("rediss://") else None
         self._timeout = timeout
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
@@ -140,9 +143,8 @@ class PipelinedRedis:
         if path:
             connect = loop.create_unix_connection(_Protocol, path)
         else:
-            context = ssl.create_default_context() if self._tls else None
             host, port = options.get("host", "localhost"), options.get("port", 6379)
-            connect = loop.create_connection(_Protocol, host, port, ssl=context)
+            connect = loop.create_connection(_Protocol, host, port, ssl=self._tls)
         transport, protocol = await asyncio.wait_for(connect, self._timeout)
         try:
             await self._prepare(protocol)
@@ -166,3 +168,24 @@ class PipelinedRedis:
             reply = await asyncio.wait_for(waiter, self._timeout)
             if isinstance(reply, ResponseError):
                 raise RedisConnectionError(f"Redis refused {command[0]!r}: {reply}")
+
+
+def tls_context(options: dict[str, Any]) -> ssl.SSLContext:
+    """The TLS settings a rediss:// URL gives (ssl_cert_reqs, ssl_ca_certs, ssl_certfile,
+    ssl_keyfile, ssl_check_hostname...), read as redis-py's own connections read them, so that
+    this connection and the gateway's redis-py clients agree."""
+    cert_reqs = options.get("ssl_cert_reqs", "required")
+    return RedisSSLContext(
+        keyfile=options.get("ssl_keyfile"),
+        certfile=options.get("ssl_certfile"),
+        cert_reqs=cert_reqs,
+        include_verify_flags=options.get("ssl_include_verify_flags"),
+        exclude_verify_flags=options.get("ssl_exclude_verify_flags"),
+        ca_certs=options.get("ssl_ca_certs"),
+        ca_data=options.get("ssl_ca_data"),
+        ca_path=options.get("ssl_ca_path"),
+        check_hostname=options.get("ssl_check_hostname", cert_reqs != "none"),
+        min_version=options.get("ssl_min_version"),
+        ciphers=options.get("ssl_ciphers"),
+        password=options.get("ssl_password"),
+    ).get()

@@ -81,6 +81,17 @@ class Gateway:
     url: str
     redis_url: str
     settings: Settings
+    app: Any = None  # the ASGI app, when the gateway runs in this process
+
+    def in_flight(self, instance_url: str) -> int:
+        """Requests the gateway holds at an instance (the balancer's count)."""
+        return int(self.app.state.runtime.plane.balancer.in_flight(instance_url))
+
+    def queue_leases(self, instance_url: str) -> int:
+        """Queue slots (metadata.rpc.max_queue_size leases) held at an instance in Redis."""
+        key = f"{self.settings.limits_prefix}instance:{instance_url}:leases"
+        with redis.Redis.from_url(self.redis_url) as client:
+            return int(client.zcard(key))
 
     def publish(self, snapshot: Snapshot) -> None:
         """What the control plane does: rewrite the key, then announce the new version."""
@@ -177,7 +188,8 @@ class Gateways:
         gateway = Gateway(url="", redis_url=redis_url, settings=settings)
         if initial is not None:
             gateway.publish(initial)
-        server = ServerThread(create_app(settings)).start()
+        gateway.app = create_app(settings)
+        server = ServerThread(gateway.app).start()
         self._started.append((server, gateway))
         gateway.url = server.url
         return gateway

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from gateway_support import free_port_refusing_connections
 
+from gateway.config import ConfigError, load_settings
 from gateway.upstream import (
     ConnectFailedError,
     Upstream,
@@ -532,3 +533,25 @@ def test_keepalive_of_zero_uses_one_connection_per_request() -> None:
             await upstream.close()
 
     run(test)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, 4.0), ("", 4.0), ("7.5", 7.5), ("0", 0.0)])
+def test_the_engine_keepalive_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: float
+) -> None:
+    monkeypatch.setenv("WHARF_SECRET_KEY", "secret")
+    if value is None:
+        monkeypatch.delenv("WHARF_GATEWAY_UPSTREAM_KEEPALIVE", raising=False)
+    else:
+        monkeypatch.setenv("WHARF_GATEWAY_UPSTREAM_KEEPALIVE", value)
+    assert load_settings().upstream_keepalive == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "99999"])
+def test_refuses_an_engine_keepalive_out_of_range(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("WHARF_SECRET_KEY", "secret")
+    monkeypatch.setenv("WHARF_GATEWAY_UPSTREAM_KEEPALIVE", value)
+    with pytest.raises(ConfigError, match="WHARF_GATEWAY_UPSTREAM_KEEPALIVE"):
+        load_settings()

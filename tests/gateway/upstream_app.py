@@ -7,8 +7,10 @@ Request bodies may carry test knobs next to the OpenAI fields:
 - `stop_after`: stop after this many tokens, as a stop sequence would (fewer than max_tokens).
 Streams honour `stream_options.include_usage` as vLLM does: one last event with empty
 `choices` and the usage, and no `usage` field on the other events.
-Requests with an `x-test-id` header are recorded in `Recorder`, so tests can see what the
-engine saw and when: its body, when it finished, and whether the client went away (an abort).
+`/v1/embeddings` answers as vLLM does for an embedding model; `/status/<code>` answers an
+empty body with that status. Requests with an `x-test-id` header are recorded in `Recorder`,
+so tests can see what the engine saw and when: its body, when it finished, and whether the
+client went away (an abort).
 """
 
 from __future__ import annotations
@@ -187,6 +189,25 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
             status_code=status,
         )
 
+    async def embeddings(request: Request) -> Response:
+        """vLLM's answer for an embedding model: one vector per input, prompt tokens only."""
+        seen = recorder.start(request)
+        seen.body = body = await request.json()
+        inputs = body.get("input")
+        inputs = inputs if isinstance(inputs, list) else [inputs]
+        tokens = sum(len(str(text).split()) for text in inputs)
+        data = [
+            {"object": "embedding", "index": i, "embedding": [0.25, -0.5, float(i)]}
+            for i in range(len(inputs))
+        ]
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        model = body.get("model", "unknown")
+        return JSONResponse({"object": "list", "data": data, "model": model, "usage": usage})
+
+    async def status(request: Request) -> Response:
+        """An empty answer with the status asked for (204, 304...), and an ETag."""
+        return Response(status_code=int(request.path_params["code"]), headers={"etag": '"v1"'})
+
     async def teapot(request: Request) -> Response:
         return PlainTextResponse("short and stout", status_code=418)
 
@@ -194,7 +215,9 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/health", health),
+            Route("/status/{code:int}", status),
             Route("/teapot", teapot, methods=["GET", "POST"]),
             Route("/echo/{rest:path}", echo, methods=["GET", "POST"]),
         ]
