@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import models
 
 from controlplane.workspaces import roles
+from controlplane.workspaces.quotas import Quotas
 
 DEFAULT = "default"  # where the data of a Wharf from before workspaces went
 
@@ -14,12 +15,19 @@ DEFAULT = "default"  # where the data of a Wharf from before workspaces went
 class Workspace(models.Model):
     name = models.SlugField(max_length=63, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Quotas (controlplane.workspaces.quotas); null: none.
+    quota_services = models.PositiveIntegerField(null=True, blank=True)
+    quota_instances = models.PositiveIntegerField(null=True, blank=True)
+    quota_cards = models.JSONField(default=dict, blank=True, help_text="card kind -> quota")
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def quotas(self) -> Quotas:
+        return Quotas(self.quota_services, self.quota_instances, dict(self.quota_cards))
 
 
 class Membership(models.Model):

@@ -18,9 +18,11 @@ from controlplane.services.api.views import (
     live_service,
     visible_services,
 )
+from controlplane.services.choices import DesiredState
 from controlplane.services.events import record
 from controlplane.services.models import Service, ServiceVersion
 from controlplane.services.versions import current_number, record_version
+from controlplane.workspaces.quota_checks import check_quotas
 
 ROLLBACK_FIELDS = ("version",)
 
@@ -108,13 +110,15 @@ class Rollback(APIView):
                     {"version": [f"no version {wanted}"]},
                 )
             try:
-                _validated(target.spec)
+                spec = _validated(target.spec)
             except SpecInvalid as exc:
                 return _refused(
                     f"Version {wanted}'s spec no longer passes validation; nothing was "
                     "changed. Deploy a corrected spec with an update instead.",
                     exc.errors,
                 )
+            running = service.desired_state == DesiredState.RUNNING
+            check_quotas(service.workspace, spec, running, service)
             Service.objects.filter(pk=service.pk).update(
                 spec=target.spec, generation=F("generation") + 1
             )  # intent only: the reconciler alone writes the phase

@@ -29,6 +29,7 @@ from controlplane.services.secrets import keep_secrets
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
 from controlplane.workspaces.access import access, in_workspace
+from controlplane.workspaces.quota_checks import check_quotas
 
 MAX_EVENTS = 1000  # events in one answer
 
@@ -89,6 +90,7 @@ class ServiceList(APIView):
             )  # fmt: skip
         try:
             with transaction.atomic():
+                check_quotas(access(request).workspace, spec, running=True)
                 service = Service.objects.create(
                     name=spec.name, spec=request.data, owner=request.user,
                     workspace=access(request).workspace,
@@ -116,7 +118,9 @@ class ServiceDetail(APIView):
         with transaction.atomic():
             service = live_service(request, name)
             data = keep_secrets(data, service.spec)
-            _validated(data)
+            spec = _validated(data)
+            check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING,
+                         service)  # fmt: skip
             Service.objects.filter(pk=service.pk).update(
                 spec=data, generation=F("generation") + 1
             )  # intent only: the reconciler alone writes the phase
@@ -144,6 +148,8 @@ class ServiceAction(APIView):
             raise NotFound(f"unknown action {action!r}; use start or stop")
         with transaction.atomic():
             service = live_service(request, name)
+            if desired == DesiredState.RUNNING:
+                check_quotas(service.workspace, None, running=True, service=service)
             Service.objects.filter(pk=service.pk).update(desired_state=desired)
             service.refresh_from_db()
             record(service, action.capitalize() + "Requested", f"{action} requested")

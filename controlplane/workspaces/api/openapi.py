@@ -8,13 +8,21 @@ from typing import Any
 
 from controlplane.workspaces import roles
 from controlplane.workspaces.api import views
+from controlplane.workspaces.quotas import CARD_KINDS
 
 ROLE = {"type": "string", "enum": list(roles.ROLES)}
+LIMIT = {"type": ["integer", "null"], "minimum": 0}
+QUOTAS = {"type": "object", "additionalProperties": False, "properties": {
+    "services": LIMIT, "instances": LIMIT,
+    "cards": {"type": "object", "additionalProperties": False,
+              "properties": {kind: LIMIT for kind in CARD_KINDS}}}}  # fmt: skip
 WORKSPACE = {"type": "object", "properties": {
     "name": {"type": "string"}, "role": {**ROLE, "type": ["string", "null"],
                                          "description": "yours; null for staff outside it"},
     "created_at": {"type": "string", "format": "date-time"},
-    "members": {"type": "integer"}}}  # fmt: skip
+    "members": {"type": "integer"}, "quotas": QUOTAS,
+    "used": {"type": "object",
+             "description": "services; instances and cards while running"}}}  # fmt: skip
 MEMBER = {"type": "object", "properties": {
     "user": {"type": "string"}, "role": ROLE,
     "since": {"type": "string", "format": "date-time"}}}  # fmt: skip
@@ -32,7 +40,11 @@ def describe_workspace_views(V: Callable, _op: Callable, errors: dict) -> None: 
                request=_body(["name"], {"name": {"type": "string", "maxLength": 63}}),
                responses={201: WORKSPACE, 403: errors, 409: errors}),
       )(views.WorkspaceList)  # fmt: skip
-    V(get=_op("workspaces_get", "A workspace", responses={200: WORKSPACE}),
+    V(get=_op("workspaces_get", "A workspace, its quotas and what is used of them",
+              responses={200: WORKSPACE}),
+      patch=_op("workspaces_quotas", "Set quotas (admins); null: none",
+                request=_body(["quotas"], {"quotas": QUOTAS}),
+                responses={200: WORKSPACE, 403: errors}),
       delete=_op("workspaces_delete", "Delete an empty workspace (owners)",
                  responses={204: None, 403: errors, 409: errors}),
       )(views.WorkspaceDetail)  # fmt: skip

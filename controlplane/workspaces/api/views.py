@@ -23,13 +23,22 @@ from controlplane.tokens.api.errors import Invalid
 from controlplane.workspaces import roles
 from controlplane.workspaces.access import access_to, workspaces_of
 from controlplane.workspaces.models import Membership, Workspace
+from controlplane.workspaces.quota_checks import held_by
+from controlplane.workspaces.quotas import CARD_KINDS, MAX_QUOTA
 
 MAX_NAME = 63  # Workspace.name
 
 
-def _workspace_json(workspace: Workspace, role: str | None) -> dict[str, Any]:
-    return {"name": workspace.name, "role": role, "created_at": workspace.created_at,
+def _workspace_json(workspace: Workspace, role: str | None, detail: bool = False) -> dict:
+    body = {"name": workspace.name, "role": role, "created_at": workspace.created_at,
             "members": workspace.members.count()}  # fmt: skip
+    if detail:
+        quotas, used = workspace.quotas(), held_by(workspace)
+        body["quotas"] = {"services": quotas.services, "instances": quotas.instances,
+                          "cards": quotas.cards}  # fmt: skip
+        body["used"] = {"services": used.services, "instances": used.instances,
+                        "cards": dict(used.cards)}  # fmt: skip
+    return body
 
 
 def _member_json(membership: Membership) -> dict[str, Any]:
@@ -91,7 +100,28 @@ class WorkspaceDetail(APIView):
 
     def get(self, request: Request, workspace: str) -> Response:
         acting = access_to(request, workspace)
-        return Response(_workspace_json(acting.workspace, acting.role))
+        return Response(_workspace_json(acting.workspace, acting.role, detail=True))
+
+    def patch(self, request: Request, workspace: str) -> Response:
+        """{"quotas": {"services": n, "instances": n, "cards": {"gpu": n, "npu": n}}}: each
+        given one set (null: none); those not given kept. Running services are not stopped
+        by a lower quota: it refuses what would grow past it."""
+        acting = access_to(request, workspace)
+        acting.require(roles.MANAGE)
+        errors = _fields(request.data, {"quotas"}, {"quotas"})
+        changes = parse_quotas(request.data.get("quotas"), errors) if not errors else {}
+        if errors:
+            raise Invalid("workspace", errors, "; nothing was saved")
+        with transaction.atomic():
+            found = Workspace.objects.select_for_update().get(pk=acting.workspace.pk)
+            for name, value in changes.items():
+                if name == "cards":
+                    found.quota_cards = {k: v for k, v in {**found.quota_cards, **value}.items()
+                                         if v is not None}  # fmt: skip
+                else:
+                    setattr(found, f"quota_{name}", value)
+            found.save()
+        return Response(_workspace_json(found, acting.role, detail=True))
 
     def delete(self, request: Request, workspace: str) -> Response:
         acting = access_to(request, workspace)
@@ -192,3 +222,37 @@ def _keep_an_owner(workspace: Workspace, membership: Membership, after: str | No
     if owners.count() <= 1:
         last = f"{membership.user.get_username()} is the last owner of this workspace"
         raise Invalid("member", {"role": [f"{last}; make another owner first"]})
+
+
+def parse_quotas(value: Any, errors: dict[str, list[str]]) -> dict[str, Any]:
+    """The quotas a PATCH sets, each a whole number from 0 or null; errors by field path."""
+    if not isinstance(value, dict):
+        errors["quotas"] = ["an object: services, instances, cards"]
+        return {}
+    found: dict[str, Any] = {}
+    for name in sorted(set(value) - {"services", "instances", "cards"}, key=str):
+        errors[f"quotas.{str(name)[:50]}"] = ["unknown quota; services, instances or cards"]
+    for name in ("services", "instances"):
+        if name in value:
+            found[name] = _quota(value[name], f"quotas.{name}", errors)
+    if "cards" in value:
+        cards = value["cards"]
+        if not isinstance(cards, dict):
+            errors["quotas.cards"] = [f"an object: card kind ({', '.join(CARD_KINDS)}) -> quota"]
+            return found
+        found["cards"] = {}
+        for kind, quota in cards.items():
+            if kind not in CARD_KINDS:
+                errors[f"quotas.cards.{str(kind)[:50]}"] = [f"one of {', '.join(CARD_KINDS)}"]
+            else:
+                found["cards"][kind] = _quota(quota, f"quotas.cards.{kind}", errors)
+    return found
+
+
+def _quota(value: Any, path: str, errors: dict[str, list[str]]) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_QUOTA:
+        errors[path] = [f"a whole number from 0 to {MAX_QUOTA}, or null for none"]
+        return None
+    return value

@@ -1,0 +1,74 @@
+"""Workspace quotas: services, instances and cards by kind. Pure: what a spec takes, and what a
+change would take past a quota, for table tests; the API's checks read the rows
+(quota_checks.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from contracts.spec import ServiceSpec
+from contracts.spec_facts import card_need, replicas
+
+CARD_KINDS = ("gpu", "npu")
+MAX_QUOTA = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Quotas:
+    services: int | None = None  # None: no quota
+    instances: int | None = None
+    cards: dict[str, int] = field(default_factory=dict)  # kind -> quota; a kind absent: none
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What services take of a workspace: services, and instances and cards while running."""
+
+    services: int = 0
+    instances: int = 0
+    cards: Counter = field(default_factory=Counter)
+
+    def __add__(self, other: Footprint) -> Footprint:
+        return Footprint(self.services + other.services, self.instances + other.instances,
+                         self.cards + other.cards)  # fmt: skip
+
+
+def footprint(spec: ServiceSpec | None, running: bool) -> Footprint:
+    """One service's: it counts as a service always; its instances and their cards only
+    while it is meant to run (a stopped service holds none)."""
+    if spec is None or not running:
+        return Footprint(services=1)
+    cards: Counter = Counter()
+    wanted = replicas(spec)
+    for role, count in wanted.items():
+        kind, per_instance = card_need(spec, role)
+        if per_instance:
+            cards[kind] += per_instance * count
+    return Footprint(1, sum(wanted.values()), cards)
+
+
+def excess(
+    quotas: Quotas, others: Footprint, before: Footprint, after: Footprint, workspace: str
+) -> dict[str, list[str]]:
+    """Each quota a service's change from `before` to `after` (nothing before: a new one)
+    would pass, given what the workspace's other services take (`others`), by name
+    (`quotas.services`, `quotas.instances`, `quotas.cards.gpu`), with the figures. Only what
+    grows is checked: a change that takes less is never refused, even past a lowered quota."""
+    problems: dict[str, list[str]] = {}
+
+    def check(name: str, quota: int | None, used: int, was: int, asked: int, unit: str) -> None:
+        if quota is not None and asked > was and used + asked > quota:
+            problems[f"quotas.{name}"] = [
+                f"this needs {asked} {unit}; the other services of workspace {workspace!r} "
+                f"hold {used} of its quota of {quota}"
+            ]
+
+    check("services", quotas.services, others.services, before.services, after.services,
+          "service(s)")  # fmt: skip
+    check("instances", quotas.instances, others.instances, before.instances, after.instances,
+          "instance(s)")  # fmt: skip
+    for kind in sorted(after.cards):
+        check(f"cards.{kind}", quotas.cards.get(kind), others.cards[kind], before.cards[kind],
+              after.cards[kind], f"{kind.upper()}(s)")  # fmt: skip
+    return problems
