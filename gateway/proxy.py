@@ -387,6 +387,7 @@ class ProxyResponse(Response):
         self, response: Response, outcome: _Outcome, scope: Scope, receive: Receive, send: Send
     ) -> None:
         outcome.status = response.status_code
+        outcome.ended = True  # nothing left to abort: neither a departure nor the keepalive cuts it
         await response(scope, receive, send)
 
     def _finish(self, admission: Admission, outcome: _Outcome) -> None:

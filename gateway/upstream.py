@@ -371,6 +371,10 @@ class Upstream:
         self._keepalive_s = keepalive_s
         self._idle: dict[_Target, list[_Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
+        # Kept-alive connections the engine closed as they were reused: found closed before
+        # use, and requests sent once more after one closed unanswered.
+        self.passed_over = 0
+        self.resent = 0
 
     async def request(
         self,
@@ -413,6 +417,7 @@ class Upstream:
                 connection.abort()
                 raise
             # A kept-alive connection the engine closed as it was reused: once more, afresh.
+            self.resent += 1
             connection, reused = await self._connect(where, connect_timeout), False
 
     async def close(self) -> None:
@@ -432,6 +437,7 @@ class Upstream:
             transport = connection.transport
             if connection.lost is None and transport is not None and not _dropped(transport):
                 return connection, True
+            self.passed_over += 1
             connection.abort()
         return await self._connect(where, connect_timeout), False
 
