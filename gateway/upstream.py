@@ -25,9 +25,9 @@ aiohttp do, a pooled connection is checked before use (one the engine already cl
 passed over: nothing was sent on it), and one that closes with no byte of an answer after
 the request went out on it is tried once more, afresh, when the request may be repeated:
 its method is idempotent (RFC 9110 9.2.2) or it carries an Idempotency-Key; or the close
-came within `UNREAD_WINDOW_S` of the request, before the engine could have acted on it (an
-idle timer firing, not an engine that read a request and then died: it would first have
-to run it).
+came within `reuse.UNREAD_WINDOW_S` of the request, before the engine could have acted on
+it (an idle timer firing, not an engine that read a request and then died: it would first
+have to run it). The rules are in gateway.reuse.
 
 HEAD answers, and 204 and 304 ones, end with their head: no body is waited for.
 """
@@ -35,7 +35,6 @@ HEAD answers, and 204 and 304 ones, end with their head: no body is waited for.
 from __future__ import annotations
 
 import asyncio
-import select
 import ssl
 from collections import deque
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 import httptools
+
+from gateway import reuse
 
 
 class UpstreamError(Exception):
@@ -69,12 +70,6 @@ class UpstreamBrokenError(UpstreamError):
 _HIGH_WATER = 256 * 1024
 # An engine's answer head larger than this is not an answer.
 _MAX_HEAD = 64 * 1024
-# A reused connection the engine closed this soon after a request went out on it, with no byte
-# of an answer, was closed by its idle timer as the request arrived: no engine reads a request
-# and closes unanswered this fast unless it never read it. Such requests go out once more.
-UNREAD_WINDOW_S = 0.05
-# RFC 9110 9.2.2: methods whose repetition changes nothing.
-IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 
 
 @dataclass(frozen=True)
@@ -178,13 +173,6 @@ class _Connection(asyncio.Protocol):
         self.lost = self.lost or UpstreamBrokenError("connection closed by the gateway")
         if self.transport is not None:
             self.transport.abort()
-
-    def closed_unanswered(self, replayable: bool) -> bool:
-        """Whether this kept-alive connection closed as it was reused, with no byte of an
-        answer, and the request may go out once more (see the module's docstring)."""
-        if self.heard or not self.closed_at:
-            return False
-        return replayable or self.closed_at - self.sent_at <= UNREAD_WINDOW_S
 
     def _check_silence(self) -> None:
         quiet_until = self.last_heard + self.timeout
@@ -411,7 +399,12 @@ class Upstream:
                 return Answer(self, where, connection)
             except UpstreamBrokenError:
                 connection.abort()
-                if not (reused and connection.closed_unanswered(_replayable(method, headers))):
+                if not reused or not reuse.may_resend(
+                    reuse.replayable(method, headers),
+                    connection.heard,
+                    connection.sent_at,
+                    connection.closed_at,
+                ):
                     raise
             except BaseException:
                 connection.abort()
@@ -435,7 +428,7 @@ class Upstream:
             connection.pooled[1].cancel()
             connection.pooled = None
             transport = connection.transport
-            if connection.lost is None and transport is not None and not _dropped(transport):
+            if connection.lost is None and transport is not None and not reuse.dropped(transport):
                 return connection, True
             self.passed_over += 1
             connection.abort()
@@ -470,28 +463,3 @@ class Upstream:
         timer = asyncio.get_running_loop().call_later(self._keepalive_s, connection.abort)
         connection.pooled = (idle, timer)
         idle.append(connection)
-
-
-def _replayable(method: str, headers: list[tuple[str, str]]) -> bool:
-    """Whether sending the request twice does what sending it once does (RFC 9110 9.2.2; an
-    Idempotency-Key says so of a POST, as Go's net/http reads it)."""
-    if method in IDEMPOTENT_METHODS:
-        return True
-    return any(name.lower() in ("idempotency-key", "x-idempotency-key") for name, _ in headers)
-
-
-def _dropped(transport: asyncio.Transport) -> bool:
-    """Whether the engine closed (or wrote on) an idle connection, though the event loop has
-    not noticed yet: the socket is readable, as urllib3 checks before reusing one."""
-    if transport.is_closing():
-        return True
-    if transport.get_extra_info("ssl_object") is not None:
-        return False  # TLS records (session tickets) may be waiting: readable proves nothing
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return False
-    try:
-        readable, _, _ = select.select([sock.fileno()], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
