@@ -14,6 +14,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers
 
 from contracts.spec import ServiceSpec
+from controlplane.audit import views as audit
 from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.nodes.api import views as nodes
 from controlplane.nodes.api.serializers import NodeSerializer
@@ -36,6 +37,10 @@ ERRORS = {"type": "object", "description": "`detail` and `errors`: field path ->
                          "errors": {"type": "object", "additionalProperties": {
                              "type": "array", "items": {"type": "string"}}}}}  # fmt: skip
 OBJECT = OpenApiTypes.OBJECT
+AUDIT_ENTRY = {"type": "object", "properties": {
+    "at": {"type": "string", "format": "date-time"}, "workspace": {"type": ["string", "null"]},
+    "actor": {"type": "string"}, "via": {"type": "string"}, "action": {"type": "string"},
+    "status": {"type": ["integer", "null"]}, "service": {"type": ["string", "null"]}}}  # fmt: skip
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):
@@ -156,6 +161,9 @@ def describe_views() -> None:
 
     describe_benchmark_views(V, _op, ERRORS)
     describe_workspace_views(V, _op, ERRORS)
+    V(get=_op("audit", "Who changed what, newest first", parameters=[
+        OpenApiParameter(p, str) for p in ("since", "until", "service", "actor", "limit")
+    ], responses={200: {"type": "array", "items": AUDIT_ENTRY}}))(audit.Audit)  # fmt: skip
 
 
 describe_views()

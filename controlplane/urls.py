@@ -13,6 +13,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.usage.api.urls")),
     path("api/v1/", include("controlplane.nodes.api.urls")),
     path("api/v1/", include("controlplane.workspaces.api.urls")),
+    path("api/v1/", include("controlplane.audit.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -23,6 +23,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import PermissionDenied
 
+from controlplane.audit.actor import identify
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
@@ -72,6 +73,7 @@ async def _console_key(request: HttpRequest, workspace) -> tuple[str, bool]:
 def _service_workspace(request: HttpRequest, name: str):
     """The workspace of the service `name` if the user may test it (an online test issues a
     key: the keys right), else the refusal."""
+    identify(request)  # the console key it may issue is a change: audited
     try:
         acting = access(request)
         acting.require(KEYS)

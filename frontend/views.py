@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import PermissionDenied
 
 from contracts.spec import ENGINES, GPU_ENGINES
+from controlplane.audit.actor import identify
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.access import SESSION_KEY, access, in_workspace, workspaces_of
@@ -104,4 +105,5 @@ def switch_workspace(request: HttpRequest) -> HttpResponse:
     if not workspaces_of(request.user).filter(name=name).exists():
         raise Http404("no such workspace")
     request.session[SESSION_KEY] = name
+    identify(request)  # audited, as every console change
     return redirect("services")

@@ -2,14 +2,17 @@ from __future__ import annotations
 
 import logging
 
+from controlplane.audit import actor
 from controlplane.services.models import Event, Service
 
 log = logging.getLogger("wharf.events")
 
 
 def record(service: Service, reason: str, message: str, instance: str = "") -> Event:
+    """An event of `service`, with the actor of the request being served (none in a worker)."""
     log.info("%s %s%s: %s", service.name, reason, f" [{instance}]" if instance else "", message)
-    return Event.objects.create(service=service, instance=instance, reason=reason, message=message)
+    return Event.objects.create(service=service, instance=instance, reason=reason, message=message,
+                                actor=actor.current())  # fmt: skip
 
 
 def record_once(service: Service, reason: str, message: str, instance: str = "") -> Event | None:

@@ -104,6 +104,7 @@ class Event(models.Model):
     instance = models.CharField(max_length=128, blank=True)
     reason = models.CharField(max_length=64)
     message = models.TextField()
+    actor = models.CharField(max_length=300, blank=True, help_text="who asked; '' for Wharf")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

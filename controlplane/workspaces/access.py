@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
+from controlplane.audit.actor import identify
 from controlplane.workspaces import roles
 from controlplane.workspaces.models import DEFAULT, Membership, Workspace
 
@@ -43,7 +44,8 @@ def access(request: HttpRequest) -> Access:
     cached = getattr(request, "_wharf_access", None)
     if cached is None:
         cached = _access(request)
-        request._wharf_access = cached  # type: ignore[attr-defined]
+        # On the underlying request, where the audit middleware reads it after the view.
+        getattr(request, "_request", request)._wharf_access = cached
     return cached
 
 
@@ -92,6 +94,7 @@ class WorkspaceRight(BasePermission):
     def has_permission(self, request, view) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False
+        identify(request)  # for the audit trail and the events this request records
         rights = getattr(view, "rights", {})
         if rights is None:
             return True

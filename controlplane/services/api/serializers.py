@@ -29,7 +29,7 @@ class InstanceSerializer(serializers.ModelSerializer):
 class EventSerializer(serializers.ModelSerializer):
     class Meta:
         model = Event
-        fields = ["id", "created_at", "reason", "instance", "message"]
+        fields = ["id", "created_at", "reason", "instance", "message", "actor"]
 
 
 class ServiceSerializer(serializers.ModelSerializer):

@@ -121,14 +121,15 @@
   function renderEvents(events) {
     const body = $("#svc-events tbody");
     if (!events.length) {
-      body.replaceChildren(el("tr", el("td.muted", {colspan: 4}, "No events yet.")));
+      body.replaceChildren(el("tr", el("td.muted", {colspan: 5}, "No events yet.")));
       return;
     }
     body.replaceChildren(...events.map((e) => el("tr",
       el("td.nowrap", when(e.created_at)),
       el("td", el("span.badge", {class: /Fail|Error|WontFit|Unhealthy/.test(e.reason) ? "failed" : ""}, e.reason)),
       el("td.endpoint", e.instance || ""),
-      el("td.message", e.message))));
+      el("td.message", e.message),
+      el("td.nowrap.muted", {title: "who asked for it"}, e.actor || "Wharf"))));
   }
 
   // ---- versions ----------------------------------------------------------------------------

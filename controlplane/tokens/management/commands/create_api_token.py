@@ -1,8 +1,11 @@
+import os
+
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import validate_slug
 
+from controlplane.audit.models import AuditEntry
 from controlplane.tokens.models import ApiToken
 from controlplane.workspaces.members import ensure_member
 from controlplane.workspaces.models import DEFAULT
@@ -44,4 +47,10 @@ class Command(BaseCommand):
             account.set_unusable_password()
             account.save()
         acting = ensure_member(account, workspace, role)
-        self.stdout.write(ApiToken.issue(account, acting, name))
+        token = ApiToken.issue(account, acting, name)
+        AuditEntry.objects.create(
+            workspace=acting, actor=os.environ.get("USER") or "operator",
+            via="command create_api_token", service="",
+            action=f"create_api_token {username} --workspace {workspace} --role {role or 'owner'}",
+        )  # fmt: skip
+        self.stdout.write(token)

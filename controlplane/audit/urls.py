@@ -1,0 +1,5 @@
+from django.urls import path
+
+from controlplane.audit import views
+
+urlpatterns = [path("audit", views.Audit.as_view())]
