@@ -6,6 +6,8 @@ generated secret key kept in WHARF_HOME/secret_key.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import secrets
 import socket
 from pathlib import Path
@@ -19,19 +21,6 @@ WHARF_HOME = Path(envstr("WHARF_HOME", str(BASE_DIR / ".wharf"))).resolve()
 # It holds the secret key and the embedded database: made readable by its owner only.
 if not WHARF_HOME.exists():
     WHARF_HOME.mkdir(parents=True, mode=0o700)
-
-
-def _secret_key() -> str:
-    """WHARF_SECRET_KEY(_FILE), else one generated once and kept beside the embedded database."""
-    value = secret("WHARF_SECRET_KEY")
-    if value:
-        return value
-    path = WHARF_HOME / "secret_key"
-    if not path.exists():
-        WHARF_HOME.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)  # owner-only before the secret is in it
-        path.write_text(secrets.token_urlsafe(48))
-    return path.read_text().strip()
 
 
 def _database(url: str) -> dict:
@@ -64,7 +53,103 @@ def _database(url: str) -> dict:
     }
 
 
-SECRET_KEY = _secret_key()
+def _kept_key(name: str, filename: str, first) -> str:
+    """NAME(_FILE), else a key kept in WHARF_HOME/<filename>, made once by `first()`."""
+    value = secret(name)
+    if value:
+        return value
+    path = WHARF_HOME / filename
+    if not path.exists():
+        WHARF_HOME.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)  # owner-only before the secret is in it
+        path.write_text(first())
+    return path.read_text().strip()
+
+
+def _fernet_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+def _derived_fernet_key(key: str) -> str:
+    """A Fernet key of its own derived from `key` (a domain-separated hash)."""
+    digest = hashlib.sha256(b"wharf: secrets at rest\0" + key.encode()).digest()
+    return base64.urlsafe_b64encode(digest).decode()
+
+
+def _database(url: str) -> dict:
+    if not url:
+        WHARF_HOME.mkdir(parents=True, exist_ok=True)
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": WHARF_HOME / "wharf.sqlite3",
+            # Several processes (API, worker threads) write at once. WAL lets readers go on
+            # during a write; a write transaction takes the lock when it begins (IMMEDIATE),
+            # so two writers queue on the busy timeout instead of one failing at once with
+            # "database is locked" when its read turns into a write.
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL: unsupported scheme {parsed.scheme!r}; use postgresql://")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parsed.path.lstrip("/"),
+        "USER": parsed.username or "",
+        "PASSWORD": parsed.password or "",
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+        "CONN_MAX_AGE": 60,
+    }
+
+
+def _kept_key(name: str, filename: str, first) -> str:
+    """NAME(_FILE), else a key kept in WHARF_HOME/<filename>, made once by `first()`."""
+    value = secret(name)
+    if value:
+        return value
+    path = WHARF_HOME / filename
+    if not path.exists():
+        WHARF_HOME.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)  # owner-only before the secret is in it
+        path.write_text(first())
+    return path.read_text().strip()
+
+
+def _fernet_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+SECRET_KEY = _kept_key("WHARF_SECRET_KEY", "secret_key", lambda: secrets.token_urlsafe(48))
+# Django's signing key may be rotated without logging everyone out: the old ones, comma-separated.
+SECRET_KEY_FALLBACKS = [k for k in secret("WHARF_SECRET_KEY_FALLBACKS").split(",") if k]
+# A deployment gives its keys in the environment (every process the same); `make run` keeps
+# them in WHARF_HOME. One that gives WHARF_SECRET_KEY alone keeps working as before: its token
+# key is that key, its secrets key is derived from it (set both to make them separate).
+_GIVEN = bool(secret("WHARF_SECRET_KEY"))
+# The HMAC key of token digests (API tokens, service tokens, API keys) and of the engines' keys,
+# shared with the gateways: its own, so that rotating Django's key voids no token. An embedded
+# install made before it existed starts it from the secret key, so its tokens keep working.
+WHARF_TOKEN_KEY = secret("WHARF_TOKEN_KEY") or (
+    SECRET_KEY if _GIVEN else _kept_key("WHARF_TOKEN_KEY", "token_key", lambda: SECRET_KEY)
+)
+# The Fernet key that encrypts the secrets in stored specs (controlplane.services.sealing);
+# earlier ones, comma-separated, still decrypt until `manage.py rotate_secrets` re-encrypts.
+WHARF_SECRETS_KEY = secret("WHARF_SECRETS_KEY") or (
+    _derived_fernet_key(SECRET_KEY)
+    if _GIVEN
+    else _kept_key("WHARF_SECRETS_KEY", "secrets_key", _fernet_key)
+)
+WHARF_SECRETS_KEY_PREVIOUS = [
+    k for k in secret("WHARF_SECRETS_KEY_PREVIOUS").split(",") if k.strip()
+]
 DEBUG = envbool("WHARF_DEBUG", False)
 ALLOWED_HOSTS = [h.strip() for h in envstr("WHARF_ALLOWED_HOSTS", "*").split(",") if h.strip()]
 
@@ -184,6 +269,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # The broker and the routing snapshot share one Redis. `make run` starts an embedded one and
 # sets REDIS_URL for every process it starts; a bare default points at a local server.
 REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Console sign-in: failed attempts per username (and 3x that per address) within the window, s.
+WHARF_SIGNIN_ATTEMPTS = envint("WHARF_SIGNIN_ATTEMPTS", 10)
+WHARF_SIGNIN_WINDOW = envint("WHARF_SIGNIN_WINDOW", 300)
 
 
 def _broker_url(redis_url: str) -> str:

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 import controlplane.openapi  # noqa: F401  (describes every view to the schema)
+from frontend.signin import SignIn
 
 urlpatterns = [
     # Before the services' URLs: their last pattern takes any services/<name>/<action>.
@@ -17,13 +18,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi"), name="api-docs"),
     path("admin/", admin.site.urls),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            template_name="frontend/login.html", redirect_authenticated_user=True
-        ),
-        name="login",
-    ),
+    path("login/", SignIn.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("frontend.urls")),
 ]

@@ -364,7 +364,7 @@ def test_the_api_masks_dockerauth_everywhere_and_keeps_it_on_update(api):
     from controlplane.services.models import Service, ServiceVersion
 
     def stored() -> str | None:
-        return Service.objects.get(name="private").spec.get("dockerAuth")
+        return Service.objects.get(name="private").plain_spec().get("dockerAuth")
 
     preview = api.post("/api/v1/services/preview", PRIVATE, format="json")
     assert preview.status_code == 200 and AUTH not in preview.content.decode()

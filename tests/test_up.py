@@ -219,8 +219,20 @@ def test_a_killed_worker_comes_back_and_a_pending_delete_converges(running):
 
 def test_secret_files_are_readable_by_their_owner_only(running):
     up, _ = running
-    for path in (up.home, up.home / "secret_key", up.home / "wharf.sqlite3", up.home / "logs"):
+    keys = [up.home / name for name in ("secret_key", "token_key", "secrets_key")]
+    for path in (up.home, *keys, up.home / "wharf.sqlite3", up.home / "logs"):
         assert path.stat().st_mode & 0o077 == 0, f"{path} is open to others"
+
+
+def test_spec_secrets_are_not_readable_in_the_database_file(running):
+    up, api = running
+    secret = "SK-in-the-file-7d41"
+    spec = {**idle_spec("sealed-file"), "storage": [{"mount_path": "/mnt/m", "oss": {
+        "path": "oss://b/m/", "access_key_id": "AK", "access_key_secret": secret}}]}  # fmt: skip
+    assert api.post("/services", json=spec).status_code == 201
+    files = [p for p in up.home.iterdir() if p.name.startswith("wharf.sqlite3")]  # and -wal
+    assert files and all(secret.encode() not in p.read_bytes() for p in files)
+    assert api.delete("/services/sealed-file").status_code == 202
 
 
 def test_make_run_is_node_local_and_its_worker_heartbeats(running):

@@ -9,6 +9,7 @@ import pytest
 
 from contracts.spec import REDACTED, parse_spec
 from controlplane.services.models import Event, Service, ServiceVersion
+from controlplane.services.sealing import unseal
 
 pytestmark = pytest.mark.django_db
 
@@ -53,11 +54,11 @@ def test_create_is_version_1_and_an_update_version_2(api):
     body = api.post("/api/v1/services", SPEC, format="json").json()
     assert body["version"] == 1
     (v1,) = ServiceVersion.objects.filter(service__name="staged")
-    assert (v1.number, v1.note, v1.spec) == (1, "created", SPEC)
+    assert (v1.number, v1.note, unseal(v1.spec)) == (1, "created", SPEC)
     assert v1.spec_hash == parse_spec(SPEC).spec_hash()
     assert api.put(URL, V2, format="json").json()["version"] == 2
     v2 = ServiceVersion.objects.get(service__name="staged", number=2)
-    assert (v2.note, v2.spec) == ("updated", V2)
+    assert (v2.note, unseal(v2.spec)) == ("updated", V2)
     assert api.get(URL).json()["version"] == 2
     assert [s["version"] for s in api.get("/api/v1/services").json()] == [2]
 
@@ -102,10 +103,10 @@ def test_rollback_by_default_goes_to_the_version_before_the_current_one(two):
     assert (body["version"], body["generation"]) == (3, 3)
     assert SECRET not in response.content.decode()
     v3 = ServiceVersion.objects.get(service__name="staged", number=3)
-    assert (v3.note, v3.spec) == ("rollback to version 1", SPEC)
+    assert (v3.note, unseal(v3.spec)) == ("rollback to version 1", SPEC)
     service = Service.objects.get(name="staged")
-    assert service.spec == SPEC  # stored with its secret, not the masked one
-    assert service.spec["storage"][0]["oss"]["access_key_secret"] == SECRET
+    assert service.plain_spec() == SPEC  # stored with its secret, not the masked one
+    assert service.plain_spec()["storage"][0]["oss"]["access_key_secret"] == SECRET
     assert (service.generation, service.phase) == (3, "pending")  # the reconciler writes phase
     event = Event.objects.filter(service=service).first()
     assert event.reason == "RolledBack" and "version 1" in event.message
@@ -119,7 +120,7 @@ def test_rollback_to_a_named_version(two):
     response = rollback(two, {"version": 2})
     assert response.status_code == 200
     assert response.json()["version"] == 4
-    assert Service.objects.get(name="staged").spec == V2
+    assert Service.objects.get(name="staged").plain_spec() == V2
     assert versions(two)[0]["note"] == "rollback to version 2"
 
 
@@ -185,7 +186,7 @@ def test_a_version_that_no_longer_validates_is_a_400_with_its_errors(two):
     assert "containers[0].port" in response.json()["errors"]
     assert "version 1" in response.json()["detail"].lower()
     service = Service.objects.get(name="staged")
-    assert (service.generation, service.spec) == (2, V2)
+    assert (service.generation, service.plain_spec()) == (2, V2)
     assert ServiceVersion.objects.count() == 2
 
 

@@ -23,6 +23,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service, ServiceVersion
+from controlplane.services.sealing import unseal
 from workers import devices, provisioning
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 
@@ -41,7 +42,7 @@ def spec_of(row: Instance) -> ServiceSpec | None:
         pass
     version = ServiceVersion.objects.filter(service=row.service_id, spec_hash=row.spec_hash).first()
     try:
-        return parse_spec(version.spec) if version else None
+        return parse_spec(unseal(version.spec)) if version else None
     except SpecError:
         return None
 
@@ -75,7 +76,7 @@ def start_instance(
             runtime.placement(), devices=tuple(indexes), staged=staged, role=row.role,
             service=service.name, pd_index=row.pd_index,
             kv_dir=_kv_dir(service.name) if row.role else "",
-            engine_key=engine_key(settings.SECRET_KEY.encode(), name),
+            engine_key=engine_key(settings.WHARF_TOKEN_KEY.encode(), name),
         )  # fmt: skip
         if row.role:
             placement = pd_placement(placement, row, spec)

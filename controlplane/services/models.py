@@ -5,6 +5,7 @@ from django.db import models
 
 from contracts.spec import ServiceSpec, parse_spec
 from controlplane.services.choices import DesiredState, InstanceState, Phase
+from controlplane.services.sealing import unseal
 
 
 class Service(models.Model):
@@ -38,8 +39,12 @@ class Service(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def plain_spec(self) -> dict:
+        """The stored spec with its secrets opened (they are sealed at rest)."""
+        return unseal(self.spec)
+
     def parsed_spec(self) -> ServiceSpec:
-        return parse_spec(self.spec)
+        return parse_spec(self.plain_spec())
 
 
 class ServiceVersion(models.Model):

@@ -46,7 +46,7 @@ def _routed_services() -> dict[str, RoutedService]:
     )
     for service in queryset:
         try:
-            services[service.name] = _routed_service(service, typed_spec(service.spec))
+            services[service.name] = _routed_service(service, typed_spec(service.plain_spec()))
         except Exception as exc:  # an isolation boundary: this service only
             log.warning("routing snapshot: leaving out %s: %s", service.name, exc)
             record_once(service, "Unroutable", f"left out of the gateways' routing: {exc}")

@@ -12,7 +12,7 @@ SECRET_FIELDS = ("access_key_secret",)  # of each object-storage block
 TOP_SECRETS = ("dockerAuth",)  # of the spec itself
 
 
-def _stores(spec: Any):
+def object_stores(spec: Any):
     """Each object-storage block of a spec (storage[i].oss/obs/s3), as mutable dicts."""
     if not isinstance(spec, dict) or not isinstance(spec.get("storage"), list):
         return
@@ -30,7 +30,7 @@ def redact(spec: Any) -> Any:
         for name in TOP_SECRETS:
             if out.get(name):
                 out[name] = REDACTED
-    for store in _stores(out):
+    for store in object_stores(out):
         for name in SECRET_FIELDS:
             if store.get(name):
                 store[name] = REDACTED
@@ -40,7 +40,7 @@ def redact(spec: Any) -> Any:
 def keep_secrets(new: Any, old: Any) -> Any:
     """An update that sends back REDACTED keeps the stored secret of the same storage path,
     so a spec read from the API can be edited and PUT back as is; dockerAuth is the spec's."""
-    stored = {store.get("path"): store for store in _stores(old)}
+    stored = {store.get("path"): store for store in object_stores(old)}
     out = copy.deepcopy(new)
     if isinstance(out, dict):
         for name in TOP_SECRETS:
@@ -50,7 +50,7 @@ def keep_secrets(new: Any, old: Any) -> Any:
                     del out[name]
                 else:
                     out[name] = kept
-    for store in _stores(out):
+    for store in object_stores(out):
         for name in SECRET_FIELDS:
             if store.get(name) == REDACTED:
                 store[name] = stored.get(store.get("path"), {}).get(name)

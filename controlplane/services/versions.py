@@ -8,6 +8,7 @@ from django.db.models import Max
 
 from contracts.spec import parse_spec
 from controlplane.services.models import Service, ServiceVersion
+from controlplane.services.sealing import unseal
 
 
 def record_version(service: Service, spec: dict, note: str) -> ServiceVersion:
@@ -21,7 +22,7 @@ def record_version(service: Service, spec: dict, note: str) -> ServiceVersion:
         service=service,
         number=last + 1,
         spec=spec,
-        spec_hash=parse_spec(spec).spec_hash(),
+        spec_hash=parse_spec(unseal(spec)).spec_hash(),
         note=note[:200],
     )
 

@@ -15,7 +15,7 @@ from contracts.tokens import (
 
 
 def digest(token: str) -> str:
-    return token_digest(settings.SECRET_KEY.encode(), token)
+    return token_digest(settings.WHARF_TOKEN_KEY.encode(), token)
 
 
 class ServiceToken(models.Model):

@@ -30,7 +30,7 @@ PASS_DIR = "pass --tokenizer DIR (a folder with the model's tokenizer.json) to w
 def _store_model(service: Service) -> str:
     """The service's model-store name; NotFound saying why when it runs something else."""
     try:
-        spec = typed_spec(service.spec)
+        spec = typed_spec(service.plain_spec())
     except SpecError:
         spec = None
     model = spec.llm.model if spec is not None and spec.llm else None

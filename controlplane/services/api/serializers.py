@@ -13,7 +13,7 @@ from controlplane.services.versions import current_number
 def _typed(service: Service) -> ServiceSpec | None:
     """The stored spec as typed; None for one this version can no longer read."""
     try:
-        return typed_spec(service.spec)
+        return typed_spec(service.plain_spec())
     except SpecError:
         return None
 

@@ -21,6 +21,7 @@ from controlplane.services.api.views import (
 from controlplane.services.choices import DesiredState
 from controlplane.services.events import record
 from controlplane.services.models import Service, ServiceVersion
+from controlplane.services.sealing import unseal
 from controlplane.services.versions import current_number, record_version
 from controlplane.workspaces.quota_checks import check_quotas
 
@@ -110,7 +111,7 @@ class Rollback(APIView):
                     {"version": [f"no version {wanted}"]},
                 )
             try:
-                spec = _validated(target.spec)
+                spec = _validated(unseal(target.spec))
             except SpecInvalid as exc:
                 return _refused(
                     f"Version {wanted}'s spec no longer passes validation; nothing was "

@@ -25,6 +25,7 @@ from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
+from controlplane.services.sealing import seal, unseal
 from controlplane.services.secrets import keep_secrets
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
@@ -92,11 +93,11 @@ class ServiceList(APIView):
             with transaction.atomic():
                 check_quotas(access(request).workspace, spec, running=True)
                 service = Service.objects.create(
-                    name=spec.name, spec=request.data, owner=request.user,
+                    name=spec.name, spec=seal(request.data), owner=request.user,
                     workspace=access(request).workspace,
                 )  # fmt: skip
                 token = ServiceToken.issue(service)
-                record_version(service, request.data, "created")
+                record_version(service, service.spec, "created")
                 record(service, "Created", f"service created (generation {service.generation})")
                 _on_commit_reconcile(service.name)
         except IntegrityError:  # a concurrent create of the same name won the race
@@ -117,8 +118,8 @@ class ServiceDetail(APIView):
         data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
         with transaction.atomic():
             service = live_service(request, name)
-            data = keep_secrets(data, service.spec)
-            spec = _validated(data)
+            data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
+            spec = _validated(unseal(data))
             check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING,
                          service)  # fmt: skip
             Service.objects.filter(pk=service.pk).update(

@@ -169,6 +169,11 @@ class Command(BaseCommand):
         env.setdefault("WHARF_NODE_NAME", "local")  # the one node of `make run`
         if not env.get("WHARF_SECRET_KEY"):
             env.setdefault("WHARF_SECRET_KEY_FILE", str(settings.WHARF_HOME / "secret_key"))
+        # The keys this process made or read (controlplane.settings): the same in every child.
+        for name, filename in (("WHARF_TOKEN_KEY", "token_key"),
+                               ("WHARF_SECRETS_KEY", "secrets_key")):  # fmt: skip
+            if not env.get(name) and (settings.WHARF_HOME / filename).exists():
+                env.setdefault(f"{name}_FILE", str(settings.WHARF_HOME / filename))
         return env
 
     def deploy_demo(self, stack: Stack, api_token: str) -> str:
