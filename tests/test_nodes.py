@@ -102,6 +102,12 @@ def test_the_api_lists_nodes_with_their_state_cards_and_instances():
     assert [n["name"] for n in api.get("/api/v1/nodes?state=not_ready").json()] == ["gone"]
     assert "state" in api.get("/api/v1/nodes?state=sideways").json()["errors"]
     assert api.get("/api/v1/nodes/nowhere").status_code == 404
+    # Another workspace sees the card taken, not by whom.
+    other = client_for("bob", workspace="other").get("/api/v1/nodes/gpu-1").json()
+    assert other["card_counts"] == node["card_counts"] and other["instances"] == []
+    assert [c["instance"] for c in other["cards"]] == [None, "(another workspace's)"]
+    staff = client_for("root", staff=True, workspace="other").get("/api/v1/nodes/gpu-1").json()
+    assert staff["instances"] == node["instances"]
 
 
 @pytest.mark.django_db

@@ -19,6 +19,9 @@ def cards_in_use(instances) -> dict[tuple[str, int], str]:
     return held
 
 
+OTHER = "(another workspace's)"  # a card held by an instance the caller may not see
+
+
 class NodeSerializer(serializers.ModelSerializer):
     state = serializers.CharField(read_only=True)
     cards = serializers.SerializerMethodField()
@@ -38,10 +41,18 @@ class NodeSerializer(serializers.ModelSerializer):
                 by_node.setdefault(instance.node, []).append(instance)
         return by_node.get(node.name, [])
 
+    def _shown(self, instance: Instance) -> bool:
+        """Staff see every instance; others those of their workspace (context `workspace`)."""
+        workspace = self.context.get("workspace")
+        return workspace is None or instance.service.workspace_id == workspace
+
     def get_cards(self, node: Node) -> list[dict]:
-        held = cards_in_use(self._instances(node))
-        return [{**card, "instance": held.get((card.get("kind"), card.get("index")))}
-                for card in node.cards]  # fmt: skip
+        instances = self._instances(node)
+        held = cards_in_use(instances)
+        hidden = {i.name for i in instances if not self._shown(i)}
+        return [{**card, "instance": OTHER if held.get(key) in hidden else held.get(key)}
+                for card in node.cards
+                for key in [(card.get("kind"), card.get("index"))]]  # fmt: skip
 
     def get_card_counts(self, node: Node) -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = defaultdict(lambda: {"total": 0, "used": 0})
@@ -52,4 +63,4 @@ class NodeSerializer(serializers.ModelSerializer):
 
     def get_instances(self, node: Node) -> list[dict]:
         return [{"name": i.name, "service": i.service.name, "role": i.role, "state": i.state,
-                 "cards": i.devices} for i in self._instances(node)]  # fmt: skip
+                 "cards": i.devices} for i in self._instances(node) if self._shown(i)]  # fmt: skip

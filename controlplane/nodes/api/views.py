@@ -16,6 +16,7 @@ from controlplane import intents
 from controlplane.nodes.api.serializers import NodeSerializer
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import STATES
+from controlplane.workspaces.access import access
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,12 @@ ACTIONS = {
 }
 
 
+def _seen_by(request: Request) -> dict:
+    """The serializer's context: whose instances the caller sees by name (staff: all)."""
+    acting = access(request)
+    return {} if acting.staff else {"workspace": acting.workspace.pk}
+
+
 class NodeList(APIView):
     def get(self, request: Request) -> Response:
         nodes = list(Node.objects.all())
@@ -34,12 +41,13 @@ class NodeList(APIView):
             if state not in STATES:
                 raise ParseError({"state": [f"one of {', '.join(STATES)}"]})
             nodes = [node for node in nodes if node.state == state]
-        return Response(NodeSerializer(nodes, many=True, context={}).data)
+        return Response(NodeSerializer(nodes, many=True, context=_seen_by(request)).data)
 
 
 class NodeDetail(APIView):
     def get(self, request: Request, name: str) -> Response:
-        return Response(NodeSerializer(get_object_or_404(Node, name=name), context={}).data)
+        node = get_object_or_404(Node, name=name)
+        return Response(NodeSerializer(node, context=_seen_by(request)).data)
 
 
 class NodeAction(APIView):
