@@ -137,3 +137,18 @@ def test_the_service_lifecycle(system, wharf, tmp_path):
     while system.instances().list(service=NAME) and time.monotonic() < deadline:
         time.sleep(1)
     assert system.instances().list(service=NAME) == []  # nothing left running
+
+
+def test_workspaces_members_quotas_and_the_audit(wharf, tmp_path):
+    code, out, err = wharf("workspaces", "list")
+    assert code == 0 and out.split("\n")[1].split()[:2] == ["default", "owner"], err
+    code, out, _ = wharf("members", "list", "default", "-o", "json")
+    assert {"user": "admin", "role": "owner"}.items() <= json.loads(out)[0].items()
+    code, out, err = wharf("workspaces", "quota", "default", "--services", "50", "-o", "json")
+    assert code == 0 and json.loads(out)["quotas"]["services"] == 50, err
+    code, _, err = wharf("members", "add", "default", "nobody", "--role", "viewer")
+    assert code == 1 and "no such user" in err
+    code, out, _ = wharf("audit", "--since", "1h", "-o", "json")
+    entries = json.loads(out)
+    assert entries[0]["action"] == "PATCH /api/v1/workspaces/default"  # the quota, just now
+    assert {e["actor"] for e in entries} == {"admin"}

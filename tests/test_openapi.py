@@ -102,6 +102,11 @@ def test_every_call_the_cli_makes_is_in_the_schema(
         ["keys", "create", "--name", "ci"], ["keys", "list"], ["keys", "revoke", "k1"],
         ["usage", "--since", "1h"], ["nodes", "list"], ["nodes", "cordon", "n1"],
         ["nodes", "uncordon", "n1"], ["nodes", "drain", "n1"], ["bench", "list", "tiny"],
+        ["workspaces", "list"], ["workspaces", "describe", "default"],
+        ["workspaces", "quota", "default", "--gpu", "8"], ["members", "list", "default"],
+        ["members", "add", "default", "nobody", "--role", "viewer"],
+        ["members", "set", "default", "ops", "--role", "owner"],
+        ["members", "remove", "default", "nobody"], ["audit", "--since", "1h"],
         ["delete", "tiny"],
     ]  # fmt: skip
     for args in commands:

@@ -11,6 +11,7 @@ from wharfcli.fleet import keys, nodes, usage
 from wharfcli.output import output_option
 from wharfcli.services import create, delete, describe, list_services, services, start, stop, update
 from wharfcli.tools import call, estimate, login, preview
+from wharfcli.workspaces import audit, members, workspaces
 
 # eascmd's verbs, for hands used to EAS: `wharf desc NAME` is `wharf services describe NAME`.
 EASCMD_ALIASES = {"create": create, "modify": update, "desc": describe, "list": list_services,
@@ -25,7 +26,9 @@ def cli() -> None:
     WHARF_TOKEN override what it kept."""
 
 
-for command in (login, services, keys, usage, nodes, preview, estimate, call, bench):
+COMMANDS = (login, services, keys, usage, nodes, preview, estimate, call, bench, workspaces,
+            members, audit)  # fmt: skip
+for command in COMMANDS:
     cli.add_command(command)
 for alias, command in EASCMD_ALIASES.items():
     cli.add_command(command, alias)
