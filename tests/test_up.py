@@ -227,8 +227,8 @@ def test_secret_files_are_readable_by_their_owner_only(running):
 def test_spec_secrets_are_not_readable_in_the_database_file(running):
     up, api = running
     secret = "SK-in-the-file-7d41"
-    spec = {**idle_spec("sealed-file"), "storage": [{"mount_path": "/mnt/m", "oss": {
-        "path": "oss://b/m/", "access_key_id": "AK", "access_key_secret": secret}}]}  # fmt: skip
+    oss = {"path": "oss://bucket/m/", "access_key_id": "AK", "access_key_secret": secret}
+    spec = {**idle_spec("sealed-file"), "storage": [{"mount_path": "/mnt/m", "oss": oss}]}
     assert api.post("/services", json=spec).status_code == 201
     files = [p for p in up.home.iterdir() if p.name.startswith("wharf.sqlite3")]  # and -wal
     assert files and all(secret.encode() not in p.read_bytes() for p in files)
