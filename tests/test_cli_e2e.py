@@ -151,4 +151,5 @@ def test_workspaces_members_quotas_and_the_audit(wharf, tmp_path):
     code, out, _ = wharf("audit", "--since", "1h", "-o", "json")
     entries = json.loads(out)
     assert entries[0]["action"] == "PATCH /api/v1/workspaces/default"  # the quota, just now
-    assert {e["actor"] for e in entries} == {"admin"}
+    assert {e["actor"] for e in entries if e["via"].startswith("token")} == {"admin"}
+    assert entries[-1]["via"] == "command create_api_token"  # the stack's admin token, first
