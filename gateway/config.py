@@ -53,11 +53,13 @@ class Settings:
 
 
 def load_settings() -> Settings:
-    secret = env.secret("WHARF_SECRET_KEY")
+    # The control plane's token key (its digests of tokens and keys, the engines' keys); a
+    # deployment that predates it gives the secret key, which was that key then.
+    secret = env.secret("WHARF_TOKEN_KEY") or env.secret("WHARF_SECRET_KEY")
     if not secret:
         raise ConfigError(
-            "WHARF_SECRET_KEY (or WHARF_SECRET_KEY_FILE) must be set to the control plane's "
-            "secret key; the gateway needs it to check service tokens."
+            "WHARF_TOKEN_KEY (or WHARF_TOKEN_KEY_FILE) must be set to the control plane's "
+            "token key; the gateway needs it to check tokens and to call engines."
         )
     poll = env.envfloat("WHARF_GATEWAY_SNAPSHOT_POLL", 5.0)
     timeout = env.envfloat("WHARF_GATEWAY_UPSTREAM_TIMEOUT", 600.0)

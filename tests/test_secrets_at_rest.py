@@ -130,3 +130,17 @@ def test_signin_is_rate_limited_per_user(settings, redis_url):
         redis.Redis.from_url(redis_url).delete(key)
     assert client.post("/login/", {"username": "frank", "password": "right-pass-1"}
                        ).status_code == 302  # fmt: skip
+
+
+def test_the_gateway_checks_tokens_with_the_token_key(monkeypatch):
+    from gateway.config import ConfigError, load_settings
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv("WHARF_SECRET_KEY", "djangos-key")
+    monkeypatch.setenv("WHARF_TOKEN_KEY", "the-token-key")
+    assert load_settings().secret_key == b"the-token-key"
+    monkeypatch.delenv("WHARF_TOKEN_KEY")  # a deployment from before: the secret key was it
+    assert load_settings().secret_key == b"djangos-key"
+    monkeypatch.delenv("WHARF_SECRET_KEY")
+    with pytest.raises(ConfigError, match="WHARF_TOKEN_KEY"):
+        load_settings()

@@ -6,6 +6,7 @@ Every container started here is removed afterwards, whatever happened."""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import secrets
@@ -29,7 +30,12 @@ BUILD = ROOT / "images" / "wharf" / "build.sh"
 COMPOSE = ROOT / "deploy" / "compose"
 LABEL = "org.wharf.test"
 REDIS_NUMBER = 9  # this suite's own Redis database
-SECRET_PATH = "/run/secrets/wharf_secret_key"
+# The three keys, as compose hands them over (deploy/compose/compose.yaml): name -> a new value.
+KEYS = {
+    "secret_key": lambda: secrets.token_urlsafe(48),
+    "token_key": lambda: secrets.token_urlsafe(48),
+    "secrets_key": lambda: base64.urlsafe_b64encode(os.urandom(32)).decode(),  # a Fernet key
+}
 IMAGE_USER = 10001  # wharf, the user the API, gateway and migrations run as
 
 
@@ -128,22 +134,26 @@ def services_env(tmp_path_factory) -> dict[str, str]:
     return {
         "DATABASE_URL": fresh_database("wharf_lean_image"),
         "REDIS_URL": url,
-        "WHARF_SECRET_KEY_FILE": SECRET_PATH,
+        **{f"WHARF_{name.upper()}_FILE": f"/run/secrets/wharf_{name}" for name in KEYS},
         "WHARF_RUNTIME": "docker",
         "WHARF_NODE_ADDRESS": "127.0.0.1",
     }
 
 
-def secret_file(tmp_path_factory) -> str:
-    """The secret key as compose hands it over: a file only the image's user reads."""
-    path = tmp_path_factory.mktemp("secrets") / "secret_key"
-    path.write_text(secrets.token_urlsafe(48))
-    if os.geteuid() == 0:
-        os.chown(path, IMAGE_USER, IMAGE_USER)
-        path.chmod(0o600)
-    else:
-        path.chmod(0o644)
-    return str(path)
+def key_files(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """The keys as compose hands them over: files only the image's user reads, as volumes."""
+    folder = tmp_path_factory.mktemp("secrets")
+    volumes = {}
+    for name, make in KEYS.items():
+        path = folder / name
+        path.write_text(make())
+        if os.geteuid() == 0:
+            os.chown(path, IMAGE_USER, IMAGE_USER)
+            path.chmod(0o600)
+        else:
+            path.chmod(0o644)
+        volumes[str(path)] = {"bind": f"/run/secrets/wharf_{name}", "mode": "ro"}
+    return volumes
 
 
 @pytest.fixture(scope="module")
@@ -159,8 +169,7 @@ def deployment(image, tmp_path_factory) -> Iterator[Deployment]:
     import docker
 
     env = services_env(tmp_path_factory)
-    secret = {secret_file(tmp_path_factory): {"bind": SECRET_PATH, "mode": "ro"}}
-    containers = Containers(docker.from_env(), image, env, secret)
+    containers = Containers(docker.from_env(), image, env, key_files(tmp_path_factory))
     try:
         migrate = containers.once("migrate", ["migrate"])
         code, token = containers.once(
