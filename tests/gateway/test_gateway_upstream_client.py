@@ -7,13 +7,20 @@ writes exactly the bytes under test (framings, silences, closes) and records wha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
 
 import pytest
 from gateway_support import free_port_refusing_connections
+from raw_engine import (
+    OK,
+    Engine,
+    answer_and_close,
+    answer_and_hold,
+    exchange,
+    keep_answering,
+    read_request,
+    run,
+)
 
-from gateway.config import ConfigError, load_settings
 from gateway.upstream import (
     ConnectFailedError,
     Upstream,
@@ -22,97 +29,6 @@ from gateway.upstream import (
 )
 
 pytestmark = pytest.mark.timeout(30)
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-class Engine:
-    """A TCP server answering each connection with `handler`; counts connections and notes
-    when one ends (a handler that reads until the client closes ends with it)."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.connections = 0
-        self.ended = asyncio.Event()  # some connection's handler has finished
-        self.server: asyncio.Server | None = None
-        self.url = ""
-
-    async def __aenter__(self) -> Engine:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            await self.handler(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            self.ended.set()
-
-
-async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """(head, body) of one request with a content-length."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.lower() == b"content-length":
-            length = int(value)
-    return head, await reader.readexactly(length)
-
-
-def answer_and_close(answer: bytes) -> Handler:
-    """Read one request, write `answer`, then close the connection."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer)
-        await writer.drain()
-
-    return handler
-
-
-def answer_and_hold(answer: bytes = b"") -> Handler:
-    """Read one request, write `answer` (maybe nothing), then wait for the client to close."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(answer)
-        while await reader.read(65536):
-            pass
-
-    return handler
-
-
-def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(test())
-
-
-async def exchange(upstream: Upstream, engine: Engine) -> bytes:
-    """One call to the engine: its whole body, the connection given back for reuse."""
-    answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-    body = await answer.read()
-    answer.release()
-    return body
-
-
-OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
-
-
-def keep_answering(answer: bytes = OK) -> Handler:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            await read_request(reader)
-            writer.write(answer)
-
-    return handler
 
 
 def test_sends_one_request_with_host_length_and_base_path_and_reads_the_answer() -> None:
@@ -198,72 +114,6 @@ def test_answer_framed_by_close_ends_with_the_connection_and_is_not_pooled() -> 
             for _ in range(2):
                 assert await exchange(upstream, engine) == b"all of it"
             assert engine.connections == 2
-            await upstream.close()
-
-    run(test)
-
-
-def test_pooled_connection_the_engine_closes_is_not_reused() -> None:
-    async def test() -> None:
-        # As an engine's idle timeout does: it closes the kept-alive connection.
-        async with Engine(answer_and_close(OK)) as engine:
-            upstream = Upstream()
-            assert await exchange(upstream, engine) == b"{}"
-            await asyncio.sleep(0.1)  # the close arrives while the connection sits idle
-            assert await exchange(upstream, engine) == b"{}"
-            assert engine.connections == 2
-            await upstream.close()
-
-    run(test)
-
-
-def close_on_the_second_request(second_answer: bytes = b"") -> Handler:
-    """Answer one request kept alive; on the next, write `second_answer` (maybe nothing) and
-    close: a kept-alive connection closing just as it is reused."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(OK)
-        await read_request(reader)
-        writer.write(second_answer)
-        await writer.drain()
-
-    return handler
-
-
-def test_kept_alive_connection_closing_as_it_is_reused_sends_the_request_once_more() -> None:
-    async def test() -> None:
-        async with Engine(close_on_the_second_request()) as engine:
-            upstream = Upstream()
-            assert await exchange(upstream, engine) == b"{}"
-            assert await exchange(upstream, engine) == b"{}"  # the retry: a new connection
-            assert engine.connections == 2
-            await upstream.close()
-
-    run(test)
-
-
-def test_a_new_connection_closed_without_an_answer_is_not_retried() -> None:
-    async def test() -> None:
-        # The engine may have run the request before it went away.
-        async with Engine(answer_and_close(b"")) as engine:
-            upstream = Upstream()
-            with pytest.raises(UpstreamBrokenError):
-                await exchange(upstream, engine)
-            assert engine.connections == 1
-
-    run(test)
-
-
-def test_a_kept_alive_connection_that_began_to_answer_is_not_retried() -> None:
-    async def test() -> None:
-        partial = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{"
-        async with Engine(close_on_the_second_request(partial)) as engine:
-            upstream = Upstream()
-            assert await exchange(upstream, engine) == b"{}"
-            with pytest.raises(UpstreamBrokenError):
-                await exchange(upstream, engine)
-            assert engine.connections == 1
             await upstream.close()
 
     run(test)
@@ -421,64 +271,6 @@ def test_interim_answers_are_skipped() -> None:
     run(test)
 
 
-def close_a_while_after_the_second_request(delay: float) -> Handler:
-    """Answer one request kept alive; read the next, then close unanswered `delay` s later: an
-    engine that read the request (and may have acted on it) before going away."""
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(OK)
-        await read_request(reader)
-        await asyncio.sleep(delay)
-
-    return handler
-
-
-def test_a_post_closed_unanswered_well_after_it_was_sent_is_not_retried() -> None:
-    async def test() -> None:
-        async with Engine(close_a_while_after_the_second_request(0.3)) as engine:
-            upstream = Upstream()
-            assert await exchange(upstream, engine) == b"{}"
-            with pytest.raises(UpstreamBrokenError):
-                await exchange(upstream, engine)
-            assert engine.connections == 1
-            await upstream.close()
-
-    run(test)
-
-
-@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
-def test_an_idempotent_request_closed_unanswered_on_a_reused_connection_is_retried(
-    method: str,
-) -> None:
-    async def test() -> None:
-        async with Engine(close_a_while_after_the_second_request(0.3)) as engine:
-            upstream = Upstream()
-            assert await exchange(upstream, engine) == b"{}"
-            answer = await upstream.request(engine.url, method, "/", [], b"", 5)
-            assert answer.status == 200 and await answer.read() == b"{}"
-            assert engine.connections == 2
-            answer.release()
-            await upstream.close()
-
-    run(test)
-
-
-def test_a_post_with_an_idempotency_key_is_retried_like_an_idempotent_one() -> None:
-    async def test() -> None:
-        async with Engine(close_a_while_after_the_second_request(0.3)) as engine:
-            upstream = Upstream()
-            assert await exchange(upstream, engine) == b"{}"
-            headers = [("Idempotency-Key", "k1")]
-            answer = await upstream.request(engine.url, "POST", "/", headers, b"{}", 5)
-            assert await answer.read() == b"{}"
-            assert engine.connections == 2
-            answer.release()
-            await upstream.close()
-
-    run(test)
-
-
 def test_a_head_answer_ends_with_its_head_and_its_connection_is_reused() -> None:
     async def test() -> None:
         # A HEAD's answer names the length of the body a GET would get, and sends none.
@@ -521,37 +313,3 @@ def test_204_and_304_answers_end_with_their_head(status_line: bytes) -> None:
             await upstream.close()
 
     run(test)
-
-
-def test_keepalive_of_zero_uses_one_connection_per_request() -> None:
-    async def test() -> None:
-        async with Engine(keep_answering()) as engine:
-            upstream = Upstream(keepalive_s=0)
-            assert await exchange(upstream, engine) == b"{}"
-            assert await exchange(upstream, engine) == b"{}"
-            assert engine.connections == 2
-            await upstream.close()
-
-    run(test)
-
-
-@pytest.mark.parametrize(("value", "expected"), [(None, 4.0), ("", 4.0), ("7.5", 7.5), ("0", 0.0)])
-def test_the_engine_keepalive_is_read_from_the_environment(
-    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: float
-) -> None:
-    monkeypatch.setenv("WHARF_SECRET_KEY", "secret")
-    if value is None:
-        monkeypatch.delenv("WHARF_GATEWAY_UPSTREAM_KEEPALIVE", raising=False)
-    else:
-        monkeypatch.setenv("WHARF_GATEWAY_UPSTREAM_KEEPALIVE", value)
-    assert load_settings().upstream_keepalive == expected
-
-
-@pytest.mark.parametrize("value", ["-1", "nan", "99999"])
-def test_refuses_an_engine_keepalive_out_of_range(
-    monkeypatch: pytest.MonkeyPatch, value: str
-) -> None:
-    monkeypatch.setenv("WHARF_SECRET_KEY", "secret")
-    monkeypatch.setenv("WHARF_GATEWAY_UPSTREAM_KEEPALIVE", value)
-    with pytest.raises(ConfigError, match="WHARF_GATEWAY_UPSTREAM_KEEPALIVE"):
-        load_settings()
