@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 TASK = "workers.tasks.reconcile_service"
-PENDING_TTL = 60  # seconds
+# A worker killed with a pass reserved (Celery gives it back only after an hour) holds its
+# marker until it expires: short, so that the periodic pass asks again within seconds. A queue
+# slower than this only costs a duplicate pass, which the per-service lock serializes.
+PENDING_TTL = 15  # seconds
 
 
 def pending_key(name: str) -> str:

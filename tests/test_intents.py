@@ -41,7 +41,8 @@ def test_asks_while_one_is_queued_coalesce(broker):
     intents.reconcile_service("svc-a")
     intents.reconcile_service("svc-b")
     assert _queued(broker) == [(reconcile.TASK, ["svc-a"]), (reconcile.TASK, ["svc-b"])]
-    assert broker.ttl(reconcile.pending_key("svc-a")) > 0  # a lost pass is asked again later
+    # A pass lost with a dead worker is asked again soon (by the periodic pass).
+    assert 0 < broker.ttl(reconcile.pending_key("svc-a")) <= 15
 
 
 def test_the_pass_clears_the_marker_so_the_next_change_asks_again(broker):
