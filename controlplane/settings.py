@@ -78,55 +78,6 @@ def _derived_fernet_key(key: str) -> str:
     return base64.urlsafe_b64encode(digest).decode()
 
 
-def _database(url: str) -> dict:
-    if not url:
-        WHARF_HOME.mkdir(parents=True, exist_ok=True)
-        return {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": WHARF_HOME / "wharf.sqlite3",
-            # Several processes (API, worker threads) write at once. WAL lets readers go on
-            # during a write; a write transaction takes the lock when it begins (IMMEDIATE),
-            # so two writers queue on the busy timeout instead of one failing at once with
-            # "database is locked" when its read turns into a write.
-            "OPTIONS": {
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-            },
-        }
-    parsed = urlparse(url)
-    if parsed.scheme not in ("postgres", "postgresql"):
-        raise ValueError(f"DATABASE_URL: unsupported scheme {parsed.scheme!r}; use postgresql://")
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": parsed.path.lstrip("/"),
-        "USER": parsed.username or "",
-        "PASSWORD": parsed.password or "",
-        "HOST": parsed.hostname or "",
-        "PORT": str(parsed.port or ""),
-        "CONN_MAX_AGE": 60,
-    }
-
-
-def _kept_key(name: str, filename: str, first) -> str:
-    """NAME(_FILE), else a key kept in WHARF_HOME/<filename>, made once by `first()`."""
-    value = secret(name)
-    if value:
-        return value
-    path = WHARF_HOME / filename
-    if not path.exists():
-        WHARF_HOME.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)  # owner-only before the secret is in it
-        path.write_text(first())
-    return path.read_text().strip()
-
-
-def _fernet_key() -> str:
-    from cryptography.fernet import Fernet
-
-    return Fernet.generate_key().decode()
-
-
 SECRET_KEY = _kept_key("WHARF_SECRET_KEY", "secret_key", lambda: secrets.token_urlsafe(48))
 # Django's signing key may be rotated without logging everyone out: the old ones, comma-separated.
 SECRET_KEY_FALLBACKS = [k for k in secret("WHARF_SECRET_KEY_FALLBACKS").split(",") if k]
