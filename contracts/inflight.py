@@ -8,8 +8,15 @@ A gateway that stops cleanly deletes its key. The report, JSON::
     {
       "at": 1717000000.25,         # unix seconds when it was written
       "snapshot": 1717000000123,   # version of the routing snapshot the gateway serves
-      "in_flight": {"qwen-0": 2}   # requests at each instance; instances with none left out
-    }
+      "in_flight": {"qwen-0": 2},  # requests at each instance; instances with none left out
+      "qps": {"qwen": 4.2},        # requests/s each service received over the last
+                                   # QPS_WINDOW seconds; services with none left out
+      "held": {"idle-svc": 3}      # requests held for a service with no instance (scaled to
+                                   # zero), waiting for one to start; none left out
+    }                              # ("qps" and "held" are left out when empty)
+
+The autoscaler sums "qps", "in_flight" and "held" over the gateways' reports
+(``service_load``).
 
 An instance that left the routing snapshot keeps its entry for as long as the gateway still
 has requests at it. Draining an instance: publish a snapshot without it (its version, in
@@ -31,6 +38,7 @@ log = logging.getLogger(__name__)
 INFLIGHT_PREFIX = "wharf:inflight:"
 REPORT_INTERVAL = 0.5  # seconds between a gateway's reports
 REPORT_TTL = 5  # seconds a report lives unless rewritten (an int: SET ... EX takes no fraction)
+QPS_WINDOW = 10.0  # seconds a gateway's requests-per-second figure averages over
 
 
 def new_gateway_id() -> str:
@@ -42,10 +50,49 @@ def report_key(gateway_id: str, prefix: str = INFLIGHT_PREFIX) -> str:
     return prefix + gateway_id
 
 
-def encode_report(at: float, snapshot: int, in_flight: dict[str, int]) -> str:
-    """A report's JSON; instances with no request in flight are left out."""
+def encode_report(
+    at: float,
+    snapshot: int,
+    in_flight: dict[str, int],
+    qps: dict[str, float] | None = None,
+    held: dict[str, int] | None = None,
+) -> str:
+    """A report's JSON; instances and services with nothing to report are left out."""
     counts = {name: count for name, count in sorted(in_flight.items()) if count > 0}
-    return json.dumps({"at": at, "snapshot": snapshot, "in_flight": counts})
+    rates = {name: round(rate, 3) for name, rate in sorted((qps or {}).items()) if rate > 0}
+    waiting = {name: count for name, count in sorted((held or {}).items()) if count > 0}
+    report: dict[str, Any] = {"at": at, "snapshot": snapshot, "in_flight": counts}
+    if rates:
+        report["qps"] = rates
+    if waiting:
+        report["held"] = waiting
+    return json.dumps(report)
+
+
+def service_load(reports: list[dict]) -> tuple[dict[str, float], dict[str, int], dict[str, int]]:
+    """Summed over the gateways: requests/s per service, requests in flight per instance and
+    requests held per service. Malformed reports and entries are left out."""
+    qps: dict[str, float] = {}
+    in_flight: dict[str, int] = {}
+    held: dict[str, int] = {}
+    for report in reports:
+        if not _well_formed(report):
+            continue
+        for name, count in report["in_flight"].items():
+            in_flight[name] = in_flight.get(name, 0) + count
+        for name, rate in _entries(report.get("qps")):
+            if isinstance(rate, int | float) and not isinstance(rate, bool) and rate >= 0:
+                qps[name] = qps.get(name, 0.0) + float(rate)
+        for name, count in _entries(report.get("held")):
+            if _is_count(count):
+                held[name] = held.get(name, 0) + count
+    return qps, in_flight, held
+
+
+def _entries(value: Any) -> list[tuple[str, Any]]:
+    if not isinstance(value, dict):
+        return []
+    return [(k, v) for k, v in value.items() if isinstance(k, str)]
 
 
 def _is_count(value: Any) -> bool:

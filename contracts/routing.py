@@ -19,8 +19,12 @@ Snapshot JSON::
           ],
           "rate_limit": 100,               # requests/s for the whole service (metadata.rpc)
           "max_queue_size": 64,            # requests waiting per instance; null: no bound
-          "timeout": 600.0                 # seconds for the whole request, from its arrival
+          "timeout": 600.0,                # seconds for the whole request, from its arrival
                                            # (metadata.rpc.keepalive); null: no bound
+          "routing": "least_outstanding",  # | prefix_cache | kv_cache_load | session
+          "session_header": "x-session-id",# the header routing "session" reads
+          "scale_from_zero": false         # autoscaler min 0: with no instance, hold the
+                                           # request (contracts.activation) until one serves
         }
       },
       "keys": {                            # API keys, by token digest
@@ -57,7 +61,7 @@ class PdRouting:
     then decode, streamed back."""
 
     connector: str
-    prefill_policy: str = "least_outstanding"  # | "round_robin"
+    prefill_policy: str = "least_outstanding"  # | "round_robin" | RoutedService.routing's
     decode_policy: str = "least_outstanding"
     on_prefill_failure: str = "fail"  # | "decode_only"
     # What the connector needs of the router (contracts.engines.pd.router_hints), e.g.
@@ -66,6 +70,7 @@ class PdRouting:
 
 
 DEFAULT_RATE_LIMIT = 100  # requests/s per service, as ModelArts defaults
+DEFAULT_SESSION_HEADER = "x-session-id"
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,9 @@ class RoutedService:
     max_queue_size: int | None = None
     timeout: float | None = None
     pd: PdRouting | None = None
+    routing: str = "least_outstanding"
+    session_header: str = DEFAULT_SESSION_HEADER
+    scale_from_zero: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,9 @@ class Snapshot:
                         "max_queue_size": svc.max_queue_size,
                         "timeout": svc.timeout,
                         "pd": None if svc.pd is None else asdict(svc.pd),
+                        "routing": svc.routing,
+                        "session_header": svc.session_header,
+                        "scale_from_zero": svc.scale_from_zero,
                     }
                     for name, svc in sorted(self.services.items())
                 },
@@ -206,6 +217,9 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         max_queue_size=_number(entry.get("max_queue_size"), int),
         timeout=_number(entry.get("timeout"), float),
         pd=PdRouting(**pd) if pd else None,
+        routing=str(entry.get("routing", "least_outstanding")),
+        session_header=str(entry.get("session_header", DEFAULT_SESSION_HEADER)),
+        scale_from_zero=entry.get("scale_from_zero", False) is True,
     )
 
 

@@ -26,6 +26,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
     RollingStrategy,
     _Strict,
 )
+from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
@@ -151,6 +152,12 @@ class Rpc(_Strict):
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     keepalive: int | None = Field(default=None, ge=1, le=86_400_000, description="ms")
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000, description="requests/s")
+    routing: RoutingPolicy | None = Field(default=None, description=ROUTING)
+    session_header: str | None = Field(
+        default=None, pattern=HEADER,
+        description="With routing session: the request header naming the session "
+        "(default x-session-id).",
+    )  # fmt: skip
 
 
 class Metadata(_Strict):
@@ -225,12 +232,17 @@ class PdRole(_Strict):
     gpu: int = CARD_COUNT
     npu: int = CARD_COUNT
     tensor_parallel_size: int = Field(default=1, ge=1, le=MAX_CARDS)
+    autoscaler: Autoscaler | None = Field(
+        default=None, description="This role's own autoscaler; none: the service's."
+    )
 
 
 class PdRouter(_Strict):
     """How the gateway, which is the router, picks an instance of each role."""
 
-    prefill_policy: Literal["round_robin", "least_outstanding"] = "least_outstanding"
+    prefill_policy: Literal[
+        "round_robin", "least_outstanding", "prefix_cache", "kv_cache_load", "session"
+    ] = "least_outstanding"
     decode_policy: Literal["round_robin", "least_outstanding"] = "least_outstanding"
 
 
@@ -331,6 +343,11 @@ class ServiceSpec(_Strict):
         "health_check.liveness, failing, restarts it.",
     )
     dockerAuth: DockerAuth = None  # noqa: N815 (EAS spelling)
+    autoscaler: Autoscaler | None = Field(
+        default=None,
+        description="Scale on load between min and max instances (each role on its own "
+        "signals in a prefill/decode service); metadata.instance is the count it starts with.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -353,19 +370,27 @@ class ServiceSpec(_Strict):
         """Changes whenever anything that shapes an instance changes. Instance counts do not
         shape an instance: scaling adds or removes instances and leaves the others alone; nor
         do rolling_strategy, health_check and the grace period, applied to running instances,
-        nor dockerAuth (only a pull uses it). metadata.resource does (instances move); unset,
-        it leaves earlier hashes as they were."""
+        nor dockerAuth (only a pull uses it), nor the autoscaler and the routing policy.
+        metadata.resource does (instances move); unset, it leaves earlier hashes as they were,
+        and so does an rpc section left empty once the routing policy is set aside (one whose
+        fields were all null rolls its instances once, on the upgrade that added this)."""
         data = self.model_dump(
-            mode="json", exclude={"rolling_strategy", "health_check", "dockerAuth"}
+            mode="json", exclude={"rolling_strategy", "health_check", "dockerAuth", "autoscaler"}
         )
         for key in ("instance", "termination_grace_period"):
             data["metadata"].pop(key, None)
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
+        rpc = data["metadata"]["rpc"] or {}
+        for key in ("routing", "session_header"):  # where requests go, not what runs
+            rpc.pop(key, None)
+        if not any(value is not None for value in rpc.values()):
+            data["metadata"]["rpc"] = None
         pd = (data.get("llm") or {}).get("pd")
         for role in ("prefill", "decode"):
             if pd:
                 pd[role].pop("instance", None)
+                pd[role].pop("autoscaler", None)
         canonical = json.dumps(data, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

@@ -3,7 +3,8 @@ never read again from the raw spec with its defaults copied."""
 
 from __future__ import annotations
 
-from contracts.spec import ServiceSpec
+from contracts.spec import ROLES, ServiceSpec
+from contracts.spec_scaling import Autoscaler
 
 
 def replicas(spec: ServiceSpec) -> dict[str, int]:
@@ -12,6 +13,32 @@ def replicas(spec: ServiceSpec) -> dict[str, int]:
     if pd:
         return {"prefill": pd.prefill.instance, "decode": pd.decode.instance}
     return {"": spec.metadata.instance}
+
+
+def autoscalers(spec: ServiceSpec) -> dict[str, tuple[str, Autoscaler]]:
+    """Each autoscaled role's autoscaler and where the spec gives it: a prefill/decode role's
+    own (llm.pd.<role>.autoscaler), else the service's (autoscaler)."""
+    pd = spec.llm.pd if spec.llm else None
+    if pd is None:
+        return {"": ("autoscaler", spec.autoscaler)} if spec.autoscaler else {}
+    found = {}
+    for role in ROLES:
+        own = pd.role(role).autoscaler
+        if own is not None:
+            found[role] = (f"llm.pd.{role}.autoscaler", own)
+        elif spec.autoscaler is not None:
+            found[role] = ("autoscaler", spec.autoscaler)
+    return found
+
+
+def routing_policy(spec: ServiceSpec) -> str:
+    """How the gateway picks an instance (the prefill leg's, in a prefill/decode service)."""
+    rpc = spec.metadata.rpc
+    if rpc and rpc.routing:
+        return rpc.routing
+    if spec.llm and spec.llm.pd:
+        return spec.llm.pd.router.prefill_policy
+    return "least_outstanding"
 
 
 def card_need(spec: ServiceSpec, role: str = "") -> tuple[str, int]:

@@ -3,7 +3,9 @@ prefill/decode roles, mounts), checked by contracts.spec.parse_spec after the sc
 
 from __future__ import annotations
 
+from contracts import spec_facts
 from contracts.spec import GPU_ENGINES, PD_ENGINES, ROLES, Llm, ServiceSpec
+from contracts.spec_scaling import Autoscaler
 
 
 def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
@@ -29,6 +31,48 @@ def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
             errors[f"storage[{i}].mount_path"] = [f"{mount} is mounted twice"]
     if spec.metadata.shm_size and "/dev/shm" in mounts:
         errors["metadata.shm_size"] = ["shared memory is set twice: here and as /dev/shm storage"]
+    errors.update(_scaling_checks(spec))
+    return errors
+
+
+# Engines whose own metrics Wharf reads (contracts.engine_metrics): the signals queue and
+# kv_cache, and the kv_cache_load policy, need them.
+METRICS_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
+
+
+def _scaling_checks(spec: ServiceSpec) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    engine = spec.llm.engine if spec.llm else None
+    reads_metrics = engine in METRICS_ENGINES
+    rpc = spec.metadata.rpc
+    if rpc and rpc.session_header and rpc.routing != "session":
+        errors["metadata.rpc.session_header"] = ["a session header is read by routing session"]
+    pd = spec.llm.pd if spec.llm else None
+    policies: dict[str, str | None] = {"metadata.rpc.routing": rpc.routing if rpc else None}
+    if pd:
+        policies["llm.pd.router.prefill_policy"] = pd.router.prefill_policy
+        chosen = {p for p in policies.values() if p and p != "least_outstanding"}
+        if len(chosen) > 1:
+            errors["metadata.rpc.routing"] = [
+                "the prefill leg's policy is given twice, differently: here and in "
+                "llm.pd.router.prefill_policy"
+            ]
+    for where, policy in policies.items():
+        if policy == "kv_cache_load" and not reads_metrics:
+            errors[where] = [f"kv_cache_load reads the engine's metrics; engine {engine} has none "
+                             f"Wharf reads (use {', '.join(METRICS_ENGINES)})"]  # fmt: skip
+    for source, scaler, instance, instance_field in _scalers(spec):
+        if not scaler.min <= instance <= scaler.max:
+            errors[instance_field] = [
+                f"starting with {instance} is outside the autoscaler's {scaler.min}..{scaler.max} "
+                f"({source})"
+            ]
+        for i, strategy in enumerate(scaler.scaleStrategies):
+            if strategy.metricName in ("queue", "kv_cache") and not reads_metrics:
+                errors[f"{source}.scaleStrategies[{i}].metricName"] = [
+                    f"{strategy.metricName} is read from the engine's metrics; engine {engine} "
+                    "has none Wharf reads: use qps or concurrency"
+                ]
     return errors
 
 
@@ -90,3 +134,12 @@ def _pd_checks(llm: Llm) -> dict[str, list[str]]:
                 f"llm.pd.{name}.{kind} is {cards}"
             ]
     return errors
+
+
+def _scalers(spec: ServiceSpec) -> list[tuple[str, Autoscaler, int, str]]:
+    """(where it is given, the autoscaler, instances to start with, where they are given)."""
+    starts = spec_facts.replicas(spec)
+    return [
+        (source, scaler, starts[role], f"llm.pd.{role}.instance" if role else "metadata.instance")
+        for role, (source, scaler) in spec_facts.autoscalers(spec).items()
+    ]

@@ -15,6 +15,7 @@ from contracts.inflight import (
     encode_report,
     read_reports,
     report_key,
+    service_load,
 )
 
 REMOVED_AT = 1_717_000_000_123  # ms: the version of the snapshot without the instance
@@ -102,3 +103,16 @@ def test_read_reports_from_redis(redis_url: str, prefix: str, decode_responses: 
         assert not drained(reports, "qwen-0", REMOVED_AT)
         client.delete(report_key("g1", prefix), other)
         assert drained(read_reports(client, prefix), "qwen-0", REMOVED_AT)
+
+
+def test_rates_and_held_requests_are_reported_and_summed_over_gateways() -> None:
+    one = json.loads(encode_report(1.0, REMOVED_AT, {"a-0": 2}, {"a": 1.5, "b": 0.0}, {"z": 2}))
+    assert one == {"at": 1.0, "snapshot": REMOVED_AT, "in_flight": {"a-0": 2},
+                   "qps": {"a": 1.5}, "held": {"z": 2}}  # fmt: skip
+    two = json.loads(encode_report(1.2, REMOVED_AT, {"a-0": 1, "a-1": 3}, {"a": 0.5}, {"z": 1}))
+    malformed = {"snapshot": "x", "in_flight": {}, "qps": {"a": 100}}
+    bad_entries = {"snapshot": 1, "in_flight": {}, "qps": {"a": "9", "b": True}, "held": {"z": -1}}
+    qps, in_flight, held = service_load([one, two, malformed, bad_entries])
+    assert qps == {"a": 2.0}
+    assert in_flight == {"a-0": 3, "a-1": 3}
+    assert held == {"z": 3}

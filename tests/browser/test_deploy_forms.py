@@ -211,7 +211,7 @@ def test_json_editor_deploys_what_its_preview_shows(live_server, page, rest, bro
 
 
 # An EAS field Wharf does not act on (line 3), and an empty line inside metadata (line 5).
-UNKNOWN_FIELD = '{\n  "name": "typo",\n  "autoscaler": {"min": 1},\n  "metadata": {\n    \n  }\n}'
+UNKNOWN_FIELD = '{\n  "name": "typo",\n  "cloud": {"computing": 1},\n  "metadata": {\n    \n  }\n}'
 
 
 def test_json_editor_marks_unknown_fields_and_completes_field_names(live_server, page):
@@ -222,10 +222,10 @@ def test_json_editor_marks_unknown_fields_and_completes_field_names(live_server,
     squiggle = page.wait_for_selector("#json-editor .squiggly-error")
     markers = page.evaluate(f"() => monaco.editor.getModelMarkers({{resource: {EDITOR_MODEL}.uri}})"
                             ".map(m => [m.startLineNumber, m.message])")  # fmt: skip
-    assert [3, "Property autoscaler is not allowed."] in markers
+    assert [3, "Property cloud is not allowed."] in markers
     assert squiggle.is_visible()
-    page.hover("#json-editor .view-line span:text-is('\"autoscaler\"')")
-    page.wait_for_selector(".monaco-hover:has-text('Property autoscaler is not allowed')")
+    page.hover("#json-editor .view-line span:text-is('\"cloud\"')")
+    page.wait_for_selector(".monaco-hover:has-text('Property cloud is not allowed')")
 
     # Completion inside metadata lists the schema's fields of metadata, with their help.
     page.evaluate("""() => {
