@@ -7,12 +7,22 @@ from contracts.spec import ROLES, ServiceSpec
 from contracts.spec_scaling import Autoscaler
 
 
-def replicas(spec: ServiceSpec) -> dict[str, int]:
-    """Instances wanted per role: prefill and decode for a separated service, else "" alone."""
+def replicas(spec: ServiceSpec, autoscale: dict | None = None) -> dict[str, int]:
+    """Instances wanted per role: prefill and decode for a separated service, else "" alone.
+    An autoscaled role wants what its autoscaler last decided (`autoscale`, the service's
+    {role: workers.autoscaler.State JSON}), within its min..max; until it decides, what the
+    spec starts with."""
     pd = spec.llm.pd if spec.llm else None
     if pd:
-        return {"prefill": pd.prefill.instance, "decode": pd.decode.instance}
-    return {"": spec.metadata.instance}
+        counts = {"prefill": pd.prefill.instance, "decode": pd.decode.instance}
+    else:
+        counts = {"": spec.metadata.instance}
+    for role, (_, scaler) in autoscalers(spec).items():
+        decided = (autoscale or {}).get(role)
+        count = decided.get("replicas") if isinstance(decided, dict) else None
+        if isinstance(count, int) and not isinstance(count, bool):
+            counts[role] = min(max(count, scaler.min), scaler.max)
+    return counts
 
 
 def autoscalers(spec: ServiceSpec) -> dict[str, tuple[str, Autoscaler]]:

@@ -123,7 +123,7 @@ def _spec(service: Service) -> tuple[ServiceSpec | None, str | None]:
 
 def _replicas(service: Service, spec: ServiceSpec | None) -> dict[str, int]:
     """Instances wanted per role; roles the spec no longer has want none."""
-    wanted = spec_facts.replicas(spec) if spec is not None else {"": 0}
+    wanted = spec_facts.replicas(spec, service.autoscale) if spec is not None else {"": 0}
     for role in service.instances.values_list("role", flat=True).distinct():
         wanted.setdefault(role, 0)
     return wanted

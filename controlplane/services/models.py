@@ -23,6 +23,9 @@ class Service(models.Model):
     ready_instances = models.PositiveIntegerField(default=0)
     progress = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True)
+    # Written by the autoscaler alone (workers.autoscaling): per autoscaled role ("" without
+    # prefill/decode roles), the count it decided and what it remembers for its windows.
+    autoscale = models.JSONField(default=dict, blank=True)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

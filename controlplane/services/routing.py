@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 import redis
 from django.conf import settings
 
+from contracts import spec_facts
 from contracts.routing import (
     DEFAULT_RATE_LIMIT,
+    DEFAULT_SESSION_HEADER,
     SNAPSHOT_CHANNEL,
     SNAPSHOT_KEY,
     PdRouting,
@@ -62,6 +64,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
     if service.desired_state != DesiredState.RUNNING:
         ready = []
     rpc = spec.metadata.rpc or Rpc()
+    pd = spec.llm.pd if spec.llm else None
     return RoutedService(
         name=service.name,
         served_model_names=spec.served_model_names,
@@ -70,11 +73,16 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         rate_limit=rpc.rate_limit or DEFAULT_RATE_LIMIT,
         max_queue_size=rpc.max_queue_size,
         timeout=rpc.keepalive / 1000 if rpc.keepalive else None,  # EAS gives milliseconds
-        pd=_pd_routing(spec.llm.pd if spec.llm else None),
+        pd=_pd_routing(pd, spec_facts.routing_policy(spec)),
+        routing=spec_facts.routing_policy(spec),
+        session_header=rpc.session_header or DEFAULT_SESSION_HEADER,
+        # With min 0 somewhere, the gateways hold a request that finds no instance, and the
+        # autoscaler starts one (contracts.inflight's "held").
+        scale_from_zero=any(s.min == 0 for _, s in spec_facts.autoscalers(spec).values()),
     )
 
 
-def _pd_routing(pd: Pd | None) -> PdRouting | None:
+def _pd_routing(pd: Pd | None, prefill_policy: str) -> PdRouting | None:
     """What the gateway needs to route a prefill/decode-separated service."""
     if pd is None:
         return None
@@ -82,7 +90,7 @@ def _pd_routing(pd: Pd | None) -> PdRouting | None:
 
     return PdRouting(
         connector=pd.kv_connector,
-        prefill_policy=pd.router.prefill_policy,
+        prefill_policy=prefill_policy,
         decode_policy=pd.router.decode_policy,
         on_prefill_failure=pd.on_prefill_failure,
         hints=router_hints(pd.kv_connector),

@@ -59,12 +59,13 @@ class ServiceSerializer(serializers.ModelSerializer):
     def get_instances(self, service: Service) -> int:
         """Instances wanted, every role together."""
         spec = _typed(service)
-        return sum(replicas(spec).values()) if spec else 0
+        return sum(replicas(spec, service.autoscale).values()) if spec else 0
 
     def get_replicas(self, service: Service) -> dict[str, int]:
-        """Instances wanted per role ("" for a service without prefill/decode roles)."""
+        """Instances wanted per role ("" for a service without prefill/decode roles); an
+        autoscaled role's count is its autoscaler's."""
         spec = _typed(service)
-        return replicas(spec) if spec else {}
+        return replicas(spec, service.autoscale) if spec else {}
 
     def get_endpoints(self, service: Service) -> dict[str, str]:
         gateway = settings.WHARF_GATEWAY_URL.rstrip("/")

@@ -1,0 +1,145 @@
+"""The autoscaler's loop: every INTERVAL seconds, on whichever worker holds the pass's lease,
+it reads what the gateways report (requests/s, in flight, held: contracts.inflight) and what
+the nodes scraped from the engines (waiting requests, KV-cache usage: contracts.engine_load),
+asks workers.autoscaler for each autoscaled role's count, and writes it to the service's
+`autoscale` with an event giving the numbers whenever a count changes. The scheduler reads
+the count (contracts.spec_facts.replicas) on the pass this queues, and adds or drains
+instances as for any change of count.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+from django.db import DatabaseError, close_old_connections
+from django.db.models import Q
+from redis.exceptions import RedisError
+
+from contracts import engine_load, inflight, spec_facts
+from contracts.spec import SpecError
+from controlplane.services.choices import DesiredState, InstanceState
+from controlplane.services.events import record
+from controlplane.services.models import Service
+from workers.autoscaler import Signals, State, decide
+from workers.locks import client, leased
+
+log = logging.getLogger(__name__)
+INTERVAL = 2.0  # seconds between two passes over every autoscaled service
+LOCK = "wharf:autoscaler"
+
+AUTOSCALED = (
+    Q(spec__has_key="autoscaler")
+    | Q(spec__llm__pd__prefill__has_key="autoscaler")
+    | Q(spec__llm__pd__decode__has_key="autoscaler")
+)
+
+
+def autoscale_all(redis_client, now: float | None = None) -> set[str]:
+    """One pass over every autoscaled service; the names of those whose counts changed."""
+    now = time.time() if now is None else now
+    qps, in_flight, held = inflight.service_load(inflight.read_reports(redis_client))
+    changed = set()
+    services = Service.objects.filter(desired_state=DesiredState.RUNNING).filter(
+        AUTOSCALED | ~Q(autoscale={})
+    )
+    for service in services:
+        try:
+            spec = service.parsed_spec()
+        except SpecError:
+            continue  # the scheduler reports an unreadable spec
+        load = _Load(qps.get(service.name, 0.0), in_flight, held.get(service.name, 0))
+        if _autoscale(service, spec, load, redis_client, now):
+            changed.add(service.name)
+    return changed
+
+
+@dataclass(frozen=True)
+class _Load:
+    """What the gateways report for one service."""
+
+    qps: float  # requests/s, summed over the gateways
+    in_flight: dict[str, int]  # per instance, every service's
+    held: int  # requests held while none of its instances runs
+
+
+def _autoscale(service: Service, spec, load: _Load, redis_client, now: float) -> bool:
+    scalers = spec_facts.autoscalers(spec)
+    starts = spec_facts.replicas(spec)
+    ready = [i for i in service.instances.all() if i.state == InstanceState.READY and i.url]
+    decided, changed = {}, False
+    for role, (_, scaler) in scalers.items():
+        mine = [i.name for i in ready if i.role == role]
+        start = min(max(starts[role], scaler.min), scaler.max)
+        state = State.from_json(service.autoscale.get(role), default=start, now=now)
+        state = replace(state, replicas=min(max(state.replicas, scaler.min), scaler.max))
+        signals = _signals(mine, load, redis_client, now)
+        decision = decide(scaler, state, signals, now)
+        decided[role] = decision.state.to_json()
+        if decision.replicas != state.replicas:
+            changed = True
+            record(service, _reason(state.replicas, decision.replicas),
+                   f"{role or 'instances'}: {state.replicas} → {decision.replicas}: "
+                   f"{decision.reason}")  # fmt: skip
+    Service.objects.filter(pk=service.pk).update(autoscale=decided)
+    return changed
+
+
+def _signals(instances: list[str], load: _Load, redis_client, now: float) -> Signals:
+    samples = _samples(instances, redis_client, now)
+    figures = [s for s in samples if s is not None]
+    queue = sum(s.get("waiting", 0.0) for s in figures) if figures else None
+    kv = [s["kv_cache"] for s in figures if "kv_cache" in s]
+    return Signals(
+        ready=len(instances),
+        qps=load.qps,
+        in_flight=sum(load.in_flight.get(name, 0) for name in instances),
+        queue=queue,
+        kv_cache=sum(kv) / len(kv) if kv else None,
+        held=load.held,
+    )
+
+
+def _samples(instances: list[str], redis_client, now: float) -> list[dict | None]:
+    if not instances:
+        return []
+    raw = redis_client.mget([engine_load.latest_key(name) for name in instances])
+    samples = [engine_load.decode(value) for value in raw]
+    return [s if s is not None and now - s["at"] <= engine_load.STALE else None for s in samples]
+
+
+def _reason(before: int, after: int) -> str:
+    if before == 0:
+        return "ScaledFromZero"
+    if after == 0:
+        return "ScaledToZero"
+    return "ScaledUp" if after > before else "ScaledDown"
+
+
+class Autoscaler(threading.Thread):
+    """Every worker runs one; the lease makes one pass at a time happen fleet-wide."""
+
+    def __init__(self, interval: float = INTERVAL) -> None:
+        super().__init__(name="wharf-autoscaler", daemon=True)
+        self.interval = interval
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        from workers.tasks import enqueue_reconcile
+
+        while not self._stopped.wait(self.interval):
+            try:
+                close_old_connections()
+                with leased(LOCK, wait=0) as held:
+                    changed = autoscale_all(client()) if held else set()
+                for name in changed:
+                    enqueue_reconcile(name)
+            except (DatabaseError, RedisError, OSError) as exc:
+                log.warning("autoscaler pass failed: %s", exc)
+            except Exception:  # a thread that dies silently would stop all autoscaling
+                log.exception("autoscaler pass failed")
+
+    def stop(self) -> None:
+        self._stopped.set()
