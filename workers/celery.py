@@ -59,8 +59,10 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 
 @worker_ready.connect
 def start_node(sender, **kwargs) -> None:
-    """The node's heartbeat, its agent and its log server, in the worker's main process."""
+    """The node's heartbeat, its agent and its log server, in the worker's main process; and
+    the autoscaler, whose passes run on one worker at a time (workers.autoscaling)."""
     from workers.agent import Agent
+    from workers.autoscaling import Autoscaler
     from workers.fleet import FleetSettings
     from workers.node import Heartbeat
     from workers.node_logs import LogServer
@@ -75,6 +77,7 @@ def start_node(sender, **kwargs) -> None:
     _threads.append(LogServer(settings.WHARF_NODE_NAME, get_runtime()))
     _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
                           on_change=reconcile))  # fmt: skip
+    _threads.append(Autoscaler())
     for thread in _threads:
         thread.start()
 
