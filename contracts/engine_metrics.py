@@ -1,0 +1,86 @@
+"""An engine's Prometheus text exposition (its /metrics page) read into a sample of
+contracts.engine_load: the figures the gateways, the autoscaler and the console use.
+
+vLLM 0.32 (V1) names, as captured from a real CPU engine in tests/fixtures/vllm_metrics_*.txt:
+`vllm:num_requests_running`, `vllm:num_requests_waiting`, `vllm:kv_cache_usage_perc`,
+counters `vllm:prefix_cache_hits_total`, `vllm:prefix_cache_queries_total`,
+`vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, `vllm:spec_decode_num_drafts_total`,
+`vllm:spec_decode_num_draft_tokens_total`, `vllm:spec_decode_num_accepted_tokens_total`, and
+the histogram `vllm:time_to_first_token_seconds` (its `_sum` and `_count`). Older vLLM
+releases named two of them differently (`vllm:gpu_cache_usage_perc`,
+`vllm:gpu_prefix_cache_hits_total`/`_queries_total`); the V1 name wins where both appear.
+
+Samples are matched by their own names (not their families'), so a page without `# TYPE`
+lines reads the same. An engine with several label sets for one name (several data-parallel
+engine indexes, several served models) is summed, except KV-cache usage, a fraction of each
+engine's own cache, which is averaged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from contracts.engines import Placement, render
+from contracts.spec import ServiceSpec
+
+MAX_TEXT = 4 * 1024 * 1024  # characters of a /metrics page read at most (vLLM's: ~50 KB)
+
+# A sample field -> the sample names that give it, preferred first.
+NAMES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_cache": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "ttft_sum": ("vllm:time_to_first_token_seconds_sum",),
+    "ttft_count": ("vllm:time_to_first_token_seconds_count",),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+    "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+}
+AVERAGED = frozenset({"kv_cache"})  # a fraction per engine: a sum over engines means nothing
+WANTED = frozenset(name for names in NAMES.values() for name in names)
+
+
+class MetricsError(ValueError):
+    """The page is not Prometheus text (an HTML error page, a truncated answer)."""
+
+
+def parse(text: str, at: float) -> dict[str, float]:
+    """The sample a /metrics page gives, scraped at `at` (unix seconds): "at" and every field
+    of contracts.engine_load.FIELDS the page reports (the others left out). Raises
+    MetricsError for text that is not the Prometheus format, never anything else."""
+    if len(text) > MAX_TEXT:
+        raise MetricsError(f"the metrics page is over {MAX_TEXT} characters")
+    values = _wanted_values(text)
+    sample: dict[str, float] = {"at": at}
+    for field, names in NAMES.items():
+        found = next((values[name] for name in names if values.get(name)), None)
+        if found:
+            sample[field] = sum(found) / len(found) if field in AVERAGED else sum(found)
+    return sample
+
+
+def _wanted_values(text: str) -> dict[str, list[float]]:
+    """The finite values of the wanted samples, by sample name, one per label set."""
+    values: dict[str, list[float]] = defaultdict(list)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in WANTED and math.isfinite(sample.value):
+                    values[sample.name].append(float(sample.value))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:  # the parser's ways to fail
+        raise MetricsError(f"not Prometheus text: {exc}") from None
+    return values
+
+
+def metrics_path(spec: ServiceSpec, role: str = "") -> str | None:
+    """Where an instance of `spec` (in `role`: "prefill", "decode" or "") serves its metrics,
+    as its engine adapter's plan says; None for an engine with no Prometheus page on its
+    serving port (BladeLLM, PaddleNLP, a custom command)."""
+    return render(spec, Placement(role=role, service=spec.name)).metrics_path
