@@ -71,6 +71,8 @@ def test_load_through_the_gateways_adds_instances_and_its_end_removes_them(fleet
     assert [s for _, s in fleet.states("web")] == ["ready"] * 3
     web = Service.objects.get(name="web")
     assert web.autoscale[""]["replicas"] == 3 and web.phase == "running"
+    # a scale-up is no degradation: running throughout
+    assert not Event.objects.filter(service=web, reason="Degraded").exists()
     assert events("web") == [("ScaledUp", "instances: 1 → 3: qps 5.00/instance against 2 over "
                               "1 ready → 3")]  # fmt: skip
     report(gateway, qps={"web": 5.5})  # 1.83 each: within the tolerance, nothing changes

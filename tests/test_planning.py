@@ -81,3 +81,14 @@ def test_instances_in_back_off_are_named_in_the_progress():
 def test_waiting_for_a_node_is_pending():
     result = status("running", {"": 1}, {}, 0, "deploying", False, waiting="node a: cordoned")
     assert result.phase == "pending" and "node a: cordoned" in result.progress
+
+
+def test_a_running_service_scaling_up_stays_running_while_the_new_instances_start():
+    result = status("running", {"": 3}, {"": 1}, 3, "running", failed=False, starting=2)
+    assert (result.phase, result.progress) == ("running", "1/3 instances ready; 2 starting")
+    # one lost and one new: not every missing instance is a new one
+    lost = status("running", {"": 3}, {"": 1}, 3, "running", failed=False, starting=1)
+    assert lost.phase == "degraded"
+    # a deploy is not a scale-up
+    fresh = status("running", {"": 2}, {"": 0}, 2, "deploying", failed=False, starting=2)
+    assert fresh.phase == "deploying"

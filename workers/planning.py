@@ -40,13 +40,16 @@ def status(
     paused: str = "",
     notes: list[str] | None = None,
     previous: int = 0,
+    starting: int = 0,
 ) -> Status:
     """The service phase from counts alone, so it can be recomputed on any pass.
 
     An ordinary service is running when every replica is ready. A prefill/decode service is
     running as soon as each role has a ready instance (requests need one of each, as the
     seeds' scheduler does), and degraded when a role has none. `ready` counts the current
-    version's instances; `previous` is how many of an earlier version still serve (a rollout).
+    version's instances; `previous` is how many of an earlier version still serve (a rollout);
+    `starting` how many new ones start for the first time (a scale-up: a running service
+    stays running while they start, rather than looking degraded).
     """
     if desired_state == "deleted":
         return Status("deleting", f"removing {running} instance(s)")
@@ -75,6 +78,9 @@ def status(
         return Status("updating", f"{counts}; rolling out the new version")
     if serving:
         return Status("running", counts)
+    wanted, have = sum(replicas.values()), sum(ready.values())
+    if previous_phase == "running" and starting and have and have + starting >= wanted:
+        return Status("running", f"{counts}; {starting} starting")
     if previous_phase in ("running", "degraded"):
         missing = [role for role in replicas if role and not ready.get(role, 0)]
         why = f"; no ready {' or '.join(missing)} instance" if missing else ""

@@ -300,6 +300,12 @@ def _paused(spec, replicas, rows, states) -> str:
     return ""
 
 
+def _first_start(row: Instance, target: str) -> bool:
+    """A new instance of the current spec on its way up (a scale-up), not one restarting."""
+    starting = row.state in (InstanceState.CREATING, InstanceState.STARTING)
+    return starting and row.spec_hash == target and not row.restarts and not row.ready_since
+
+
 def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool:
     """Write the observed status if the intent has not changed meanwhile; True when settled."""
     target = spec.spec_hash() if spec else ""
@@ -320,7 +326,7 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
         service.desired_state, replicas, dict(ready), len(rows), service.phase,
         failed=bool(error), waiting=f"no node fits: {waiting}" if waiting else None,
         updating=any(r.spec_hash != target for r in live) or bool(paused), paused=paused,
-        notes=notes, previous=previous,
+        notes=notes, previous=previous, starting=sum(1 for r in live if _first_start(r, target)),
     )  # fmt: skip
     last_error = error or (f"rollout paused: {paused}" if paused else "") or (
         f"no node fits: {waiting}" if waiting else "")  # fmt: skip
