@@ -83,11 +83,13 @@ class Decision:
     reason: str = ""  # the numbers behind a change; "" when the count stays
 
 
-def decide(scaler: Autoscaler, state: State, signals: Signals, now: float) -> Decision:
+def decide(
+    scaler: Autoscaler, state: State, signals: Signals, now: float, tolerance: float = TOLERANCE
+) -> Decision:
     """The count the role should run now, and what to remember for the next pass."""
     current = state.replicas
     last_traffic = now if signals.traffic else state.last_traffic
-    wanted, why = _recommend(scaler, current, signals)
+    wanted, why = _recommend(scaler, current, signals, tolerance)
     behavior = scaler.behavior
     up_window = behavior.scaleUp.stabilizationWindowSeconds
     down_window = behavior.scaleDown.stabilizationWindowSeconds
@@ -117,7 +119,9 @@ def decide(scaler: Autoscaler, state: State, signals: Signals, now: float) -> De
     return Decision(count, new_state, why if count != current else "")
 
 
-def _recommend(scaler: Autoscaler, current: int, signals: Signals) -> tuple[int, str]:
+def _recommend(
+    scaler: Autoscaler, current: int, signals: Signals, tolerance: float
+) -> tuple[int, str]:
     """The largest count the strategies ask for (at least 1: zero is the idle rule's), and
     why; the current count when no strategy has a figure."""
     best, why = None, ""
@@ -126,7 +130,7 @@ def _recommend(scaler: Autoscaler, current: int, signals: Signals) -> tuple[int,
         if value is None:
             continue
         ratio = value / strategy.threshold
-        if abs(ratio - 1) <= TOLERANCE:  # close enough: no change on its account
+        if abs(ratio - 1) <= tolerance:  # close enough: no change on its account
             ratio = 1.0
         count = max(math.ceil(signals.ready * ratio - 1e-9), 1)
         if best is None or count > best:
