@@ -104,7 +104,7 @@ def at(event: dict) -> float:
 def step_and_steady(system, args) -> dict:
     scaler = {
         "min": 1,
-        "max": 3,
+        "max": 4,
         "scaleStrategies": [{"metricName": "qps", "threshold": args.threshold}],
         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}},
     }
