@@ -67,6 +67,7 @@ def start_node(sender, **kwargs) -> None:
     from workers.node import Heartbeat
     from workers.node_logs import LogServer
     from workers.runtimes import get_runtime
+    from workers.scraper import Scraper
     from workers.tasks import enqueue_reconcile
 
     def reconcile(services: set[str]) -> None:
@@ -75,6 +76,7 @@ def start_node(sender, **kwargs) -> None:
 
     _threads.append(Heartbeat(get_runtime(), settings.WHARF_NODE_HEARTBEAT))
     _threads.append(LogServer(settings.WHARF_NODE_NAME, get_runtime()))
+    _threads.append(Scraper(settings.WHARF_NODE_NAME))
     _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
                           on_change=reconcile))  # fmt: skip
     _threads.append(Autoscaler())
