@@ -9,6 +9,7 @@ from frontend.signin import SignIn
 urlpatterns = [
     # Before the services' URLs: their last pattern takes any services/<name>/<action>.
     path("api/v1/", include("controlplane.benchmarks.api.urls")),
+    path("api/v1/", include("controlplane.metrics.api.urls")),
     path("api/v1/", include("controlplane.services.api.urls")),
     path("api/v1/", include("controlplane.tokens.api.urls")),
     path("api/v1/", include("controlplane.usage.api.urls")),
