@@ -21,12 +21,9 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -34,42 +31,22 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from contracts.routing import RoutedService, Snapshot
+from contracts.routing import RoutedService
 from gateway import body as bodies
 from gateway import callers, errors, request_id
-from gateway.balancer import Balancer
 from gateway.callers import Caller
 from gateway.config import Settings, load_settings
-from gateway.engine_auth import EngineKeys
 from gateway.headers import upstream_request_headers
-from gateway.health import RedisHealth
-from gateway.inflight import InflightReporter
-from gateway.limits import Demand, Limiter
-from gateway.metrics import Metrics
+from gateway.limits import Demand
 from gateway.pd import PrefillLeg, by_role
-from gateway.pipelined import PipelinedRedis
-from gateway.proxy import EAS_FORM, OPENAI_FORM, Call, Plane, ProxyResponse
-from gateway.snapshot import SnapshotWatcher
-from gateway.upstream import Upstream
-from gateway.usage import UsageRecorder
+from gateway.proxy import EAS_FORM, OPENAI_FORM, Call, ProxyResponse
+from gateway.request_keys import routing_key
+from gateway.runtime import Runtime, running
 
 log = logging.getLogger(__name__)
 
-# Limits and usage sit on the request path: a Redis that does not answer within this is
-# treated as down (limits count in-process) rather than holding requests up.
-_REDIS_TIMEOUT_S = 1.0
-_REDIS_CONNECTIONS = 128
 # The OpenAI routes that forward a call, also reachable through the EAS form.
 _OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
-
-
-@dataclass
-class Runtime:
-    """What the lifespan starts and the handlers share."""
-
-    settings: Settings
-    watcher: SnapshotWatcher
-    plane: Plane
 
 
 def _runtime(request: Request) -> Runtime:
@@ -118,14 +95,15 @@ def _forward(
         body, strip_usage = bodies.ask_for_usage(data, body)
     tokens = prompt + bodies.max_tokens(data)
     drop = frozenset({"accept-encoding"}) if data is not None else frozenset()
-    prefill, policy = None, "least_outstanding"
+    prefill, policy, used = None, service.routing, {service.routing}
     if service.pd is not None:
         # A prefill/decode service: decode instances answer, after a prefill leg for
-        # generation calls (gateway.pd).
+        # generation calls (gateway.pd), which the service's routing policy ranks.
         if data is not None:
             prefill = PrefillLeg(service.pd, by_role(service.instances, "prefill"), data)
+        policy = service.pd.decode_policy
+        used = {service.pd.prefill_policy, policy}
         service = replace(service, instances=by_role(service.instances, "decode"))
-        policy = service.pd.decode_policy if service.pd else policy
         if not service.instances:
             return errors.no_ready_instance(service.name)
     client = request.client.host if request.client else None
@@ -144,11 +122,28 @@ def _forward(
         strip_usage=strip_usage,
         arrived=arrived,
         policy=policy,
+        routing_key=routing_key(used, data, request.headers, service.session_header),
         prefill=prefill,
         form=form,
         keepalive=service.timeout,
     )
     return ProxyResponse(runtime.plane, call)
+
+
+async def _serviceable(
+    request: Request,
+    runtime: Runtime,
+    service: RoutedService,
+    data: dict[str, Any] | None,
+    arrived: float,
+    form: str,
+) -> RoutedService | Response:
+    """The service with instances to serve the request (held while a service scaled to zero
+    starts one: gateway.activation), or the answer why not."""
+    return await runtime.activator.serviceable(
+        runtime.watcher.current, service, data is not None, request.receive, arrived,
+        eas_form=form == EAS_FORM,
+    )  # fmt: skip
 
 
 async def predict(request: Request) -> Response:
@@ -166,6 +161,7 @@ async def predict(request: Request) -> Response:
     caller = callers.authorize(snapshot, service, token, runtime.plane.metrics)
     if isinstance(caller, Response):
         return caller
+    runtime.rates.count(name)  # the autoscaler's demand: every authorized request
     body = await bodies.read(request, runtime.settings.max_body_bytes)
     if isinstance(body, bodies.Invalid):
         return errors.invalid_body(body)
@@ -178,7 +174,10 @@ async def predict(request: Request) -> Response:
         if isinstance(parsed, bodies.Invalid):
             return errors.invalid_body(parsed)
         data = parsed
-    return _forward(request, runtime, service, caller, tail, body, data, arrived, EAS_FORM)
+    ready = await _serviceable(request, runtime, service, data, arrived, EAS_FORM)
+    if isinstance(ready, Response):
+        return ready
+    return _forward(request, runtime, ready, caller, tail, body, data, arrived, EAS_FORM)
 
 
 def _eas_tail(request: Request) -> str:
@@ -235,8 +234,10 @@ async def openai_route(request: Request) -> Response:
     service = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
     if isinstance(service, Response):
         return service
-    if not service.instances:
-        return errors.no_ready_instance(service.name)
+    runtime.rates.count(service.name)  # the autoscaler's demand: every authorized request
+    service = await _serviceable(request, runtime, service, data, arrived, OPENAI_FORM)
+    if isinstance(service, Response):
+        return service
     body, data = _engine_body(service, model, data, body)
     path = request.scope["path"]
     return _forward(request, runtime, service, caller, path, body, data, arrived, OPENAI_FORM)
@@ -307,76 +308,6 @@ async def http_error(request: Request, exc: Exception) -> Response:
     )
 
 
-@asynccontextmanager
-async def _running(settings: Settings) -> AsyncIterator[Runtime]:
-    """Every background part of a gateway process, started in order and stopped in reverse."""
-    client = aioredis.Redis(
-        connection_pool=aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url,
-            # redis-py's default pool fails requests beyond 100 connections in use (as a
-            # ConnectionError, which would read as an outage); this one makes them wait.
-            max_connections=_REDIS_CONNECTIONS,
-            timeout=_REDIS_TIMEOUT_S,
-            socket_connect_timeout=_REDIS_TIMEOUT_S,
-            socket_timeout=_REDIS_TIMEOUT_S,
-            # One quick retry rides over a pooled connection that a restarted Redis dropped;
-            # more would hold requests up during a real outage.
-            retry=Retry(NoBackoff(), 1),
-        )
-    )
-    counters = Metrics()
-    watcher: SnapshotWatcher | None = None
-    health = RedisHealth(client, lambda: watcher.fallback_description() if watcher else "")
-    engine_keys = EngineKeys(settings.secret_key)
-    balancer = Balancer(settings.cooldown)
-    inflight = InflightReporter(client, balancer, health)
-
-    def loaded(snapshot: Snapshot) -> None:
-        engine_keys.load(snapshot)
-        inflight.seen(snapshot)
-
-    watcher = SnapshotWatcher(
-        settings.redis_url,
-        settings.snapshot_key,
-        settings.snapshot_channel,
-        settings.snapshot_poll,
-        health,
-        on_load=loaded,
-    )
-    pipe = PipelinedRedis(settings.redis_url, _REDIS_TIMEOUT_S)
-    limiter = Limiter(
-        client,
-        pipe,
-        health,
-        prefix=settings.limits_prefix,
-        second_s=settings.second_s,
-        minute_s=settings.minute_s,
-        lease_ttl=settings.lease_ttl,
-    )
-    usage = UsageRecorder(
-        client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
-    )
-    upstream = Upstream(keepalive_s=settings.upstream_keepalive)
-    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys)
-    counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
-    health.start()
-    await watcher.start()
-    limiter.start()
-    usage.start()
-    inflight.start()
-    try:
-        yield Runtime(settings, watcher, plane)
-    finally:
-        await inflight.stop()
-        await watcher.stop()
-        await limiter.stop()
-        await usage.stop()
-        await health.stop()
-        await plane.upstream.close()
-        await pipe.close()
-        await client.aclose()
-
-
 class _FastPath:
     """Generation calls go straight to their handler; everything else through Starlette.
 
@@ -414,7 +345,7 @@ def create_app(settings: Settings | None = None) -> _FastPath:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with _running(settings or load_settings()) as runtime:
+        async with running(settings or load_settings()) as runtime:
             app.state.runtime = runtime
             yield
 

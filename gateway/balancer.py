@@ -1,4 +1,6 @@
-"""Least-outstanding-requests load balancing with a cool-down for failing instances; no I/O.
+"""The balancer: the state routing needs (requests in flight, turns, cool-downs, the prefix
+table, the engines' figures), and the ranking of a service's instances by its policy
+(gateway.policies, pure); no I/O.
 
 Counting in-flight requests per instance suits LLM engines: a request's cost varies by
 orders of magnitude (a long generation vs a short one), so spreading by what is still
@@ -14,17 +16,24 @@ cooling down they are tried anyway: a guess beats refusing the request outright.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from contracts.routing import RoutedInstance
+from gateway import policies
+from gateway.policies import EngineFigures, Load, PrefixTable, RoutingKey
 
 
 class Balancer:
-    def __init__(self, cooldown: float = 5.0) -> None:
+    def __init__(
+        self, cooldown: float = 5.0, prefix_blocks: int = policies.PREFIX_TABLE_BLOCKS
+    ) -> None:
         self._cooldown = cooldown
         self._in_flight: dict[str, int] = {}
         self._turn: dict[str, int] = {}
         self._cooling: dict[str, float] = {}  # url -> monotonic time it may be used again
+        self.prefixes = PrefixTable(prefix_blocks)
+        # url -> the engine's latest figures (gateway.engine_figures replaces it every second).
+        self.figures: Mapping[str, EngineFigures] = {}
 
     def in_flight(self, url: str) -> int:
         return self._in_flight.get(url, 0)
@@ -34,23 +43,29 @@ class Balancer:
         service: str,
         instances: Sequence[RoutedInstance],
         exclude: Collection[str] = (),
-        policy: str = "least_outstanding",
+        policy: str = policies.LEAST_OUTSTANDING,
+        key: RoutingKey | None = None,
     ) -> list[RoutedInstance]:
-        """Candidates best first: healthy before cooling, then (least_outstanding) fewest in
-        flight, ties in turn; `round_robin` keeps the turn order alone."""
+        """Candidates best first by `policy` (gateway.policies): healthy before cooling, ties
+        in turn. `service` names the pool (a service, or its prefill instances): turns and
+        prefix blocks are its own. Under prefix_cache the first candidate becomes the owner of
+        the prompt's blocks, even when it is the only one (so that it keeps them once the
+        service has more)."""
         candidates = [i for i in instances if i.url not in exclude]
+        blocks = key.blocks(service) if policy == policies.PREFIX_CACHE and key else ()
         if len(candidates) > 1:
             # A per-service turn, so traffic to one service does not skew another's rotation;
-            # the stable sort below keeps the rotated order among ties.
+            # the policies' stable sorts keep the rotated order among ties.
             turn = self._turn.get(service, 0)
             self._turn[service] = turn + 1
             shift = turn % len(candidates)
             candidates = candidates[shift:] + candidates[:shift]
             cooling = self._cooling_now() if self._cooling else frozenset()
-            if policy == "round_robin":
-                candidates.sort(key=lambda i: i.url in cooling)
-            else:
-                candidates.sort(key=lambda i: (i.url in cooling, self._in_flight.get(i.url, 0)))
+            load = Load(self._in_flight, self.figures, cooling)
+            matched = self.prefixes.matched(blocks) if blocks else None
+            candidates = policies.rank(policy, candidates, load, key, matched)
+        if blocks and candidates:
+            self.prefixes.record(blocks, candidates[0].url)
         return candidates
 
     def pick(

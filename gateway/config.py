@@ -14,6 +14,11 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 UPSTREAM_KEEPALIVE_S = 4.0
+# Scale from zero (gateway.activation): requests held per service while its first instance
+# starts, and for how long. A vLLM engine loading a 7B model takes a minute or two, a
+# larger one several: five minutes covers most without holding a caller forever.
+ACTIVATION_QUEUE = 64
+ACTIVATION_TIMEOUT_S = 300.0
 
 
 class ConfigError(RuntimeError):
@@ -50,6 +55,13 @@ class Settings:
     # the gateway closes first; at or above it, a request can meet a connection the engine
     # closes as it arrives, which gateway.upstream then sends again where that is safe.
     upstream_keepalive: float = UPSTREAM_KEEPALIVE_S
+    # Requests held per service scaled to zero (unless its max_queue_size says), and the
+    # longest any is held (never past the service's keepalive).
+    activation_queue: int = ACTIVATION_QUEUE
+    activation_timeout: float = ACTIVATION_TIMEOUT_S
+    # How often the engines' load figures are read for kv_cache_load (they are scraped every
+    # 2 s).
+    engine_figures_interval: float = 1.0
 
 
 def load_settings() -> Settings:
@@ -77,6 +89,14 @@ def load_settings() -> Settings:
             "WHARF_GATEWAY_UPSTREAM_KEEPALIVE must be a number of seconds from 0 (no reuse) "
             "to 3600; keep it below the engines' idle timeout (5 s for vLLM)."
         )
+    queue = env.envint("WHARF_GATEWAY_ACTIVATION_QUEUE", ACTIVATION_QUEUE)
+    activation = env.envfloat("WHARF_GATEWAY_ACTIVATION_TIMEOUT", ACTIVATION_TIMEOUT_S)
+    if queue < 1 or not 0 < activation <= 3600:
+        raise ConfigError(
+            "WHARF_GATEWAY_ACTIVATION_QUEUE must be a positive number of requests and "
+            "WHARF_GATEWAY_ACTIVATION_TIMEOUT a number of seconds from 0 to 3600 (how long a "
+            "request waits for a service scaled to zero to start)."
+        )
     return Settings(
         redis_url=env.envstr("REDIS_URL", "redis://127.0.0.1:6379/0"),
         secret_key=secret.encode(),
@@ -84,4 +104,6 @@ def load_settings() -> Settings:
         upstream_timeout=timeout,
         max_body_bytes=max_body,
         upstream_keepalive=keepalive,
+        activation_queue=queue,
+        activation_timeout=activation,
     )

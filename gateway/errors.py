@@ -148,6 +148,32 @@ def no_ready_instance(service: str) -> JSONResponse:
     )
 
 
+def activation_queue_full(service: str, bound: int) -> JSONResponse:
+    """A service scaled to zero already holds as many requests as it may while it starts."""
+    return error_response(
+        503,
+        SERVER_ERROR,
+        "activation_queue_full",
+        f"Service '{service}' is starting from zero and already holds {bound} requests "
+        "waiting for its first instance (its metadata.rpc.max_queue_size, else the gateway's "
+        "WHARF_GATEWAY_ACTIVATION_QUEUE). Retry in a few seconds.",
+        headers={"Retry-After": "5"},
+    )
+
+
+def activation_timeout(service: str, seconds: float) -> JSONResponse:
+    """A held request whose service did not get a ready instance in time."""
+    return error_response(
+        503,
+        SERVER_ERROR,
+        "activation_timeout",
+        f"Service '{service}' is starting from zero and no instance became ready within "
+        f"{seconds:g} s. Retry shortly; if this persists, check the service's events in the "
+        "console (its instances may fail to start).",
+        headers={"Retry-After": "10"},
+    )
+
+
 def routing_not_loaded() -> JSONResponse:
     return error_response(
         503,

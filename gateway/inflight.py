@@ -1,5 +1,7 @@
 """This gateway's requests in flight per instance, reported to Redis as contracts.inflight lays
-out, so that the control plane knows when an instance it took out of routing is drained.
+out, so that the control plane knows when an instance it took out of routing is drained; with
+them the autoscaler's signals: requests/s per service (gateway.request_rates) and requests
+held per service scaled to zero (gateway.activation).
 
 The counts are the balancer's, which every call to an engine holds from connecting until the
 answer's last byte (both legs of prefill/decode routing included). The balancer counts by
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from contextlib import suppress
 
 import redis.asyncio as aioredis
@@ -46,8 +49,12 @@ class InflightReporter:
         prefix: str = INFLIGHT_PREFIX,
         interval: float = REPORT_INTERVAL,
         ttl: int = REPORT_TTL,
+        qps: Callable[[], dict[str, float]] = dict,
     ) -> None:
         self._client = client
+        self._qps = qps
+        self._held: Callable[[], dict[str, int]] = dict
+        self._now = asyncio.Event()  # write before the next tick
         self._balancer = balancer
         self._health = health
         self.key = report_key(gateway_id or new_gateway_id(), prefix)
@@ -58,6 +65,11 @@ class InflightReporter:
         self._version = 0
         self._failing = False  # a write failed (other than an outage): logged once until one works
         self._task: asyncio.Task[None] | None = None
+
+    def held_by(self, held: Callable[[], dict[str, int]]) -> None:
+        """Where the requests held per service come from (gateway.activation, which nudges
+        this reporter, so it is made after it)."""
+        self._held = held
 
     def seen(self, snapshot: Snapshot) -> None:
         """Learn the instances of a snapshot being loaded (the watcher's on_load: it runs before
@@ -80,7 +92,11 @@ class InflightReporter:
         return counts
 
     def report(self) -> str:
-        return encode_report(time.time(), self._version, self.counts())
+        return encode_report(time.time(), self._version, self.counts(), self._qps(), self._held())
+
+    def nudge(self) -> None:
+        """Write the report now rather than on the next tick (a request was just held)."""
+        self._now.set()
 
     async def write(self) -> None:
         await self._client.set(self.key, self.report(), ex=self._ttl)
@@ -111,4 +127,6 @@ class InflightReporter:
                 if self._failing:
                     log.info("in-flight report %s written again", self.key)
                     self._failing = False
-            await asyncio.sleep(self._interval)
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._now.wait(), self._interval)
+            self._now.clear()

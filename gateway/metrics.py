@@ -31,6 +31,7 @@ REASON_INSTANCE_QUEUE = "instance_queue"
 REASON_KEY_EXPIRED = "key_expired"
 REASON_KEY_SCOPE = "key_scope"
 REASON_INVALID_TOKEN = "invalid_token"
+REASON_ACTIVATION_QUEUE = "activation_queue"  # too many held for a service scaled to zero
 
 # How an instance failed (label `kind`).
 UPSTREAM_CONNECT = "connect"
@@ -82,6 +83,24 @@ class Metrics:
             "Engine instances failing a request: connect, timeout, broken (cut off early) or "
             "http_5xx (answered with a server error, passed on as is).",
             ["service", "kind"],
+            registry=self.registry,
+        )
+        self.held = Gauge(
+            "wharf_gateway_held_requests",
+            "Requests held for a service scaled to zero, waiting for an instance to start.",
+            ["service"],
+            registry=self.registry,
+        )
+        self.activations = Counter(
+            "wharf_gateway_activations",
+            "Held requests released by an instance of their service becoming ready.",
+            ["service"],
+            registry=self.registry,
+        )
+        self.activation_timeouts = Counter(
+            "wharf_gateway_activation_timeouts",
+            "Held requests answered 503 because no instance became ready in time.",
+            ["service"],
             registry=self.registry,
         )
         self.redis_up = Gauge(

@@ -31,6 +31,7 @@ from gateway.limit_rules import Refusal
 from gateway.limits import Admission, Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
+from gateway.policies import RoutingKey
 from gateway.taps import JsonTap, SseTap
 from gateway.upstream import (
     Answer,
@@ -80,7 +81,8 @@ class Call:
     prompt_estimate: int  # tokens, from the body's size
     strip_usage: bool = False  # the gateway asked for the stream's usage event, not the client
     arrived: float = 0.0  # time.perf_counter() when the request came in
-    policy: str = "least_outstanding"  # how instances are ranked ("round_robin" too)
+    policy: str = "least_outstanding"  # how instances are ranked (gateway.policies)
+    routing_key: RoutingKey | None = None  # the prompt and session, for the policies needing them
     prefill: PrefillLeg | None = None  # a prefill/decode service: prefill first, then decode
     form: str = OPENAI_FORM  # how the caller called: OpenAI's routes or EAS's /api/predict/...
     keepalive: float | None = None  # seconds for the whole request (metadata.rpc.keepalive)
@@ -112,7 +114,7 @@ class ProxyResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plane, call = self.plane, self.call
         ranked = plane.balancer.ranked(
-            call.service.name, call.service.instances, policy=call.policy
+            call.service.name, call.service.instances, policy=call.policy, key=call.routing_key
         )
         demand = call.demand
         if demand.queue_size:
@@ -265,8 +267,9 @@ class ProxyResponse(Response):
         plane, call = self.plane, self.call
         name = call.service.name
         fallback = leg.pd.on_prefill_failure == "decode_only"
-        ranked = plane.balancer.ranked(f"{name}/prefill", leg.instances,
-                                       policy=leg.pd.prefill_policy)  # fmt: skip
+        ranked = plane.balancer.ranked(
+            f"{name}/prefill", leg.instances, policy=leg.pd.prefill_policy, key=call.routing_key
+        )
         if not ranked:
             return None if fallback else errors.no_prefill_instance(name)
         instance = ranked[0]
@@ -312,8 +315,9 @@ class ProxyResponse(Response):
     ) -> RoutedInstance | None:
         """The next instance to try after a failed connect, its queue slot taken if bounded."""
         plane = self.plane
+        call = self.call
         ranked = plane.balancer.ranked(
-            self.call.service.name, self.call.service.instances, tried, policy=self.call.policy
+            call.service.name, call.service.instances, tried, call.policy, call.routing_key
         )
         if not ranked:
             return None

@@ -1,0 +1,133 @@
+"""A gateway process's parts: started in order when it starts, stopped in reverse."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from contracts.routing import Snapshot
+from gateway.activation import Activator
+from gateway.balancer import Balancer
+from gateway.config import Settings
+from gateway.engine_auth import EngineKeys
+from gateway.engine_figures import EngineFiguresReader
+from gateway.health import RedisHealth
+from gateway.inflight import InflightReporter
+from gateway.limits import Limiter
+from gateway.metrics import Metrics
+from gateway.pipelined import PipelinedRedis
+from gateway.proxy import Plane
+from gateway.request_rates import RequestRates
+from gateway.snapshot import SnapshotWatcher
+from gateway.upstream import Upstream
+from gateway.usage import UsageRecorder
+
+# Limits and usage sit on the request path: a Redis that does not answer within this is
+# treated as down (limits count in-process) rather than holding requests up.
+_REDIS_TIMEOUT_S = 1.0
+_REDIS_CONNECTIONS = 128
+
+
+@dataclass
+class Runtime:
+    """What the lifespan starts and the handlers share."""
+
+    settings: Settings
+    watcher: SnapshotWatcher
+    plane: Plane
+    activator: Activator  # requests held for services scaled to zero
+    rates: RequestRates  # requests/s per service, for the autoscaler
+
+
+def _client(settings: Settings) -> aioredis.Redis:
+    return aioredis.Redis(
+        connection_pool=aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url,
+            # redis-py's default pool fails requests beyond 100 connections in use (as a
+            # ConnectionError, which would read as an outage); this one makes them wait.
+            max_connections=_REDIS_CONNECTIONS,
+            timeout=_REDIS_TIMEOUT_S,
+            socket_connect_timeout=_REDIS_TIMEOUT_S,
+            socket_timeout=_REDIS_TIMEOUT_S,
+            # One quick retry rides over a pooled connection that a restarted Redis dropped;
+            # more would hold requests up during a real outage.
+            retry=Retry(NoBackoff(), 1),
+        )
+    )
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Runtime]:
+    """Every background part of a gateway process, started in order and stopped in reverse."""
+    client = _client(settings)
+    counters = Metrics()
+    watcher: SnapshotWatcher | None = None
+    health = RedisHealth(client, lambda: watcher.fallback_description() if watcher else "")
+    engine_keys = EngineKeys(settings.secret_key)
+    balancer = Balancer(settings.cooldown)
+    rates = RequestRates()
+    inflight = InflightReporter(client, balancer, health, qps=rates.rates)
+    activator = Activator(
+        counters,
+        queue=settings.activation_queue,
+        timeout=settings.activation_timeout,
+        nudge=inflight.nudge,
+    )
+    inflight.held_by(activator.held)
+    figures = EngineFiguresReader(
+        client, balancer, health, interval=settings.engine_figures_interval
+    )
+
+    def loaded(snapshot: Snapshot) -> None:
+        engine_keys.load(snapshot)
+        inflight.seen(snapshot)
+        figures.seen(snapshot)
+        activator.loaded(snapshot)
+
+    watcher = SnapshotWatcher(
+        settings.redis_url,
+        settings.snapshot_key,
+        settings.snapshot_channel,
+        settings.snapshot_poll,
+        health,
+        on_load=loaded,
+    )
+    pipe = PipelinedRedis(settings.redis_url, _REDIS_TIMEOUT_S)
+    limiter = Limiter(
+        client,
+        pipe,
+        health,
+        prefix=settings.limits_prefix,
+        second_s=settings.second_s,
+        minute_s=settings.minute_s,
+        lease_ttl=settings.lease_ttl,
+    )
+    usage = UsageRecorder(
+        client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
+    )
+    upstream = Upstream(keepalive_s=settings.upstream_keepalive)
+    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys)
+    counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
+    health.start()
+    await watcher.start()
+    limiter.start()
+    usage.start()
+    inflight.start()
+    figures.start()
+    try:
+        yield Runtime(settings, watcher, plane, activator, rates)
+    finally:
+        await figures.stop()
+        await inflight.stop()
+        await watcher.stop()
+        await limiter.stop()
+        await usage.stop()
+        await health.stop()
+        await plane.upstream.close()
+        await pipe.close()
+        await client.aclose()
