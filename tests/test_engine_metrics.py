@@ -6,6 +6,7 @@ sets summed, and text that is not Prometheus'."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,33 @@ def test_the_metrics_path_is_the_engine_adapters(spec, role, path):
 def test_a_prefill_instance_has_the_engines_metrics_path():
     spec = json.loads((ROOT / "deploy_specs/pd-vllm-cpu-1p1d.json").read_text())
     assert metrics_path(parse_spec(spec), "prefill") == "/metrics"
+
+
+DASHBOARD = ROOT / "deploy/grafana/wharf-engines.json"
+SD_LABELS = {"wharf_service", "wharf_instance", "wharf_role", "wharf_node", "wharf_workspace"}
+
+
+def _queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    return [t["expr"] for p in panels for t in p["targets"]]
+
+
+def test_the_dashboard_reads_only_names_a_real_vllm_serves():
+    served = {line.split("{")[0].split(" ")[0] for page in (PREFIX_PAGE, SPEC_PAGE)
+              for line in page.splitlines() if line.startswith("vllm:")}  # fmt: skip
+    used = {name for q in _queries() for name in re.findall(r"vllm:[a-z_:]+", q)}
+    assert len(used) >= 10
+    assert used <= served, used - served
+
+
+def test_the_dashboard_groups_by_the_discovery_labels_and_defines_its_variables():
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    for query in _queries():
+        for labels in re.findall(r"by \(([^)]*)\)", query):
+            assert {label.strip() for label in labels.split(",")} <= SD_LABELS | {"le"}, query
+        assert set(re.findall(r"\$(\w+)", query)) - {"__rate_interval"} <= variables, query
+        assert 'wharf_service=~"$service"' in query, query
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
