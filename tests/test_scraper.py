@@ -36,10 +36,7 @@ SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
 CUSTOM = {"name": "plain", "containers": [{"image": "x", "command": "serve", "port": 8000}]}
 PROMPT = "Wharf is a self-hosted control plane for serving large language models. " * 8
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM CPU build at {VLLM_VENV}"),
-]
+pytestmark = pytest.mark.timeout(600)
 
 
 def _free_port() -> int:
@@ -72,6 +69,8 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A vLLM CPU engine with prefix caching, requiring instance tiny-0's engine key."""
     from controlplane.services.tiny_model import write_tiny_model
 
+    if not VLLM_PYTHON.exists():
+        pytest.skip(f"no vLLM CPU build at {VLLM_VENV} (make engines)")
     model = write_tiny_model(tmp_path_factory.mktemp("scrape-model") / "tiny")
     port = _free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_API_KEY": _key("tiny-0")}
