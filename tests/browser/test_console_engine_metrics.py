@@ -107,3 +107,28 @@ def test_a_ready_instance_without_a_sample_says_why(live_server, page):
     page.goto(f"{live_server.url}/services/tiny/#monitoring")
     row = page.wait_for_selector("#engine-metrics tr[data-instance='tiny-0']")
     assert "not scraped" in row.inner_text()
+
+
+def test_the_overview_names_the_autoscaler_and_the_routing_policy(page, live_server):
+    """As a viewer sees it (no action buttons: the page once stopped there)."""
+    spec = {
+        **SPEC,
+        "name": "scaled",
+        "metadata": {"rpc": {"routing": "prefix_cache"}},
+        "autoscaler": {
+            "min": 0,
+            "max": 4,
+            "scaleStrategies": [
+                {"metricName": "qps", "threshold": 10},
+                {"metricName": "queue", "threshold": 4},
+            ],
+        },
+    }
+    Service.objects.create(workspace=default_workspace(), name="scaled", spec=spec)  # fmt: skip
+    page.goto(f"{live_server.url}/services/scaled/")
+    summary = page.locator("#svc-summary")
+    summary.locator("dd:has-text('0–4 instances on qps 10, queue 4')").wait_for()
+    assert "prefix_cache" in summary.inner_text()
+    page.goto(f"{live_server.url}/services/tiny/")
+    page.locator("#svc-summary dd:has-text('least_outstanding')").wait_for()
+    assert "Autoscaler\noff" in page.locator("#svc-summary").inner_text()

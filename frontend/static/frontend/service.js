@@ -54,8 +54,10 @@
     const busy = ["pending", "deploying", "updating", "stopping", "deleting"].includes(service.phase);
     $("#svc-progress").replaceChildren(busy && text ? el("span.spinner") : "", text);
     const stopped = service.desired_state === "stopped";
-    $("#svc-actions [data-action=start]").disabled = !stopped;
-    $("#svc-actions [data-action=stop]").disabled = stopped;
+    const start = $("#svc-actions [data-action=start]");
+    const stop = $("#svc-actions [data-action=stop]");
+    if (start) start.disabled = !stopped; // a viewer has no actions
+    if (stop) stop.disabled = stopped;
   }
 
   function resources(spec) {
@@ -67,6 +69,16 @@
     ].filter(Boolean).join(" · ") || "defaults";
   }
 
+  function autoscaling(spec) {
+    const pd = (spec.llm || {}).pd || {};
+    const one = (a) => `${a.min}–${a.max} instances on ` +
+      a.scaleStrategies.map((s) => `${s.metricName} ${s.threshold}`).join(", ");
+    const roles = ["prefill", "decode"].filter((r) => (pd[r] || {}).autoscaler)
+      .map((r) => `${r}: ${one(pd[r].autoscaler)}`);
+    return [spec.autoscaler ? one(spec.autoscaler) : null, ...roles].filter(Boolean)
+      .join("; ") || "off";
+  }
+
   function renderOverview() {
     const spec = service.spec || {};
     const llm = spec.llm || {};
@@ -74,6 +86,8 @@
       ["Engine", engineOf(spec)],
       ["Model", llm.model || ((spec.containers || [])[0] || {}).image || "—"],
       ["Instances", `${instanceSummary(service, instances)} ready`],
+      ["Autoscaler", autoscaling(spec)],
+      ["Routing", ((spec.metadata || {}).rpc || {}).routing || "least_outstanding"],
       ["Desired state", service.desired_state],
       ["Generation", `${service.observed_generation} of ${service.generation} applied`],
       ["Version", service.version ?? "—"],
