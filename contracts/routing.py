@@ -24,7 +24,7 @@ Snapshot JSON::
           "routing": "least_outstanding",  # | prefix_cache | kv_cache_load | session
           "session_header": "x-session-id",# the header routing "session" reads
           "scale_from_zero": false         # autoscaler min 0: with no instance, hold the
-                                           # request (contracts.activation) until one serves
+                                           # request (gateway/activation.py) until one serves
         }
       },
       "keys": {                            # API keys, by token digest
