@@ -49,8 +49,8 @@ class Balancer:
         """Candidates best first by `policy` (gateway.policies): healthy before cooling, ties
         in turn. `service` names the pool (a service, or its prefill instances): turns and
         prefix blocks are its own. Under prefix_cache the first candidate becomes the owner of
-        the prompt's blocks, even when it is the only one (so that it keeps them once the
-        service has more)."""
+        the prompt's blocks no other instance of the pool owns, even when it is the only one
+        (so that it keeps them once the service has more)."""
         candidates = [i for i in instances if i.url not in exclude]
         blocks = key.blocks(service) if policy == policies.PREFIX_CACHE and key else ()
         if len(candidates) > 1:
@@ -63,9 +63,10 @@ class Balancer:
             cooling = self._cooling_now() if self._cooling else frozenset()
             load = Load(self._in_flight, self.figures, cooling)
             matched = self.prefixes.matched(blocks) if blocks else None
-            candidates = policies.rank(policy, candidates, load, key, matched)
+            held = self.prefixes.held()
+            candidates = policies.rank(policy, candidates, load, key, matched, held)
         if blocks and candidates:
-            self.prefixes.record(blocks, candidates[0].url)
+            self.prefixes.record(blocks, candidates[0].url, live={i.url for i in instances})
         return candidates
 
     def pick(

@@ -9,15 +9,18 @@ order after the first is the order failovers follow.
 
 - ``least_outstanding`` (the default): fewest requests in flight, ties in turn.
 - ``round_robin``: the turn alone (prefill/decode legs may ask for it).
-- ``prefix_cache``: requests sharing a prompt prefix go to the instance that served it last,
+- ``prefix_cache``: requests sharing a prompt prefix go to the instance that first served it,
   so its engine's prefix cache answers the shared part (vLLM's automatic prefix caching,
   SGLang's radix cache). The prompt is cut into ``BLOCK_CHARS``-character blocks whose
   hashes are chained (a block's hash covers everything before it, as the engines' own block
   hashes do), and the balancer remembers, in a bounded LRU table (``PrefixTable``), which
-  instance each block hash went to, as llm-d's approximate prefix-cache scorer and AIBrix's
+  instance owns each block hash, as llm-d's approximate prefix-cache scorer and AIBrix's
   prefix-cache router do. Of the instances holding part of the prompt, the one holding the
-  longest prefix is taken if its load is within the bound below; else least outstanding,
-  and the instance chosen becomes the blocks' owner.
+  longest prefix is taken if its load is within the bound below; else least outstanding.
+  A prefix nobody holds goes to the instance owning the fewest blocks (within the bound), so
+  prefixes spread evenly over the engines' caches. The instance chosen becomes the owner of
+  the blocks no other live instance owns (an owner keeps its blocks while a request that
+  found it past the bound goes elsewhere).
 - ``kv_cache_load``: by the engines' own view of their load: requests waiting in the
   engine's queue and KV-cache usage, plus this gateway's requests in flight (fresh, where the
   scraped figures are up to a few seconds old; see ``kv_score``). An instance without
@@ -42,7 +45,7 @@ the batch size, the absolute part keeps it useful when an engine runs few.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -123,11 +126,16 @@ def prompt_blocks(text: str, seed: str) -> tuple[int, ...]:
 
 
 class PrefixTable:
-    """Which instance (url) each prompt block hash was last routed to: a bounded LRU."""
+    """Which instance (url) owns each prompt block hash (see `record`): a bounded LRU."""
 
     def __init__(self, capacity: int = PREFIX_TABLE_BLOCKS) -> None:
         self.capacity = capacity
         self._owners: OrderedDict[int, str] = OrderedDict()
+        self._held: Counter[str] = Counter()  # blocks each url owns
+
+    def held(self) -> Mapping[str, int]:
+        """Blocks owned per url: how much of the engines' caches the table has filled."""
+        return self._held
 
     def __len__(self) -> int:
         return len(self._owners)
@@ -145,16 +153,28 @@ class PrefixTable:
             depth[url] = index + 1
         return depth
 
-    def record(self, blocks: Sequence[int], url: str) -> None:
-        """The request of these blocks went to `url`: it owns them now. The deepest go in
-        first, so the first blocks, shared by the most prompts, are the last evicted (and
-        `matched`, which stops at the first unowned block, never loses a prompt's head)."""
-        owners = self._owners
+    def record(self, blocks: Sequence[int], url: str, live: Collection[str] | None = None) -> None:
+        """The request of these blocks went to `url`: it owns those no instance of `live` (the
+        pool's urls; None: any) owns. A block another live instance owns stays its: a request
+        sent elsewhere because the owner was past the load bound must not move the prefix,
+        which the owner's engine still caches, and which the next requests should find there
+        (moving it would make both engines' caches churn). The deepest go in first, so the
+        first blocks, shared by the most prompts, are the last evicted (and `matched`, which
+        stops at the first unowned block, never loses a prompt's head)."""
+        owners, held = self._owners, self._held
         for block in reversed(blocks):
-            owners[block] = url
+            owner = owners.get(block)
+            if owner is None or live is None or owner not in live:
+                if owner is not None:
+                    held[owner] -= 1
+                owners[block] = url
+                held[url] += 1
             owners.move_to_end(block)
         while len(owners) > self.capacity:
-            owners.popitem(last=False)
+            _, gone = owners.popitem(last=False)
+            held[gone] -= 1
+            if held[gone] <= 0:
+                del held[gone]
 
 
 def rank(
@@ -163,16 +183,19 @@ def rank(
     load: Load,
     key: RoutingKey | None = None,
     matched: Mapping[str, int] | None = None,
+    held: Mapping[str, int] | None = None,
 ) -> list[RoutedInstance]:
-    """The candidates best first under `policy`; `matched`: prefix_cache's blocks held per url
-    (PrefixTable.matched). An unknown policy ranks as least_outstanding."""
+    """The candidates best first under `policy`; prefix_cache's `matched`: the prompt's blocks
+    each url holds (PrefixTable.matched; None: the request has no prompt blocks), `held`:
+    every block each url owns (PrefixTable.held). An unknown policy ranks as
+    least_outstanding."""
     if policy == ROUND_ROBIN:
         return sorted(candidates, key=lambda i: i.url in load.cooling)
     if policy == KV_CACHE_LOAD:
         return kv_cache_load(candidates, load)
     ranked = least_outstanding(candidates, load)
-    if policy == PREFIX_CACHE and matched:
-        return prefix_cache(ranked, load, matched)
+    if policy == PREFIX_CACHE and matched is not None:
+        return prefix_cache(ranked, load, matched, held or {})
     if policy == SESSION and key is not None and key.session:
         return session(ranked, load, key.session)
     return ranked
@@ -192,11 +215,22 @@ def within_bound(requests: int, least: int) -> bool:
 
 
 def prefix_cache(
-    ranked: list[RoutedInstance], load: Load, matched: Mapping[str, int]
+    ranked: list[RoutedInstance],
+    load: Load,
+    matched: Mapping[str, int],
+    held: Mapping[str, int] | None = None,
 ) -> list[RoutedInstance]:
     """`ranked` (least outstanding) with the instance holding the longest prefix first, if
-    one within the load bound holds any; ties go to the less loaded."""
+    one within the load bound holds any; ties go to the less loaded. A prefix nobody holds
+    goes, within the bound, to the instance owning the fewest blocks (`held`), so the
+    prefixes spread evenly over the engines' caches rather than by whichever was least busy
+    the moment each first came."""
     least = load.requests(ranked[0].url)
+    if not matched:
+        roomy = [i for i in ranked if i.url not in load.cooling
+                 and within_bound(load.requests(i.url), least)]  # fmt: skip
+        emptiest = min(roomy, key=lambda i: (held or {}).get(i.url, 0), default=None)
+        return _first(ranked, emptiest)
     best: RoutedInstance | None = None
     for instance in ranked:
         depth = matched.get(instance.url, 0)

@@ -258,18 +258,23 @@ def test_balancer_routes_a_repeated_prefix_to_one_instance() -> None:
     assert spread == set(ABC)
 
 
-def test_balancer_moves_a_prefix_whose_instance_is_over_the_bound() -> None:
+def test_over_the_bound_a_request_goes_elsewhere_but_the_prefix_stays_home() -> None:
     balancer = Balancer()
     key = RoutingKey("p" * BLOCK_CHARS * 4)
     owner = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0]
     for _ in range(3):
         balancer.acquire(owner.url)
-    moved = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0]
-    assert moved != owner
-    # The new owner is recorded: it keeps the prefix once the old one is free again.
+    elsewhere = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0]
+    assert elsewhere != owner
+    # The owner's engine still caches the prefix: once it is free again, it gets it back
+    # (moving the prefix on every overflow would make both engines' caches churn).
     for _ in range(3):
         balancer.release(owner.url)
-    assert balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0] == moved
+    assert balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0] == owner
+    # An owner that left the pool hands its prefixes to whoever serves them next.
+    rest = [i for i in ABC if i != owner]
+    heir = balancer.ranked("svc", rest, policy=PREFIX_CACHE, key=key)[0]
+    assert balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0] == heir
 
 
 def test_balancer_records_a_sole_instance_as_owner() -> None:
@@ -293,3 +298,50 @@ def test_balancer_ranks_by_engine_figures() -> None:
     balancer.figures = {A.url: EngineFigures(waiting=5), B.url: EngineFigures(kv_cache=0.6)}
     assert {balancer.ranked("svc", ABC, policy=KV_CACHE_LOAD)[0] for _ in range(4)} == {C}
     assert policies.kv_score(A.url, Load(figures=balancer.figures)) == 5
+
+
+@pytest.mark.parametrize(
+    ("held", "state", "expected"),
+    [
+        pytest.param({A.url: 40, B.url: 10, C.url: 30}, {}, "b", id="fewest-held-blocks"),
+        pytest.param({A.url: 40, B.url: 10, C.url: 10}, {}, "b", id="ties-in-turn"),
+        pytest.param({}, {"in_flight": {A: 1}}, "b", id="none-held-least-loaded"),
+        pytest.param({A.url: 40}, {"cooling": (B, C)}, "a", id="cooling-never-preferred"),
+        # B holds least, but is 3 past the least loaded one (bound 2): C, the next emptiest
+        pytest.param({A.url: 40, B.url: 0, C.url: 20}, {"in_flight": {B: 3}}, "c",
+                     id="over-the-bound-skipped"),
+    ],
+)  # fmt: skip
+def test_a_new_prefix_goes_to_the_instance_holding_the_fewest_blocks(held, state, expected):
+    ranked = rank(PREFIX_CACHE, ABC, load(**state), matched={}, held=held)
+    assert ranked[0].name == expected
+    assert sorted(names(ranked)) == ["a", "b", "c"]
+
+
+def test_the_table_counts_the_blocks_each_instance_owns():
+    table = PrefixTable(capacity=5)
+    table.record([1, 2, 3], A.url)
+    table.record([1, 2, 4], B.url, live={A.url, B.url})  # 1 and 2 stay A's
+    assert dict(table.held()) == {A.url: 3, B.url: 1}
+    table.record([1, 5], B.url, live={B.url})  # A left the pool: its block 1 is B's now
+    assert dict(table.held()) == {A.url: 2, B.url: 3}
+    table.record([6], C.url)  # over capacity: the least recent (3, A's) goes
+    assert dict(table.held()) == {A.url: 1, B.url: 3, C.url: 1}
+    assert len(table) == 5
+
+
+def test_prompts_spread_evenly_over_the_caches_and_stay_where_they_went() -> None:
+    balancer = Balancer()
+    prompts = [f"system prompt {n} " * 40 for n in range(6)]
+    homes = {}
+    for prompt in prompts:
+        home = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=RoutingKey(prompt))[0]
+        balancer.acquire(home.url)  # still running when the next prompt comes
+        homes[prompt] = home
+    assert Counter(i.name for i in homes.values()) == {"a": 2, "b": 2, "c": 2}
+    for url in {i.url for i in homes.values()}:
+        while balancer.in_flight(url):
+            balancer.release(url)
+    for prompt in prompts:
+        again = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=RoutingKey(prompt + "?"))
+        assert again[0] == homes[prompt]
