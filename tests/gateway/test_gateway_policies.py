@@ -130,14 +130,14 @@ def test_kv_cache_load(state: dict[str, Any], expected: str) -> None:
     ("requests", "least", "allowed"),
     [
         (0, 0, True),
-        (2, 0, True),
-        (3, 0, False),  # at low load, two more than the least at most
-        (10, 8, True),
-        (11, 8, False),
-        (40, 32, True),  # at high load, a quarter more
-        (41, 32, False),
-        (125, 100, True),
-        (126, 100, False),
+        (4, 0, True),
+        (5, 0, False),  # at low load, four more than the least at most
+        (12, 8, True),
+        (13, 8, False),
+        (48, 32, True),  # at high load, half as many again
+        (49, 32, False),
+        (150, 100, True),
+        (151, 100, False),
     ],
 )
 def test_load_bound(requests: int, least: int, allowed: bool) -> None:
@@ -151,10 +151,10 @@ def test_load_bound(requests: int, least: int, allowed: bool) -> None:
         pytest.param({}, {}, "abc", id="nothing-matched-least-outstanding"),
         pytest.param({}, {B: 3}, "bac", id="holder-first"),
         pytest.param({}, {B: 3, C: 5}, "cab", id="longest-prefix-first"),
-        pytest.param({"in_flight": {C: 2}}, {C: 5}, "cab", id="holder-within-bound"),
-        pytest.param({"in_flight": {C: 3}}, {C: 5}, "abc", id="holder-over-bound"),
+        pytest.param({"in_flight": {C: 4}}, {C: 5}, "cab", id="holder-within-bound"),
+        pytest.param({"in_flight": {C: 5}}, {C: 5}, "abc", id="holder-over-bound"),
         pytest.param(
-            {"in_flight": {C: 3}}, {B: 2, C: 5}, "bac", id="over-bound-next-longest-within"
+            {"in_flight": {C: 5}}, {B: 2, C: 5}, "bac", id="over-bound-next-longest-within"
         ),
         pytest.param(
             {"in_flight": {A: 32, B: 32, C: 40}}, {C: 1}, "cab", id="bound-grows-with-load"
@@ -191,8 +191,8 @@ def test_sessions_spread_and_stay_when_an_instance_leaves() -> None:
     ("in_flight", "cooling", "session_first"),
     [
         pytest.param(0, False, True, id="idle"),
-        pytest.param(2, False, True, id="within-bound"),
-        pytest.param(3, False, False, id="over-bound"),
+        pytest.param(4, False, True, id="within-bound"),
+        pytest.param(5, False, False, id="over-bound"),
         pytest.param(0, True, False, id="cooling"),
     ],
 )
@@ -262,13 +262,13 @@ def test_over_the_bound_a_request_goes_elsewhere_but_the_prefix_stays_home() -> 
     balancer = Balancer()
     key = RoutingKey("p" * BLOCK_CHARS * 4)
     owner = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0]
-    for _ in range(3):
+    for _ in range(5):
         balancer.acquire(owner.url)
     elsewhere = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0]
     assert elsewhere != owner
     # The owner's engine still caches the prefix: once it is free again, it gets it back
     # (moving the prefix on every overflow would make both engines' caches churn).
-    for _ in range(3):
+    for _ in range(5):
         balancer.release(owner.url)
     assert balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=key)[0] == owner
     # An owner that left the pool hands its prefixes to whoever serves them next.
@@ -307,8 +307,8 @@ def test_balancer_ranks_by_engine_figures() -> None:
         pytest.param({A.url: 40, B.url: 10, C.url: 10}, {}, "b", id="ties-in-turn"),
         pytest.param({}, {"in_flight": {A: 1}}, "b", id="none-held-least-loaded"),
         pytest.param({A.url: 40}, {"cooling": (B, C)}, "a", id="cooling-never-preferred"),
-        # B holds least, but is 3 past the least loaded one (bound 2): C, the next emptiest
-        pytest.param({A.url: 40, B.url: 0, C.url: 20}, {"in_flight": {B: 3}}, "c",
+        # B holds least, but is 5 past the least loaded one (bound 4): C, the next emptiest
+        pytest.param({A.url: 40, B.url: 0, C.url: 20}, {"in_flight": {B: 5}}, "c",
                      id="over-the-bound-skipped"),
     ],
 )  # fmt: skip
