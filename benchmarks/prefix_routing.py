@@ -58,16 +58,18 @@ WORDS = ("the", "a", "of", "to", "and", "in", "that", "is", "for", "on", "with",
          "at", "from", "this", "be", "or", "an", "it", "are", "was")  # fmt: skip
 
 
-def start_engine(procs: Processes, name: str, model: Path, blocks: int) -> str:
+def start_engine(procs: Processes, index: int, model: Path, blocks: int) -> str:
     port = free_port()
     argv = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     argv += ["--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching"]
     argv += ["--block-size", str(BLOCK), "--num-gpu-blocks-override", str(blocks)]
     argv += ["--max-num-seqs", "16"]
-    procs.start(
-        name, argv, env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-    )
+    # One thread each, placed by the OS: pinned engines share their cores with the gateway
+    # and this script unevenly, which skews any comparison of routing between them.
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    procs.start(f"vllm-{index}", argv, env=env)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health", procs, 300)
     return url
@@ -85,7 +87,7 @@ def workload(args, seed: int = 7) -> list[str]:
         f"System prompt {i}: " + " ".join(rng.choice(WORDS) for _ in range(args.prefix_words))
         for i in range(args.prompts)
     ]
-    users = [(rng.randrange(args.prompts), u) for u in range(args.users)]
+    users = [(u % args.prompts, u) for u in range(args.users)]  # as many users per prompt
     prompts = []
     for n in range(args.requests):
         system, user = users[rng.randrange(len(users))]
@@ -124,9 +126,7 @@ async def drive(gateway: str, key: str, prompts: list[str], concurrency: int) ->
 
 def measure(args, policy: str, model: Path, prompts: list[str]) -> dict:
     with Processes() as procs:
-        engines = [
-            start_engine(procs, f"vllm-{i}", model, args.blocks) for i in range(args.engines)
-        ]
+        engines = [start_engine(procs, i, model, args.blocks) for i in range(args.engines)]
         reset_redis(args.redis_url)
         gateway = start_gateway(procs, args.redis_url)
         snapshot, key, _ = bench_snapshot(engines, version=int(time.time() * 1000))
@@ -186,8 +186,9 @@ def main() -> None:
 
             tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
             tokens = len(tokenizer.encode(prompts[0]).ids)
-            share = -(-args.prompts // args.engines) + 1  # its prompts, and one more
-            args.blocks = share * (tokens // BLOCK + 2) + 16 * 4  # + room for the batch
+            share = -(-args.prompts // args.engines)  # its share of the prompts
+            # and each request in flight's own blocks (its question, what it generates)
+            args.blocks = share * (tokens // BLOCK + 1) + args.concurrency * 4
         print(f"{machine()}; {args.engines} engines of {args.blocks} blocks of {BLOCK} tokens; "
               f"{args.prompts} system prompts of ~{args.prefix_words} words, {args.users} users, "
               f"{args.requests} requests, {args.concurrency} at a time")  # fmt: skip
