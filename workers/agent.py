@@ -29,7 +29,7 @@ from workers import probes
 from workers.fleet import FleetSettings, wait_for_wake
 from workers.locks import client
 from workers.runtimes import ObservedInstance, Runtime
-from workers.starter import spec_of, start_instance
+from workers.starter import start_instance
 
 log = logging.getLogger(__name__)
 # Runs `work` for the instance `name` now or on another thread (its name is then busy until
@@ -191,7 +191,7 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
     """Readiness and liveness for the running instances whose checks are due, in parallel."""
     checks = []
     for row, found in due:
-        spec = spec_of(row)
+        spec = row.placed_spec()
         hc = getattr(spec, "health_check", None) if spec else None
         ready = probes.Probe.of(hc)
         alive = probes.Probe.of(hc.liveness) if hc and hc.liveness else None
@@ -247,7 +247,7 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
 
 
 def _startup_deadline(row: Instance, fleet: FleetSettings) -> float:
-    spec = spec_of(row)
+    spec = row.placed_spec()
     hc = getattr(spec, "health_check", None) if spec else None
     return float(getattr(hc, "startup_timeout_seconds", None) or fleet.health_timeout)
 

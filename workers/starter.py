@@ -17,34 +17,17 @@ from contracts.engine_keys import engine_key
 from contracts.engines import render
 from contracts.engines.pd import on_host_network
 from contracts.engines.plan import PdMember, Placement
-from contracts.spec import ServiceSpec, SpecError, parse_spec
+from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
 from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
-from controlplane.services.models import Instance, Service, ServiceVersion
-from controlplane.services.sealing import unseal
+from controlplane.services.models import Instance, Service
 from workers import devices, provisioning
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 
 log = logging.getLogger(__name__)
 CARDS = devices.DeviceCache()  # this node's cards, for the will-it-fit warning
-
-
-def spec_of(row: Instance) -> ServiceSpec | None:
-    """The spec an instance was placed for: the service's current one, or the kept version
-    with its hash (an instance of the previous version while a rollout runs)."""
-    try:
-        spec = row.service.parsed_spec()
-        if spec.spec_hash() == row.spec_hash:
-            return spec
-    except SpecError:
-        pass
-    version = ServiceVersion.objects.filter(service=row.service_id, spec_hash=row.spec_hash).first()
-    try:
-        return parse_spec(unseal(version.spec)) if version else None
-    except SpecError:
-        return None
 
 
 def start_instance(
@@ -59,7 +42,7 @@ def start_instance(
     if row is None or row.state not in (InstanceState.CREATING, InstanceState.BACKOFF):
         return None
     service = row.service
-    spec = spec_of(row)
+    spec = row.placed_spec()
     if spec is None:
         _fail(row, "its spec version is no longer valid or kept; update the service")
         return service.name

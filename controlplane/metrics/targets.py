@@ -9,28 +9,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from contracts.engine_metrics import metrics_path
-from contracts.spec import ServiceSpec, SpecError, parse_spec
 from controlplane.services.choices import InstanceState
-from controlplane.services.models import Instance, ServiceVersion
-from controlplane.services.sealing import unseal
+from controlplane.services.models import Instance
 
 log = logging.getLogger(__name__)
-
-
-def instance_spec(row: Instance) -> ServiceSpec | None:
-    """The spec an instance was placed for: the service's current one, or the kept version
-    with the instance's hash (one of the previous version while a rollout runs)."""
-    try:
-        spec = row.service.parsed_spec()
-        if spec.spec_hash() == row.spec_hash:
-            return spec
-    except SpecError:
-        pass
-    version = ServiceVersion.objects.filter(service=row.service_id, spec_hash=row.spec_hash).first()
-    try:
-        return parse_spec(unseal(version.spec)) if version else None
-    except SpecError:
-        return None
 
 
 class MetricsPaths:
@@ -48,7 +30,7 @@ class MetricsPaths:
 
     @staticmethod
     def _render(row: Instance) -> str | None:
-        spec = instance_spec(row)
+        spec = row.placed_spec()
         if spec is None:
             return None
         try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from contracts.spec import ServiceSpec, parse_spec
+from contracts.spec import ServiceSpec, SpecError, parse_spec
 from controlplane.services.choices import DesiredState, InstanceState, Phase
 from controlplane.services.sealing import unseal
 
@@ -103,6 +103,22 @@ class Instance(models.Model):
 
     class Meta:
         ordering = ["name"]
+
+    def placed_spec(self) -> ServiceSpec | None:
+        """The spec this instance was placed for: the service's current one, or the kept
+        version with its hash (an instance of the previous version while a rollout runs)."""
+        try:
+            spec = self.service.parsed_spec()
+            if spec.spec_hash() == self.spec_hash:
+                return spec
+        except SpecError:
+            pass
+        version = ServiceVersion.objects.filter(service=self.service_id, spec_hash=self.spec_hash)
+        kept = version.first()
+        try:
+            return parse_spec(unseal(kept.spec)) if kept else None
+        except SpecError:
+            return None
 
 
 class Event(models.Model):

