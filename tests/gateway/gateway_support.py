@@ -37,13 +37,17 @@ SECRET_KEY = b"wharf-gateway-tests-secret"
 class ServerThread:
     """A uvicorn server on a free loopback port, in a background thread."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, keep_alive_s: int = 5) -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+            app,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+            timeout_keep_alive=keep_alive_s,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -189,7 +193,12 @@ class Gateways:
         if initial is not None:
             gateway.publish(initial)
         gateway.app = create_app(settings)
-        server = ServerThread(gateway.app).start()
+        # The gateway shares the test process's GIL. A stall of a few seconds there (a full
+        # collection of a long suite's heap on a loaded machine) lets uvicorn's idle timer fire
+        # before it reads a request a client has just sent on the connection (libuv runs due
+        # timers before polling), and the client meets a close. Tests call the gateway back to
+        # back, never idly, so its client connections are kept well past any such stall.
+        server = ServerThread(gateway.app, keep_alive_s=60).start()
         self._started.append((server, gateway))
         gateway.url = server.url
         return gateway
