@@ -12,7 +12,12 @@ The engines' KV caches are sized (`--num-gpu-blocks-override`) so that one engin
 its share of the system prompts, not all of them: a fleet serving more prompts than one
 engine can cache is where routing decides the hit rate, as it does in production.
 
-    .venv/bin/python benchmarks/prefix_routing.py            # about 6 minutes
+One request at a time by default: the engines share the machine's cores with each other, the
+gateway and this script, so with several in flight one engine's decoding slows another's
+prefill on the CPU, a wait no accelerator-backed fleet has, added to both sides alike
+(`--concurrency` measures it; the README gives both).
+
+    .venv/bin/python benchmarks/prefix_routing.py            # about 9 minutes
     .venv/bin/python benchmarks/prefix_routing.py --quick    # fewer requests, for a test
 """
 
@@ -54,6 +59,7 @@ from contracts import engine_metrics  # noqa: E402
 
 POLICIES = ("least_outstanding", "prefix_cache")
 BLOCK = 32  # tokens per KV-cache block (vLLM CPU prefers multiples of 32)
+MAX_MODEL_LEN = 2048  # the tiny model's positions; an engine's cache holds one such sequence
 WORDS = ("the", "a", "of", "to", "and", "in", "that", "is", "for", "on", "with", "as", "by",
          "at", "from", "this", "be", "or", "an", "it", "are", "was")  # fmt: skip
 
@@ -62,7 +68,7 @@ def start_engine(procs: Processes, index: int, model: Path, blocks: int) -> str:
     port = free_port()
     argv = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     argv += ["--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port)]
-    argv += ["--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching"]
+    argv += ["--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager", "--enable-prefix-caching"]
     argv += ["--block-size", str(BLOCK), "--num-gpu-blocks-override", str(blocks)]
     argv += ["--max-num-seqs", "16"]
     # One thread each, placed by the OS: pinned engines share their cores with the gateway
@@ -78,6 +84,13 @@ def start_engine(procs: Processes, index: int, model: Path, blocks: int) -> str:
 def counters(url: str) -> dict[str, float]:
     with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
         return engine_metrics.parse(response.read().decode(), time.time())
+
+
+def warm_up(url: str) -> None:
+    """One short request, so that an engine's first forward pass (its allocations, its
+    kernels' first run: hundreds of milliseconds) counts against neither policy."""
+    body = {"model": "tiny", "prompt": "warm up", "max_tokens": 2}
+    httpx.post(url + "/v1/completions", json=body, timeout=60).raise_for_status()
 
 
 def workload(args, seed: int = 7) -> list[str]:
@@ -127,6 +140,8 @@ async def drive(gateway: str, key: str, prompts: list[str], concurrency: int) ->
 def measure(args, policy: str, model: Path, prompts: list[str]) -> dict:
     with Processes() as procs:
         engines = [start_engine(procs, i, model, args.blocks) for i in range(args.engines)]
+        for url in engines:
+            warm_up(url)
         reset_redis(args.redis_url)
         gateway = start_gateway(procs, args.redis_url)
         snapshot, key, _ = bench_snapshot(engines, version=int(time.time() * 1000))
@@ -159,12 +174,12 @@ def measure(args, policy: str, model: Path, prompts: list[str]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=8, help="distinct system prompts")
-    parser.add_argument("--prefix-words", type=int, default=600, help="words per system prompt")
+    parser.add_argument("--engines", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=12, help="distinct system prompts")
+    parser.add_argument("--prefix-words", type=int, default=950, help="words per system prompt")
     parser.add_argument("--users", type=int, default=64)
     parser.add_argument("--requests", type=int, default=240)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument(
         "--blocks",
         type=int,
@@ -189,6 +204,7 @@ def main() -> None:
             share = -(-args.prompts // args.engines)  # its share of the prompts
             # and each request in flight's own blocks (its question, what it generates)
             args.blocks = share * (tokens // BLOCK + 1) + args.concurrency * 4
+            args.blocks = max(args.blocks, MAX_MODEL_LEN // BLOCK + 1)  # vLLM holds one back
         print(f"{machine()}; {args.engines} engines of {args.blocks} blocks of {BLOCK} tokens; "
               f"{args.prompts} system prompts of ~{args.prefix_words} words, {args.users} users, "
               f"{args.requests} requests, {args.concurrency} at a time")  # fmt: skip
