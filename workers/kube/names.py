@@ -1,0 +1,94 @@
+"""How Wharf names and labels what it creates on a cluster.
+
+Every object carries `app.kubernetes.io/managed-by: wharf` and the labels of its service, role
+and spec hash, and is owned (ownerReferences) by its service's root ConfigMap: deleting the
+root lets Kubernetes' garbage collector remove the rest, even after a crash of Wharf's.
+Nothing without Wharf's label is ever read as an instance, changed or deleted.
+
+Service names allow what Kubernetes names and label values do not (capitals, underscores, 256
+characters), so objects are named by a slug: the name in lower case with `-` for `_`, cut to
+40 characters, and followed by 8 hex digits of the name's hash whenever it had to change; the
+exact name is kept in an annotation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+FIELD_MANAGER = "wharf"  # server-side apply's field manager
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "wharf"
+LABEL_SERVICE = "wharf.io/service"  # the service's slug
+LABEL_ROLE = "wharf.io/role"  # "" | "prefill" | "decode"
+LABEL_SPEC_HASH = "wharf.io/spec-hash"  # the spec hash of the pod template's version
+ANNOTATION_SERVICE = "wharf.io/service-name"  # the exact service name
+ANNOTATION_VERSION = "wharf.io/version"  # the ServiceVersion number the object renders
+_SLUG_LENGTH = 40
+
+
+def slug(service: str) -> str:
+    """A DNS-1123 label for `service`, unique to it."""
+    cut = service.lower().replace("_", "-").strip("-")[:_SLUG_LENGTH].strip("-")
+    if cut == service:
+        return cut
+    digest = hashlib.sha256(service.encode()).hexdigest()[:8]
+    return f"{cut}-{digest}" if cut else f"svc-{digest}"
+
+
+def root_name(service: str) -> str:
+    """The service's root ConfigMap, owner of everything else of the service."""
+    return f"{slug(service)}-wharf"
+
+
+def deployment_name(service: str, role: str = "") -> str:
+    """The Deployment of a service, or of one role of a prefill/decode service."""
+    return f"{slug(service)}-{role}" if role else slug(service)
+
+
+def secret_name(service: str) -> str:
+    """The service's Secret: its engine keys and its object-storage credentials."""
+    return f"{slug(service)}-secrets"
+
+
+def engine_key_name(service: str, role: str = "") -> str:
+    """What the engine key of a Deployment's pods derives from (contracts.engine_keys): one
+    key for every pod of the Deployment, since its pods share one template."""
+    return f"k8s/{deployment_name(service, role)}"
+
+
+def labels(service: str, role: str | None = None, spec_hash: str | None = None) -> dict:
+    out = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: slug(service)}
+    if role is not None:
+        out[LABEL_ROLE] = role
+    if spec_hash is not None:
+        out[LABEL_SPEC_HASH] = spec_hash
+    return out
+
+
+def selector(service: str | None = None, role: str | None = None) -> str:
+    """A label selector for what Wharf manages: all of it, one service's, one role's."""
+    found = {LABEL_MANAGED_BY: MANAGED_BY}
+    if service is not None:
+        found[LABEL_SERVICE] = slug(service)
+    if role is not None:
+        found[LABEL_ROLE] = role
+    return ",".join(f"{key}={value}" for key, value in found.items())
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """The cluster side of WHARF_RUNTIME=kubernetes (see the README's table)."""
+
+    namespace: str = "default"  # WHARF_K8S_NAMESPACE
+    gpu_resource: str = "nvidia.com/gpu"  # WHARF_K8S_GPU_RESOURCE
+    npu_resource: str = "huawei.com/Ascend910"  # WHARF_K8S_NPU_RESOURCE
+    # The image of the init container that stages OSS/OBS/S3 models (Wharf's own image).
+    stager_image: str = "wharf/wharf:latest"  # WHARF_K8S_STAGER_IMAGE
+    # A PersistentVolumeClaim holding the model store, mounted read-only at /models where a
+    # spec names a model-store model ("" : such specs cannot run on the cluster).
+    model_store_claim: str = ""  # WHARF_K8S_MODEL_CLAIM
+    # How long a terminating pod's preStop waits before the engine gets SIGTERM, so that the
+    # gateways drop it from routing first (its grace is the spec's termination_grace_period).
+    pre_stop_s: int = 5  # WHARF_K8S_PRESTOP_SECONDS
+    progress_deadline_s: int = 600  # a rollout that makes no progress this long is stalled
