@@ -9,6 +9,9 @@ import secrets
 from typing import Any
 
 REQUESTS = "wharf:logs:{node}"
+# The pseudo-node whose requests every worker of WHARF_RUNTIME=kubernetes answers from the
+# cluster's pod logs (an Instance whose runtime is "kubernetes" is a pod).
+CLUSTER = "kubernetes"
 REQUEST_TTL = 60  # seconds a request nobody took stays queued
 REPLY_TTL = 30  # seconds an answer nobody collected stays in Redis
 

@@ -53,6 +53,9 @@ class RoutedInstance:
     name: str
     url: str
     role: str = ""  # "prefill" | "decode" in a prefill/decode-separated service
+    # What its engine key derives from (contracts.engine_keys), where not its name: the pods
+    # of one Kubernetes Deployment share one key, as they share one template.
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,9 +123,7 @@ class Snapshot:
                     name: {
                         "served_model_names": list(svc.served_model_names),
                         "token_digests": sorted(svc.token_digests),
-                        "instances": [
-                            {"name": i.name, "url": i.url, "role": i.role} for i in svc.instances
-                        ],
+                        "instances": [_instance_json(i) for i in svc.instances],
                         "rate_limit": svc.rate_limit,
                         "max_queue_size": svc.max_queue_size,
                         "timeout": svc.timeout,
@@ -203,6 +204,13 @@ def _strings(values) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _instance_json(instance: RoutedInstance) -> dict:
+    out = {"name": instance.name, "url": instance.url, "role": instance.role}
+    if instance.key:  # absent where it is the name: snapshots stay as they were
+        out["key"] = instance.key
+    return out
+
+
 def _service_from(name: str, entry: dict) -> RoutedService:
     pd = entry.get("pd")
     return RoutedService(
@@ -210,7 +218,12 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         served_model_names=_strings(entry.get("served_model_names", [])),
         token_digests=frozenset(_strings(entry.get("token_digests", []))),
         instances=tuple(
-            RoutedInstance(name=str(i["name"]), url=str(i["url"]), role=str(i.get("role", "")))
+            RoutedInstance(
+                name=str(i["name"]),
+                url=str(i["url"]),
+                role=str(i.get("role", "")),
+                key=str(i.get("key", "")),
+            )  # fmt: skip
             for i in entry.get("instances", [])
         ),
         rate_limit=_number(entry.get("rate_limit", DEFAULT_RATE_LIMIT), int, optional=False),

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlparse
 
 from contracts import log_format
 from contracts.env import envbool, envint, envrange, envstr, secret
+from contracts.version import VERSION
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 WHARF_HOME = Path(envstr("WHARF_HOME", str(BASE_DIR / ".wharf"))).resolve()
@@ -236,8 +237,17 @@ def _broker_url(redis_url: str) -> str:
 
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL", _broker_url(REDIS_URL))
 
-# docker | process | "" (auto: docker when a daemon answers, else process).
+# docker | process | kubernetes | "" (auto: docker when a daemon answers, else process).
 WHARF_RUNTIME = envstr("WHARF_RUNTIME", "")
+# WHARF_RUNTIME=kubernetes: the cluster (a kubeconfig file; unset: the pod's own service
+# account), the namespace Wharf's objects live in, and how they are rendered (workers.kube).
+WHARF_KUBECONFIG = envstr("WHARF_KUBECONFIG", "")
+WHARF_K8S_NAMESPACE = envstr("WHARF_K8S_NAMESPACE", "default")
+WHARF_K8S_GPU_RESOURCE = envstr("WHARF_K8S_GPU_RESOURCE", "nvidia.com/gpu")
+WHARF_K8S_NPU_RESOURCE = envstr("WHARF_K8S_NPU_RESOURCE", "huawei.com/Ascend910")
+WHARF_K8S_STAGER_IMAGE = envstr("WHARF_K8S_STAGER_IMAGE", f"wharf/wharf:{VERSION}")
+WHARF_K8S_MODEL_CLAIM = envstr("WHARF_K8S_MODEL_CLAIM", "")
+WHARF_K8S_PRESTOP_SECONDS = envint("WHARF_K8S_PRESTOP_SECONDS", 5)
 WHARF_MODEL_DIR = Path(envstr("WHARF_MODEL_DIR", str(WHARF_HOME / "models"))).resolve()
 WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
 # Object-storage models staged on this node (keyed by endpoint, bucket and prefix).

@@ -23,7 +23,7 @@ class EngineKeys:
         """Key the snapshot's instances, keeping those already derived; forget the rest."""
         known = self._headers
         self._headers = {
-            instance.name: known.get(instance.name) or self._header(instance.name)
+            instance.name: known.get(instance.name) or self._header(instance.key or instance.name)
             for service in snapshot.services.values()
             for instance in service.instances
         }
@@ -31,7 +31,7 @@ class EngineKeys:
     def authorization(self, instance: RoutedInstance) -> Header:
         """The header to send `instance`; derived on the spot for one the snapshot lacks."""
         header = self._headers.get(instance.name)
-        return header if header is not None else self._header(instance.name)
+        return header if header is not None else self._header(instance.key or instance.name)
 
-    def _header(self, instance: str) -> Header:
-        return ("authorization", f"Bearer {engine_key(self._secret, instance)}")
+    def _header(self, key_name: str) -> Header:
+        return ("authorization", f"Bearer {engine_key(self._secret, key_name)}")

@@ -23,6 +23,11 @@ def port_problem(port: int, what: str, variable: str) -> str | None:
 
 
 def runtime_problem(choice: str) -> str | None:
+    if choice == "kubernetes":
+        return (
+            "WHARF_RUNTIME=kubernetes runs services on a cluster, from workers deployed as the "
+            "README's Kubernetes section shows; `make run` runs them on this machine: unset it"
+        )
     if choice and choice not in RUNTIMES:
         return f"WHARF_RUNTIME={choice!r} is not a runtime; use docker or process, or unset it"
     if choice == "docker":

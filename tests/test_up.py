@@ -65,8 +65,13 @@ def test_a_redis_that_does_not_answer_is_named_and_its_password_not_shown(tmp_pa
 
 
 def test_an_unknown_runtime_is_refused_before_anything_starts(tmp_path):
+    env = newcomer_env(tmp_path, **free_ports(), WHARF_RUNTIME="podman")
+    assert_refused(Up(env), "WHARF_RUNTIME='podman' is not a runtime; use docker or process")
+
+
+def test_the_kubernetes_runtime_is_for_a_cluster_not_for_make_run(tmp_path):
     env = newcomer_env(tmp_path, **free_ports(), WHARF_RUNTIME="kubernetes")
-    assert_refused(Up(env), "WHARF_RUNTIME='kubernetes' is not a runtime; use docker or process")
+    assert_refused(Up(env), "WHARF_RUNTIME=kubernetes runs services on a cluster")
 
 
 def test_a_part_that_exits_while_starting_stops_the_others_and_shows_its_log(tmp_path, held_port):

@@ -84,6 +84,9 @@ class Instance(models.Model):
     port = models.PositiveIntegerField(null=True, blank=True)
     kv_port = models.PositiveIntegerField(null=True, blank=True)
     spec_hash = models.CharField(max_length=16)
+    # What its engine key derives from where not its name (the pods of a Kubernetes
+    # Deployment share their Deployment's key): contracts.engine_keys, contracts.routing.
+    engine_key_name = models.CharField(max_length=128, blank=True)
     state = models.CharField(max_length=16, choices=InstanceState.choices)
     url = models.CharField(max_length=200, blank=True)
     message = models.TextField(blank=True)

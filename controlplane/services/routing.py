@@ -57,7 +57,7 @@ def _routed_services() -> dict[str, RoutedService]:
 
 def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
     ready = [
-        RoutedInstance(name=i.name, url=i.url, role=i.role)
+        RoutedInstance(name=i.name, url=i.url, role=i.role, key=i.engine_key_name)
         for i in service.instances.all()
         if i.state == InstanceState.READY and i.url
     ]

@@ -73,3 +73,24 @@ def test_each_prefill_decode_leg_carries_its_own_instances_key(
         seen = engine.recorder.seen[test_id].headers
         assert seen["authorization"] == expected(engine)
         assert_no_token(seen, token)
+
+
+def test_a_pod_gets_the_key_of_its_deployment_which_its_name_does_not_derive(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], http: httpx.Client
+) -> None:
+    """The pods of one Kubernetes Deployment share one key (their template's), so the
+    snapshot names what it derives from; the snapshot goes through Redis as JSON."""
+    token, digest = make_token()
+    pod = replace(engines[0].instance, name="demo-6d5f-abcde", key="k8s/demo")
+    svc = service(unique_name("k8s"), [pod], [digest], models=("tiny",))
+    gateway = start_gateway(snapshot(1, svc))
+    test_id = uuid.uuid4().hex
+    answer = http.post(
+        gateway.url + "/v1/completions",
+        json={"model": "tiny", "prompt": "hi", "max_tokens": 2},
+        headers={"Authorization": f"Bearer {token}", "x-test-id": test_id},
+    )
+    assert answer.status_code == 200, answer.text
+    seen = engines[0].recorder.seen[test_id].headers
+    assert seen["authorization"] == f"Bearer {engine_key(SECRET_KEY, 'k8s/demo')}"
+    assert seen["authorization"] != f"Bearer {engine_key(SECRET_KEY, 'demo-6d5f-abcde')}"

@@ -29,4 +29,6 @@ def get_runtime() -> Runtime:
             settings.WHARF_VLLM_VENV, node_address=settings.WHARF_NODE_ADDRESS,
             node=settings.WHARF_NODE_NAME,
         )  # fmt: skip
-    raise ValueError(f"WHARF_RUNTIME={choice!r}: use docker or process")
+    if choice == "kubernetes":  # no node runtime: workers.kube reconciles on the cluster
+        raise ValueError("WHARF_RUNTIME=kubernetes runs no instance on this host")
+    raise ValueError(f"WHARF_RUNTIME={choice!r}: use docker, process or kubernetes")

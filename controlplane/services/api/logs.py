@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from contracts import node_logs
 from controlplane import intents
 from controlplane.services.api.views import visible_services
 from controlplane.services.models import Instance
@@ -41,10 +42,13 @@ class InstanceLogs(APIView):
             service__name=name,
             name=instance,
         )
-        text = intents.instance_log(found.node, found.name, tail)
+        # A pod's log is read from the cluster, by any of its workers.
+        reader = node_logs.CLUSTER if found.runtime == node_logs.CLUSTER else found.node
+        text = intents.instance_log(reader, found.name, tail)
         if text is None:
+            who = "no worker of the cluster" if reader == node_logs.CLUSTER else f"node {reader}"
             return Response(
-                {"detail": f"node {found.node} did not answer for the log of {found.name}; "
+                {"detail": f"{who} did not answer for the log of {found.name}; "
                  "is its worker running?"}, status=504,
             )  # fmt: skip
         return Response({"instance": found.name, "tail": tail, "logs": text})
