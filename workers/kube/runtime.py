@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 
-from workers.kube import names
+from workers.kube import names, nodes
 from workers.kube.api import Cluster, connect
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def service_of(obj: dict, known: Callable[[], list[str]]) -> str | None:
 class Watcher:
     """Watches Wharf's pods and Deployments (one thread each) and asks a pass of the service
     each change concerns: a pod that turns ready, starts terminating or fails is seen within
-    the watch's latency, not the periodic pass's."""
+    the watch's latency, not the periodic pass's. A third thread reads the cluster's nodes."""
 
     def __init__(
         self,
@@ -96,6 +96,15 @@ class Watcher:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=1)
+
+    def _nodes(self) -> None:
+        """The cluster's nodes as Node rows (workers.kube.nodes), every heartbeat."""
+        while not self._stop.is_set():
+            try:
+                nodes.sync(self._cluster(), kube_settings())
+            except Exception as exc:  # the API server away: the rows go stale, not_ready
+                log.warning("reading the cluster's nodes failed: %s", exc)
+            self._stop.wait(settings.WHARF_NODE_HEARTBEAT)
 
     def _run(self, kind: str) -> None:
         since: str | None = None  # the last resourceVersion seen: a new call resumes there
