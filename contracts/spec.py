@@ -119,6 +119,23 @@ class Nfs(_Strict):
     readOnly: bool = False  # noqa: N815 (EAS spelling)
 
 
+# A Kubernetes object name (DNS-1123 subdomain), as PersistentVolumeClaims are named.
+K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class Pvc(_Strict):
+    """A PersistentVolumeClaim in Wharf's namespace; only WHARF_RUNTIME=kubernetes mounts one."""
+
+    claim_name: str = Field(
+        max_length=253, pattern=K8S_NAME,
+        description="The claim's name, in the namespace Wharf runs services in.",
+    )  # fmt: skip
+    read_only: bool = True
+
+
+STORAGE_SOURCES = ("empty_dir", "oss", "obs", "s3", "nfs", "pvc")
+
+
 class StorageEntry(_Strict):
     mount_path: str
     empty_dir: EmptyDir | None = None
@@ -126,6 +143,11 @@ class StorageEntry(_Strict):
     obs: ObjectStorage | None = None
     s3: ObjectStorage | None = None
     nfs: Nfs | None = None
+    pvc: Pvc | None = Field(
+        default=None,
+        description="A PersistentVolumeClaim (WHARF_RUNTIME=kubernetes only; the Docker and "
+        "process runtimes cannot mount one).",
+    )
 
     @field_validator("mount_path")
     @classmethod
@@ -136,9 +158,9 @@ class StorageEntry(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> StorageEntry:
-        sources = [s for s in ("empty_dir", "oss", "obs", "s3", "nfs") if getattr(self, s)]
+        sources = [s for s in STORAGE_SOURCES if getattr(self, s)]
         if len(sources) != 1:
-            raise ValueError("give exactly one of empty_dir, oss, obs, s3, nfs")
+            raise ValueError(f"give exactly one of {', '.join(STORAGE_SOURCES)}")
         for scheme in OBJECT_STORAGE_SCHEMES:
             entry = getattr(self, scheme)
             if entry and not re.fullmatch(

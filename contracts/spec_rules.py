@@ -143,3 +143,22 @@ def _scalers(spec: ServiceSpec) -> list[tuple[str, Autoscaler, int, str]]:
         (source, scaler, starts[role], f"llm.pd.{role}.instance" if role else "metadata.instance")
         for role, (source, scaler) in spec_facts.autoscalers(spec).items()
     ]
+
+
+KUBERNETES = "kubernetes"  # the WHARF_RUNTIME that mounts PersistentVolumeClaims
+
+
+def runtime_checks(spec: ServiceSpec, runtime: str) -> dict[str, list[str]]:
+    """Rules of the runtime the workers run (WHARF_RUNTIME: "kubernetes", "docker", "process",
+    or "" for Docker when a daemon answers, else processes): what the spec asks of it that it
+    cannot do."""
+    if runtime == KUBERNETES:
+        return {}
+    return {
+        f"storage[{i}].pvc": [
+            "a PersistentVolumeClaim is mounted only on Kubernetes (WHARF_RUNTIME=kubernetes); "
+            f"this server runs {runtime or 'Docker or local'} instances: use nfs, oss, obs or s3"
+        ]
+        for i, entry in enumerate(spec.storage)
+        if entry.pvc is not None
+    }

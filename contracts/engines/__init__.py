@@ -64,6 +64,9 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement
         elif entry.nfs is not None:
             source = f"{entry.nfs.server}:{entry.nfs.path}"
             mounts.append(Mount("nfs", entry.mount_path, source, read_only=entry.nfs.readOnly))
+        elif entry.pvc is not None:  # Kubernetes only (contracts.spec_rules.runtime_checks)
+            claim = entry.pvc.claim_name
+            mounts.append(Mount("pvc", entry.mount_path, claim, read_only=entry.pvc.read_only))
         else:
             store = entry.oss or entry.obs or entry.s3
             assert store is not None

@@ -10,9 +10,11 @@ class Mount:
     """A filesystem an instance sees. Users never name host paths: `bind` sources are chosen
     by the platform (the node's model store, the object-storage cache, NPU driver files)."""
 
-    kind: str  # "bind" (read-only host path) | "tmpfs" | "nfs" | "volume" (named, shared)
+    # "bind" (read-only host path) | "tmpfs" | "nfs" | "volume" (named, shared) | "pvc" (a
+    # PersistentVolumeClaim: Kubernetes only)
+    kind: str
     target: str
-    source: str = ""  # bind: host path; nfs: "server:/export/path"; volume: its name
+    source: str = ""  # bind: host path; nfs: "server:/export/path"; volume, pvc: its name
     size_bytes: int | None = None  # tmpfs
     read_only: bool = True
 

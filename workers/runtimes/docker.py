@@ -118,6 +118,11 @@ def _mounts(request: InstanceRequest, model_dir: str) -> list[DockerMount]:
             mounts.append(_nfs_mount(m))
         elif m.kind == "volume":  # shared by the instances of a service (the KV exchange)
             mounts.append(DockerMount(m.target, m.source, type="volume", read_only=m.read_only))
+        elif m.kind == "pvc":  # a spec taken under another WHARF_RUNTIME (runtime_checks)
+            raise InstanceError(
+                f"{m.target}: PersistentVolumeClaim {m.source!r} can be mounted only on "
+                "Kubernetes; mount it with nfs, or run WHARF_RUNTIME=kubernetes"
+            )
     return mounts
 
 

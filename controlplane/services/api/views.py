@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_facts import card_need, replicas
+from contracts.spec_rules import runtime_checks
 from controlplane import intents
 from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.api.serializers import (
@@ -36,14 +37,15 @@ MAX_EVENTS = 1000  # events in one answer
 
 
 def _validated(data) -> ServiceSpec:
-    """The spec, checked by the schema and then by its engine; every error at once."""
+    """The spec, checked by the schema, then by its engine and by the runtime the workers run
+    (WHARF_RUNTIME); every error at once."""
     from contracts.engines import validate
 
     try:
         spec = parse_spec(data)
     except SpecError as exc:
         raise SpecInvalid(exc.errors) from None
-    errors = validate(spec)
+    errors = {**validate(spec), **runtime_checks(spec, settings.WHARF_RUNTIME)}
     if errors:
         raise SpecInvalid(errors)
     return spec
