@@ -92,3 +92,14 @@ class KubeSettings:
     # gateways drop it from routing first (its grace is the spec's termination_grace_period).
     pre_stop_s: int = 5  # WHARF_K8S_PRESTOP_SECONDS
     progress_deadline_s: int = 600  # a rollout that makes no progress this long is stalled
+    # How long a new pod may take to pass its first readiness check when the spec's
+    # health_check.startup_timeout_seconds is unset (the startup probe's budget).
+    health_timeout_s: int = 900  # WHARF_HEALTH_TIMEOUT
+    # A ReadWriteMany PersistentVolumeClaim where the prefill and decode pods of a service with
+    # llm.pd.kv_connector ExampleConnector share their KV-cache folder (a sub-folder per
+    # service); "": such specs cannot run on the cluster.
+    shared_kv_claim: str = ""  # WHARF_K8S_KV_CLAIM
+    # A Secret of the namespace holding WHARF_<SCHEME>_ENDPOINT / _ACCESS_KEY_ID /
+    # _ACCESS_KEY_SECRET for staging OSS/OBS/S3 models whose spec entry carries no
+    # credentials, as the workers' environment does on nodes ("": none).
+    storage_secret: str = ""  # WHARF_K8S_STORAGE_SECRET

@@ -1,0 +1,536 @@
+"""The Kubernetes objects a spec becomes (workers.kube.manifests): pure, no cluster. Every
+example spec renders objects that Kubernetes' published OpenAPI schemas accept (strict: no
+field Kubernetes does not know), and each mapping from the spec and the engine's plan to the
+objects is checked on its own."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from contracts.spec import parse_spec
+from contracts.spec_facts import replicas
+from workers.kube import names
+from workers.kube.manifests import ManifestError, Owner, render, root
+from workers.kube.names import KubeSettings
+
+SPECS = sorted((Path(__file__).resolve().parents[1] / "deploy_specs").glob("*.json"))
+# The oldest Kubernetes the manifests target (preStop's sleep action is on by default from
+# 1.30) and the newest schema kubernetes-validate ships.
+VERSIONS = ("1.33.0", "1.37.0")
+SETTINGS = KubeSettings(namespace="llm", model_store_claim="models", shared_kv_claim="kv-share")
+OWNER = Owner("svc-wharf", "6f1c8a54-0000-4000-8000-000000000001")
+BASE = {"name": "chat", "llm": {"engine": "vllm", "model": "qwen"}, "metadata": {"gpu": 1}}
+
+
+def example(name: str) -> dict:
+    return json.loads((SPECS[0].parent / f"{name}.json").read_text())
+
+
+def keys_for(counts: dict[str, int]) -> dict[str, str]:
+    return {role: f"engine-key-value-{role or 'plain'}-7c1d" for role in counts}
+
+
+def objects(data: dict, settings: KubeSettings = SETTINGS, counts=None, version=1) -> list[dict]:
+    spec = parse_spec(data)
+    counts = counts if counts is not None else replicas(spec)
+    return render(spec.name, spec, version, counts, settings, OWNER, keys_for(counts))
+
+
+def spec_with(**sections) -> dict:
+    """BASE with whole sections replaced, and `llm`/`metadata` entries merged."""
+    out = {**BASE, **sections}
+    for merged in ("llm", "metadata"):
+        if merged in sections and sections[merged] is not None:
+            out[merged] = {**BASE[merged], **sections[merged]}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def deployment(objs: list[dict], role: str = "") -> dict:
+    (found,) = [
+        o for o in objs
+        if o["kind"] == "Deployment" and o["metadata"]["labels"][names.LABEL_ROLE] == role
+    ]  # fmt: skip
+    return found
+
+
+def pod(objs: list[dict], role: str = "") -> dict:
+    return deployment(objs, role)["spec"]["template"]["spec"]
+
+
+def engine(objs: list[dict], role: str = "") -> dict:
+    (container,) = pod(objs, role)["containers"]
+    return container
+
+
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def volume(objs: list[dict], mount_path: str, role: str = "") -> tuple[dict, dict]:
+    """(the engine's mount at `mount_path`, the volume it mounts)."""
+    mount = next(m for m in engine(objs, role)["volumeMounts"] if m["mountPath"] == mount_path)
+    found = next(v for v in pod(objs, role)["volumes"] if v["name"] == mount["name"])
+    return mount, found
+
+
+# ---- every example -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
+def test_every_example_spec_renders_objects_kubernetes_accepts(path, version):
+    spec = parse_spec(json.loads(path.read_text()))
+    rendered = [root(spec.name, 7, spec.spec_hash(), SETTINGS.namespace)] + objects(
+        json.loads(path.read_text())
+    )
+    assert [o["kind"] for o in rendered].count("Deployment") == len(replicas(spec))
+    for obj in rendered:
+        kubernetes_validate.validate(obj, version, strict=True)
+        assert obj["metadata"]["namespace"] == "llm"
+
+
+def test_the_schema_check_refuses_what_kubernetes_would():
+    good = deployment(objects(example("vllm-gpu-qwen")))
+    typo = {**good, "spec": {**good["spec"], "replica": 1}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(typo, VERSIONS[0], strict=True)
+    template = good["spec"]["template"]
+    container = {**template["spec"]["containers"][0], "ports": [{"containerPort": "8000"}]}
+    bad = {**good, "spec": {**good["spec"], "template": {
+        **template, "spec": {**template["spec"], "containers": [container]}}}}  # fmt: skip
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
+def test_every_object_is_owned_by_the_root_and_labelled_with_its_service(path):
+    data = json.loads(path.read_text())
+    for obj in objects(data, version=7):
+        meta = obj["metadata"]
+        assert meta["ownerReferences"] == [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": OWNER.name, "uid": OWNER.uid,
+            "blockOwnerDeletion": True, "controller": False,
+        }]  # fmt: skip
+        assert meta["labels"].items() >= names.labels(data["name"]).items()
+        assert meta["annotations"] == {
+            names.ANNOTATION_SERVICE: data["name"],
+            names.ANNOTATION_VERSION: "7",
+        }
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
+def test_no_host_path_device_host_network_or_privilege(path):
+    for obj in objects(json.loads(path.read_text())):
+        text = json.dumps(obj)
+        assert "hostPath" not in text and "hostNetwork" not in text and "/dev/davinci" not in text
+        assert "/usr/local/Ascend" not in text
+        if obj["kind"] == "Deployment":
+            spec = obj["spec"]["template"]["spec"]
+            for container in spec["containers"] + spec.get("initContainers", []):
+                assert container["securityContext"] == {
+                    "allowPrivilegeEscalation": False,
+                    "privileged": False,
+                }
+            assert spec["automountServiceAccountToken"] is False
+            assert spec["enableServiceLinks"] is False
+
+
+def test_root_config_map_names_service_version_and_spec_hash():
+    obj = root("My_Service", 4, "abc123def456", "llm")
+    assert obj["apiVersion"] == "v1" and obj["kind"] == "ConfigMap"
+    assert obj["metadata"]["name"] == names.root_name("My_Service")
+    assert obj["metadata"]["namespace"] == "llm"
+    assert obj["metadata"]["labels"] == names.labels("My_Service")
+    assert obj["metadata"]["annotations"][names.ANNOTATION_SERVICE] == "My_Service"
+    assert obj["data"] == {"service": "My_Service", "version": "4", "spec-hash": "abc123def456"}
+    assert "ownerReferences" not in obj["metadata"]
+    assert "namespace" not in root("s", 1, "h")["metadata"]
+
+
+def test_objects_come_in_apply_order_secret_first():
+    kinds = [
+        (o["kind"], o["metadata"]["name"]) for o in objects(example("pd-vllm-ascend-ranktable"))
+    ]
+    service = "qwen2-7b-pd-ranktable"
+    assert kinds == [
+        ("Secret", names.secret_name(service)),
+        ("ConfigMap", f"{service}-prefill-files"), ("Deployment", f"{service}-prefill"),
+        ("ConfigMap", f"{service}-decode-files"), ("Deployment", f"{service}-decode"),
+    ]  # fmt: skip
+
+
+# ---- the Deployment -------------------------------------------------------------------------
+
+
+def test_selector_leaves_out_the_spec_hash_the_pod_template_carries():
+    data = example("pd-vllm-gpu-nixl")
+    spec_hash = parse_spec(data).spec_hash()
+    objs = objects(data)
+    for role, count in (("prefill", 2), ("decode", 1)):
+        found = deployment(objs, role)
+        assert found["spec"]["replicas"] == count
+        assert found["spec"]["selector"] == {"matchLabels": names.labels(data["name"], role)}
+        template = found["spec"]["template"]["metadata"]["labels"]
+        assert template == names.labels(data["name"], role, spec_hash)
+        assert found["metadata"]["labels"] == template
+
+
+def test_a_new_version_that_only_scales_leaves_the_pod_template_alone():
+    before = deployment(objects(BASE, counts={"": 1}, version=3))
+    after = deployment(objects(BASE, counts={"": 4}, version=4))
+    assert after["spec"]["replicas"] == 4
+    assert after["metadata"]["annotations"][names.ANNOTATION_VERSION] == "4"
+    assert after["spec"]["template"] == before["spec"]["template"]
+
+
+STRATEGIES = [
+    (None, 3, (1, 0)),
+    ({"max_surge": "50%", "max_unavailable": "25%"}, 4, (2, 1)),
+    ({"max_surge": "10%", "max_unavailable": "30%"}, 9, (1, 2)),
+    ({"max_surge": 0, "max_unavailable": 1}, 3, (0, 1)),
+    ({"max_surge": "25%", "max_unavailable": 0}, 0, (1, 0)),  # no pods: never 0 and 0
+]
+
+
+@pytest.mark.parametrize(("strategy", "count", "expected"), STRATEGIES)
+def test_rolling_strategy_resolves_to_surge_and_unavailable(strategy, count, expected):
+    found = deployment(objects(spec_with(rolling_strategy=strategy), counts={"": count}))["spec"]
+    assert found["strategy"] == {"type": "RollingUpdate", "rollingUpdate": dict(
+        zip(("maxSurge", "maxUnavailable"), expected, strict=True))}  # fmt: skip
+    assert found["progressDeadlineSeconds"] == 600 and found["revisionHistoryLimit"] == 3
+
+
+def test_progress_deadline_comes_from_the_settings():
+    found = deployment(objects(BASE, KubeSettings(model_store_claim="m", progress_deadline_s=90)))
+    assert found["spec"]["progressDeadlineSeconds"] == 90
+
+
+@pytest.mark.parametrize(("grace", "pre_stop", "total"), [(30, 5, 35), (120, 10, 130), (0, 0, 0)])
+def test_grace_period_is_the_specs_plus_the_pre_stop_wait(grace, pre_stop, total):
+    data = spec_with(metadata={"termination_grace_period": grace})
+    objs = objects(data, KubeSettings(model_store_claim="m", pre_stop_s=pre_stop))
+    assert pod(objs)["terminationGracePeriodSeconds"] == total
+    lifecycle = {"preStop": {"sleep": {"seconds": pre_stop}}} if pre_stop else None
+    assert engine(objs).get("lifecycle") == lifecycle
+
+
+def test_node_selector_follows_the_resource_group():
+    assert pod(objects(spec_with(metadata={"resource": "a100"})))["nodeSelector"] == {
+        "resource": "a100"
+    }
+    assert "nodeSelector" not in pod(objects(BASE))
+
+
+# ---- the engine container -------------------------------------------------------------------
+
+CARDS = [
+    (BASE, SETTINGS, "", {"nvidia.com/gpu": "1"}),
+    (spec_with(metadata={"gpu": 2}, llm={"tensor_parallel_size": 2}), SETTINGS, "",
+     {"nvidia.com/gpu": "2"}),
+    (BASE, KubeSettings(model_store_claim="m", gpu_resource="amd.com/gpu"), "",
+     {"amd.com/gpu": "1"}),
+    (example("vllm-ascend-2npu"), SETTINGS, "", {"huawei.com/Ascend910": "2"}),
+    (example("vllm-ascend-2npu"), KubeSettings(model_store_claim="m",
+     npu_resource="huawei.com/Ascend910B"), "", {"huawei.com/Ascend910B": "2"}),
+    (example("pd-vllm-gpu-nixl"), SETTINGS, "prefill", {"nvidia.com/gpu": "1"}),
+    (example("pd-vllm-gpu-nixl"), SETTINGS, "decode", {"nvidia.com/gpu": "2"}),
+    (example("pd-vllm-ascend-mooncake"), SETTINGS, "decode", {"huawei.com/Ascend910": "4"}),
+    (example("demo-tiny-vllm"), SETTINGS, "", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "settings", "role", "limits"), CARDS)
+def test_cards_are_limits_of_the_device_plugins_resource(data, settings, role, limits):
+    assert engine(objects(data, settings), role)["resources"].get("limits") == limits
+
+
+@pytest.mark.parametrize(("metadata", "requests"), [
+    ({"cpu": 8, "memory": 32000}, {"cpu": "8", "memory": "32000Mi"}),
+    ({"cpu": 0.5}, {"cpu": "500m"}),
+    ({"cpu": 2.25, "memory": 1024}, {"cpu": "2250m", "memory": "1024Mi"}),
+    ({}, None),
+])  # fmt: skip
+def test_cpu_and_memory_are_requests(metadata, requests):
+    assert engine(objects(spec_with(metadata=metadata)))["resources"].get("requests") == requests
+
+
+@pytest.mark.parametrize(("data", "size"), [
+    (BASE, "1Gi"),  # vLLM's own default
+    (spec_with(metadata={"shm_size": 16}), "16Gi"),
+    (spec_with(metadata={"gpu": 2}, llm={"tensor_parallel_size": 2}), "64Gi"),  # multi-card
+    (spec_with(storage=[{"mount_path": "/dev/shm",
+                         "empty_dir": {"medium": "memory", "size_limit": 8}}]), "8Gi"),
+])  # fmt: skip
+def test_shared_memory_is_a_memory_empty_dir_of_the_plans_size(data, size):
+    mount, found = volume(objects(data), "/dev/shm")
+    assert found["emptyDir"] == {"medium": "Memory", "sizeLimit": size}
+    assert mount["readOnly"] is False
+
+
+def test_no_shared_memory_volume_where_the_plan_sets_none():
+    assert all(v["name"] != "dshm" for v in pod(objects(example("custom-container")))["volumes"])
+
+
+MOUNTS = [
+    ({"mount_path": "/cache", "empty_dir": {"medium": "memory", "size_limit": 2}},
+     {"emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}, {"readOnly": False}),
+    ({"mount_path": "/scratch", "empty_dir": {"size_limit": 50}},
+     {"emptyDir": {"sizeLimit": "50Gi"}}, {"readOnly": False}),
+    ({"mount_path": "/data", "nfs": {"server": "10.0.0.9", "path": "/exports/d", "readOnly": True}},
+     {"nfs": {"server": "10.0.0.9", "path": "/exports/d", "readOnly": True}}, {"readOnly": True}),
+    ({"mount_path": "/data", "nfs": {"server": "nas", "path": "/d"}},
+     {"nfs": {"server": "nas", "path": "/d", "readOnly": False}}, {"readOnly": False}),
+    ({"mount_path": "/weights", "pvc": {"claim_name": "team-weights"}},
+     {"persistentVolumeClaim": {"claimName": "team-weights", "readOnly": True}},
+     {"readOnly": True}),
+    ({"mount_path": "/out", "pvc": {"claim_name": "out.v2", "read_only": False}},
+     {"persistentVolumeClaim": {"claimName": "out.v2", "readOnly": False}}, {"readOnly": False}),
+    ({"mount_path": "/ckpt", "s3": {"path": "s3://bucket/ckpt/"}},
+     {"emptyDir": {}}, {"readOnly": True, "subPath": "0"}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("entry", "source", "mount"), MOUNTS)
+def test_storage_entries_become_volumes(entry, source, mount):
+    found_mount, found = volume(objects(spec_with(storage=[entry])), entry["mount_path"])
+    assert {k: v for k, v in found.items() if k != "name"} == source
+    assert {k: v for k, v in found_mount.items() if k not in ("name", "mountPath")} == mount
+
+
+def test_the_model_store_is_the_read_only_claim_mounted_per_model():
+    data = spec_with(llm={"engine": "vllm-cpu", "model": "org/main",
+                          "speculative": {"model": "draft", "method": "draft_model"}},
+                     metadata={"gpu": 0})  # fmt: skip
+    objs = objects(data)
+    for model in ("org/main", "draft"):
+        mount, found = volume(objs, f"/models/{model}")
+        assert mount == {"name": "model-store", "mountPath": f"/models/{model}",
+                         "readOnly": True, "subPath": model}  # fmt: skip
+        assert found["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    assert engine(objs)["args"][engine(objs)["args"].index("--model") + 1] == "/models/org/main"
+
+
+@pytest.mark.parametrize(("llm", "field"), [
+    ({"model": "qwen"}, "llm.model"),
+    ({"model": "s3://bk/main/", "speculative": {"model": "draft", "method": "draft_model"}},
+     "llm.speculative.model"),
+])  # fmt: skip
+def test_a_model_store_model_without_a_claim_names_its_field(llm, field):
+    with pytest.raises(ManifestError, match="WHARF_K8S_MODEL_CLAIM") as caught:
+        objects(spec_with(llm=llm), KubeSettings())
+    assert caught.value.field == field and str(caught.value).startswith(f"{field}: ")
+
+
+def test_a_shared_kv_folder_needs_a_read_write_many_claim():
+    data = example("pd-vllm-cpu-1p1d")
+    with pytest.raises(ManifestError) as caught:
+        objects(data, KubeSettings(model_store_claim="models"))
+    assert caught.value.field == "llm.pd.kv_connector"
+    for role in ("prefill", "decode"):
+        mount, found = volume(objects(data), "/kv", role)
+        assert found["persistentVolumeClaim"] == {"claimName": "kv-share"}
+        assert mount["subPath"] == "wharf-kv-pd-tiny" and mount["readOnly"] is False
+
+
+@pytest.mark.parametrize(("data", "role", "ports"), [
+    (BASE, "", [("http", 8000)]),
+    (spec_with(containers=[{"port": 8123}]), "", [("http", 8123)]),
+    (example("pd-vllm-gpu-nixl"), "prefill", [("http", 8000), ("kv", 9000)]),
+    (example("pd-vllm-ascend-mooncake"), "prefill", [("http", 8000), ("kv", 9000), ("kv-1", 9001)]),
+    (example("pd-vllm-ascend-mooncake"), "decode",
+     [("http", 8000), ("kv", 9000), ("kv-1", 9001), ("kv-2", 9002), ("kv-3", 9003)]),
+    (example("pd-vllm-cpu-1p1d"), "decode", [("http", 8000)]),  # a shared folder, no port
+])  # fmt: skip
+def test_ports_are_the_serving_port_and_the_kv_side_channel(data, role, ports):
+    found = engine(objects(data), role)["ports"]
+    assert [(p["name"], p["containerPort"]) for p in found] == ports
+    assert {p["protocol"] for p in found} == {"TCP"}
+
+
+def test_peers_reach_the_kv_side_channel_at_the_pods_ip():
+    container = engine(objects(example("pd-vllm-gpu-nixl")), "decode")
+    assert container["env"][0] == {
+        "name": "WHARF_POD_IP",
+        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+    }
+    assert env_of(container)["VLLM_NIXL_SIDE_CHANNEL_HOST"]["value"] == "$(WHARF_POD_IP)"
+    assert "0.0.0.0" in container["args"]  # it listens on every interface of its pod
+
+
+def test_command_and_environment_reach_the_engine_literally():
+    data = {"name": "echo", "containers": [{
+        "image": "busybox", "command": "echo $(hostname) $HOME $$", "port": 8001,
+        "env": [{"name": "GREETING", "value": "a$(B)c"}]}]}  # fmt: skip
+    container = engine(objects(data))
+    # The kubelet turns $$ into $ and expands $(NAME): escaped, the shell gets what was written.
+    assert container["command"] == ["/bin/sh"]
+    assert container["args"] == ["-c", "echo $$(hostname) $$HOME $$$$"]
+    assert env_of(container)["GREETING"]["value"] == "a$$(B)c"
+    assert container["image"] == "busybox"
+
+
+# ---- probes ---------------------------------------------------------------------------------
+
+HTTP_HEALTH = {"httpGet": {"path": "/health", "port": "http"}}
+PROBES = [
+    (BASE, SETTINGS, HTTP_HEALTH, (5, 2, 3, 1), (0, 180)),
+    (spec_with(health_check={"path": "/ready", "period_seconds": 10, "timeout_seconds": 3,
+                             "failure_threshold": 5, "success_threshold": 2}), SETTINGS,
+     {"httpGet": {"path": "/ready", "port": "http"}}, (10, 3, 5, 2), (0, 90)),
+    (spec_with(health_check={"initial_delay_seconds": 60, "period_seconds": 10,
+                             "startup_timeout_seconds": 300}), SETTINGS,
+     HTTP_HEALTH, (10, 2, 3, 1), (60, 24)),
+    (BASE, KubeSettings(model_store_claim="m", health_timeout_s=120), HTTP_HEALTH,
+     (5, 2, 3, 1), (0, 24)),
+    (example("bladellm-speculative"), SETTINGS, {"tcpSocket": {"port": "http"}}, (5, 2, 3, 1),
+     (0, 180)),  # no health path: a TCP check
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "settings", "check", "readiness", "startup"), PROBES)
+def test_readiness_and_startup_probes_follow_the_health_check(
+    data, settings, check, readiness, startup
+):
+    container = engine(objects(data, settings))
+    period, timeout, failures, successes = readiness
+    assert container["readinessProbe"] == {
+        **check, "periodSeconds": period, "timeoutSeconds": timeout,
+        "failureThreshold": failures, "successThreshold": successes,
+    }  # fmt: skip
+    delay, budget = startup
+    assert container["startupProbe"] == {
+        **check, "initialDelaySeconds": delay, "periodSeconds": period,
+        "timeoutSeconds": timeout, "failureThreshold": budget, "successThreshold": 1,
+    }  # fmt: skip
+    assert "livenessProbe" not in container
+
+
+def test_liveness_probe_only_when_the_spec_asks_for_one():
+    liveness = {"initial_delay_seconds": 30, "period_seconds": 20, "timeout_seconds": 4,
+                "failure_threshold": 6}  # fmt: skip
+    container = engine(objects(spec_with(health_check={"liveness": liveness})))
+    assert container["livenessProbe"] == {
+        **HTTP_HEALTH, "initialDelaySeconds": 30, "periodSeconds": 20, "timeoutSeconds": 4,
+        "failureThreshold": 6, "successThreshold": 1,
+    }  # fmt: skip
+    own = engine(objects(spec_with(health_check={"liveness": {"path": "/live"}})))
+    assert own["livenessProbe"]["httpGet"] == {"path": "/live", "port": "http"}
+
+
+# ---- secrets --------------------------------------------------------------------------------
+
+ACCESS_ID, ACCESS_SECRET = "LTAI-id-5f3e", "oss-secret-value-91ac"
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
+def test_secret_values_are_only_in_the_secret(path):
+    data = json.loads(path.read_text())
+    values = list(keys_for(replicas(parse_spec(data))).values())
+    for entry in data.get("storage", []):
+        for store in (entry.get(scheme) for scheme in ("oss", "obs", "s3")):
+            if store:  # credentials of the spec's own
+                store.update(access_key_id=ACCESS_ID, access_key_secret=ACCESS_SECRET)
+                values += [ACCESS_ID, ACCESS_SECRET]
+    objs = objects(data)
+    (secret,) = [o for o in objs if o["kind"] == "Secret"]
+    assert secret["type"] == "Opaque" and set(values) <= set(secret["stringData"].values())
+    for obj in objs:
+        if obj["kind"] != "Secret":
+            assert not any(value in json.dumps(obj) for value in values), obj["kind"]
+
+
+@pytest.mark.parametrize(("data", "roles"), [
+    (BASE, {"": "engine-key"}),
+    (example("pd-vllm-gpu-nixl"), {"prefill": "engine-key-prefill", "decode": "engine-key-decode"}),
+])  # fmt: skip
+def test_the_engine_key_reaches_the_engine_by_reference(data, roles):
+    objs = objects(data)
+    secret = objs[0]
+    assert secret["metadata"]["name"] == names.secret_name(data["name"])
+    for role, key in roles.items():
+        assert secret["stringData"][key] == keys_for(roles)[role]
+        assert env_of(engine(objs, role))["VLLM_API_KEY"] == {
+            "name": "VLLM_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": names.secret_name(data["name"]), "key": key}},
+        }
+
+
+def test_docker_auth_becomes_an_image_pull_secret():
+    auth = base64.b64encode(b"robot:pull-token-3b9e").decode()
+    data = spec_with(dockerAuth=auth, containers=[{"image": "registry.example.com:5000/v:1"}])
+    objs = objects(data)
+    pull = next(o for o in objs if o["kind"] == "Secret" and o["metadata"]["name"] == "chat-pull")
+    assert pull["type"] == "kubernetes.io/dockerconfigjson"
+    config = json.loads(base64.b64decode(pull["data"][".dockerconfigjson"]))
+    assert config == {"auths": {"registry.example.com:5000": {"auth": auth}}}
+    assert pod(objs)["imagePullSecrets"] == [{"name": "chat-pull"}]
+    assert auth not in json.dumps(deployment(objs))
+    assert "imagePullSecrets" not in pod(objects(BASE))
+
+
+# ---- generated files and staging -----------------------------------------------------------
+
+
+def test_rank_tables_are_a_config_map_mounted_where_the_engine_looks():
+    data = example("pd-vllm-ascend-ranktable")
+    objs = objects(data)
+    for role in ("prefill", "decode"):
+        name = f"{names.deployment_name(data['name'], role)}-files"
+        files = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)
+        assert files["metadata"]["labels"] == names.labels(data["name"], role)
+        container = engine(objs, role)
+        variables = env_of(container)
+        for variable in ("GLOBAL_RANK_TABLE_FILE_PATH", "RANK_TABLE_FILE_PATH"):
+            mount, found = volume(objs, variables[variable]["value"], role)
+            assert found["configMap"] == {"name": name} and mount["readOnly"] is True
+            table = json.loads(files["data"][mount["subPath"]])
+            assert table["version"] == "1.0" and table["status"] == "completed"
+        assert len(files["data"]) == 2
+
+
+def test_no_files_config_map_without_generated_files():
+    assert all(o["kind"] != "ConfigMap" for o in objects(example("pd-vllm-ascend-mooncake")))
+
+
+def test_an_object_storage_model_is_staged_by_an_init_container():
+    settings = KubeSettings(stager_image="registry.local/wharf:1.4", storage_secret="oss-keys")
+    objs = objects(example("vllm-oss-model"), settings)
+    (stager,) = pod(objs)["initContainers"]
+    assert stager["name"] == "stage-0" and stager["image"] == "registry.local/wharf:1.4"
+    assert stager["args"] == ["python", "-m", "workers.stage", "--into", "/staged/0",
+                              "oss://examplebucket/qwen2-7b/"]  # fmt: skip
+    assert stager["volumeMounts"] == [{"name": "staged", "mountPath": "/staged"}]
+    assert stager["envFrom"] == [{"secretRef": {"name": "oss-keys"}}]
+    assert "env" not in stager  # no credentials in the spec: the operator's Secret has them
+    target = "/models/oss/examplebucket/qwen2-7b"
+    mount, found = volume(objs, target)
+    assert found == {"name": "staged", "emptyDir": {}}
+    assert mount == {"name": "staged", "mountPath": target, "readOnly": True, "subPath": "0"}
+    assert engine(objs)["args"][engine(objs)["args"].index("--model") + 1] == target
+
+
+def test_each_source_is_staged_once_with_the_spec_entrys_endpoint_and_keys():
+    store = {"path": "oss://bk/m/", "endpoint": "oss-cn-hangzhou.aliyuncs.com",
+             "access_key_id": ACCESS_ID, "access_key_secret": ACCESS_SECRET}  # fmt: skip
+    data = spec_with(llm={"model": "oss://bk/m/", "speculative": {
+        "model": "s3://dr/draft/", "method": "draft_model"}},
+        storage=[{"mount_path": "/extra", "oss": store}])  # fmt: skip
+    objs = objects(data)
+    first, second = pod(objs)["initContainers"]
+    assert first["args"][3:] == ["--into", "/staged/0", "--endpoint",
+                                 "oss-cn-hangzhou.aliyuncs.com", "oss://bk/m/"]  # fmt: skip
+    assert first["env"] == [
+        {"name": f"WHARF_OSS_ACCESS_KEY_{part.upper()}", "valueFrom": {"secretKeyRef": {
+            "name": "chat-secrets", "key": f"stage-0-access-key-{part}"}}}
+        for part in ("id", "secret")
+    ]  # fmt: skip
+    assert second["args"][3:] == ["--into", "/staged/1", "s3://dr/draft/"]
+    assert objs[0]["stringData"]["stage-0-access-key-secret"] == ACCESS_SECRET
+    assert volume(objs, "/extra")[0]["subPath"] == "0"
+    assert volume(objs, "/models/oss/bk/m")[0]["subPath"] == "0"  # the same folder, twice
+    assert volume(objs, "/models/s3/dr/draft")[0]["subPath"] == "1"

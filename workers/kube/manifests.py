@@ -1,0 +1,221 @@
+"""The objects a service is on Kubernetes, rendered from its spec: pure functions, no I/O.
+
+`root` is the service's root ConfigMap, which owns the rest; `render` the rest, in the order
+they are applied: the Secret (engine keys, object-storage credentials from the spec), the
+image pull Secret where the spec has dockerAuth, then per role ("" for a plain service,
+"prefill" and "decode") the ConfigMap of its generated files (Ascend rank tables) and its
+Deployment (workers.kube.pod_template builds the pod). A value of a Secret never appears in
+any other object: pods read secrets by reference.
+
+Names, labels and settings: workers.kube.names. Deployments are applied server-side by field
+manager `wharf`; a Deployment's selector has no spec hash (a selector is immutable), its pod
+template does, and its pod template changes only when what runs changes: the version number
+is an annotation of the objects, not of their pods, so a new version that only scales rolls
+nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+
+from contracts.engines import render as render_plan
+from contracts.engines.plan import ContainerPlan
+from contracts.spec import ServiceSpec
+from workers.kube import names
+from workers.kube.names import KubeSettings
+from workers.kube.pod_template import (
+    ManifestError,
+    PodNames,
+    StagedSource,
+    credential_key,
+    file_keys,
+    pod_placement,
+    pod_spec,
+    staged_sources,
+)
+
+__all__ = ["ManifestError", "Owner", "engine_key_entry", "pull_secret_name", "render", "root"]
+
+REVISIONS = 3  # old ReplicaSets a Deployment keeps (Wharf's own versions are its rollbacks)
+DOCKER_HUB = "https://index.docker.io/v1/"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The object that owns every other of a service: its root ConfigMap, as applied."""
+
+    name: str
+    uid: str
+
+
+def root(service: str, version: int, spec_hash: str, namespace: str = "") -> dict:
+    """The service's root ConfigMap: which version of which service the cluster runs. In
+    `namespace`, or in whichever the apply names when ""."""
+    meta: dict = {
+        "name": names.root_name(service),
+        "labels": names.labels(service),
+        "annotations": _annotations(service, version),
+    }
+    if namespace:
+        meta["namespace"] = namespace
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta,
+        "data": {"service": service, "version": str(version), "spec-hash": spec_hash},
+    }
+
+
+def render(
+    service: str,
+    spec: ServiceSpec,
+    version: int,
+    replicas: dict[str, int],
+    settings: KubeSettings,
+    owner: Owner,
+    engine_keys: dict[str, str],
+) -> list[dict]:
+    """Every object of `service` but its root, for `replicas` pods per role (each role's
+    `engine_keys` entry is its pods' engine key). Raises ManifestError for what the cluster
+    cannot run."""
+    spec_hash = spec.spec_hash()
+    staged = staged_sources(spec)
+    placements = {role: pod_placement(spec, role, staged, engine_keys[role]) for role in replicas}
+    plans = {role: render_plan(spec, placement) for role, placement in placements.items()}
+    pull = pull_secret_name(service) if spec.dockerAuth else ""
+    meta = _Meta(service, version, settings, owner)
+    objects = [_secret(meta, engine_keys, replicas, staged)]
+    if spec.dockerAuth:
+        objects.append(_pull_secret(meta, pull, spec.dockerAuth, plans.values()))
+    for role, count in replicas.items():
+        plan = plans[role]
+        deployment = names.deployment_name(service, role)
+        refs = PodNames(names.secret_name(service), engine_key_entry(role), f"{deployment}-files",
+                        pull)  # fmt: skip
+        if plan.files:
+            objects.append(_files(meta, role, refs.files, plan))
+        pod = pod_spec(spec, plan, placements[role], settings, staged, refs)
+        objects.append(_deployment(meta, spec, role, count, spec_hash, pod))
+    return objects
+
+
+def engine_key_entry(role: str) -> str:
+    """The key of a role's engine key in the service's Secret."""
+    return f"engine-key-{role}" if role else "engine-key"
+
+
+def pull_secret_name(service: str) -> str:
+    """The Secret the service's pods pull their image with (dockerAuth)."""
+    return f"{names.slug(service)}-pull"
+
+
+def _annotations(service: str, version: int) -> dict[str, str]:
+    return {names.ANNOTATION_SERVICE: service, names.ANNOTATION_VERSION: str(version)}
+
+
+@dataclass(frozen=True)
+class _Meta:
+    service: str
+    version: int
+    settings: KubeSettings
+    owner: Owner
+
+    def __call__(self, name: str, labels: dict) -> dict:
+        return {
+            "name": name,
+            "namespace": self.settings.namespace,
+            "labels": labels,
+            "annotations": _annotations(self.service, self.version),
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": self.owner.name,
+                    "uid": self.owner.uid,
+                    "blockOwnerDeletion": True,
+                    "controller": False,
+                }
+            ],
+        }
+
+
+def _secret(
+    meta: _Meta, engine_keys: dict[str, str], replicas: dict[str, int], staged: list[StagedSource]
+) -> dict:
+    data = {engine_key_entry(role): engine_keys[role] for role in replicas}
+    for n, source in enumerate(staged):
+        if source.access_key_id and source.access_key_secret:
+            data[credential_key(n, "id")] = source.access_key_id
+            data[credential_key(n, "secret")] = source.access_key_secret
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta(names.secret_name(meta.service), names.labels(meta.service)),
+        "type": "Opaque",
+        "stringData": data,
+    }
+
+
+def registry(image: str) -> str:
+    """The registry an image reference pulls from, as Docker's config names it."""
+    first, slash, _ = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return DOCKER_HUB
+
+
+def _pull_secret(meta: _Meta, name: str, auth: str, plans) -> dict:
+    """dockerAuth (base64 of user:password) for the registries of the service's images."""
+    auths = {registry(plan.image): {"auth": auth} for plan in plans}
+    config = json.dumps({"auths": auths}, sort_keys=True).encode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta(name, names.labels(meta.service)),
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(config).decode()},
+    }
+
+
+def _files(meta: _Meta, role: str, name: str, plan: ContainerPlan) -> dict:
+    """The plan's generated files (rank tables), each mounted at its path by its key."""
+    keys = file_keys(plan.files)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta(name, names.labels(meta.service, role)),
+        "data": {keys[target]: content for target, content in plan.files.items()},
+    }
+
+
+def _deployment(
+    meta: _Meta, spec: ServiceSpec, role: str, count: int, spec_hash: str, pod: dict
+) -> dict:
+    service = meta.service
+    surge, unavailable = spec.rolling_strategy.resolve(count)
+    if not surge and not unavailable:  # no pods: Kubernetes refuses a strategy of 0 and 0
+        surge = 1
+    template_meta = {
+        "labels": names.labels(service, role, spec_hash),
+        "annotations": {names.ANNOTATION_SERVICE: service},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta(
+            names.deployment_name(service, role), names.labels(service, role, spec_hash)
+        ),
+        "spec": {
+            "replicas": count,
+            "selector": {"matchLabels": names.labels(service, role)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable},
+            },
+            "progressDeadlineSeconds": meta.settings.progress_deadline_s,
+            "revisionHistoryLimit": REVISIONS,
+            "template": {"metadata": template_meta, "spec": pod},
+        },
+    }

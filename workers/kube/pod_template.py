@@ -1,0 +1,395 @@
+"""The pod of one role of a service on Kubernetes: what the engine adapter renders for a pod
+(contracts.engines.render), as the `spec` of a Deployment's pod template. Pure: no I/O.
+
+A pod differs from a Docker instance in what the cluster provides itself:
+- Cards are resource limits. The device plugins (nvidia.com/gpu, huawei.com/Ascend910) pick
+  the cards and inject their device nodes, and the Ascend container runtime the driver's files,
+  so the plan's host device paths and driver binds are not rendered: no hostPath volume, no
+  privileged container, no privilege escalation.
+- Every pod has its own IP, so the plan's host networking is not rendered either: the engine
+  listens on all the pod's interfaces, and where a KV connector tells peers its address, that
+  is the pod's IP (WHARF_POD_IP, from the downward API; `$(WHARF_POD_IP)` in the plan's
+  environment and command line is expanded by the kubelet).
+- Object-storage models are staged by init containers (`python -m workers.stage`, Wharf's own
+  staging) into folders of one emptyDir, which the engine mounts read-only; the node's model
+  store is a PersistentVolumeClaim (KubeSettings.model_store_claim).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from contracts.engines.pd import pd_connector, side_port, tensor_parallel_size
+from contracts.engines.plan import ContainerPlan, Mount, Placement
+from contracts.engines.vllm_ascend import DRIVER_FILES
+from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
+from contracts.spec_facts import card_need
+from workers.kube.names import KubeSettings
+
+ENGINE = "engine"  # the engine container's name
+MODEL_STORE = "/models"  # where engines see the model store (Placement.models_root)
+STAGED_ROOT = "/staged"  # the staging volume, in the init containers
+STAGED_VOLUME = "staged"
+POD_IP_ENV = "WHARF_POD_IP"
+POD_IP = f"$({POD_IP_ENV})"  # the kubelet's expansion of the variable
+GIB, MIB, KIB = 1024**3, 1024**2, 1024
+# Connectors whose KV side channel listens on one port per tensor-parallel rank.
+PORT_PER_RANK = ("MooncakeConnectorV1",)
+
+
+class ManifestError(ValueError):
+    """What a spec asks that the cluster, as configured, cannot run; `field` names the spec's
+    field (`llm.model`), as the API's errors do."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class StagedSource:
+    """An object-storage folder a pod stages, where, and with what (from the spec)."""
+
+    uri: str
+    folder: str  # /staged/<n>
+    where: str  # the spec field that names it: storage[0].oss, llm.model
+    endpoint: str | None = None
+    access_key_id: str | None = None
+    access_key_secret: str | None = field(default=None, repr=False)
+
+    @property
+    def scheme(self) -> str:
+        return self.uri.partition("://")[0]
+
+
+def staged_sources(spec: ServiceSpec) -> list[StagedSource]:
+    """Every object-storage folder the spec reads, once each, in the nodes' order (storage
+    entries, then the model and the draft model: workers.provisioning.object_sources)."""
+    found: dict[str, StagedSource] = {}
+
+    def add(uri: str, where: str, store=None) -> None:
+        if uri not in found:
+            found[uri] = StagedSource(
+                uri, f"{STAGED_ROOT}/{len(found)}", where,
+                store.endpoint if store else None,
+                store.access_key_id if store else None,
+                store.access_key_secret if store else None,
+            )  # fmt: skip
+
+    for i, entry in enumerate(spec.storage):
+        for scheme in OBJECT_STORAGE_SCHEMES:
+            if store := getattr(entry, scheme):
+                add(store.path, f"storage[{i}].{scheme}", store)
+    if spec.llm:
+        draft = spec.llm.speculative.model if spec.llm.speculative else None
+        for where, ref in (("llm.model", spec.llm.model), ("llm.speculative.model", draft)):
+            if ref and "://" in ref:
+                add(ref, where)
+    return list(found.values())
+
+
+def pod_placement(
+    spec: ServiceSpec, role: str, staged: list[StagedSource], engine_key: str
+) -> Placement:
+    """Where an engine of `role` runs in a pod: no card indexes (the device plugin assigns
+    them), the model store at /models, staged folders in the staging volume."""
+    return Placement(
+        in_container=True, model_store=MODEL_STORE, host="0.0.0.0", devices=(),
+        staged={s.uri: s.folder for s in staged}, role=role, service=spec.name,
+        engine_key=engine_key, node_ip=POD_IP, npu_smi="",
+    )  # fmt: skip
+
+
+def literal(text: str) -> str:
+    """`text` as the kubelet leaves it: it expands `$(NAME)` in commands and variables, and
+    `$$` to `$`. Only WHARF_POD_IP is meant to expand."""
+    return text.replace("$", "$$").replace(f"${POD_IP}", POD_IP)
+
+
+def quantity(size: int) -> str:
+    """Bytes as a Kubernetes quantity: 16Gi, 64000Mi, or plain bytes."""
+    for suffix, unit in (("Gi", GIB), ("Mi", MIB), ("Ki", KIB)):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
+def cpu_quantity(cores: float) -> str:
+    return str(int(cores)) if cores == int(cores) else f"{max(1, round(cores * 1000))}m"
+
+
+def file_keys(files: dict[str, str]) -> dict[str, str]:
+    """Each generated file's key in its ConfigMap (container path -> key), unique and valid."""
+    return {
+        target: f"{i}-{re.sub(r'[^-._a-zA-Z0-9]', '_', target.rsplit('/', 1)[-1])}"
+        for i, target in enumerate(sorted(files))
+    }
+
+
+@dataclass
+class Volumes:
+    """The pod's volumes and the engine's mounts of them, built mount by mount."""
+
+    spec: ServiceSpec
+    settings: KubeSettings
+    staged: list[StagedSource]
+    volumes: dict[str, dict] = field(default_factory=dict)
+    mounts: list[dict] = field(default_factory=list)
+
+    def add(
+        self, name: str, source: dict, target: str, read_only: bool, sub_path: str = ""
+    ) -> None:
+        self.volumes.setdefault(name, {"name": name, **source})
+        mount = {"name": name, "mountPath": target, "readOnly": read_only}
+        self.mounts.append({**mount, "subPath": sub_path} if sub_path else mount)
+
+    def plan_mount(self, i: int, m: Mount) -> None:
+        if m.kind == "tmpfs":
+            self.add(f"tmpfs-{i}", {"emptyDir": memory(m.size_bytes)}, m.target, False)
+        elif m.kind == "nfs":
+            server, _, path = m.source.partition(":")
+            nfs = {"server": server, "path": path, "readOnly": m.read_only}
+            self.add(f"nfs-{i}", {"nfs": nfs}, m.target, m.read_only)
+        elif m.kind == "pvc":
+            claim = {"claimName": m.source, "readOnly": m.read_only}
+            self.add(f"pvc-{i}", {"persistentVolumeClaim": claim}, m.target, m.read_only)
+        elif m.kind == "volume":  # the folder prefill and decode share (ExampleConnector)
+            self.add("kv", {"persistentVolumeClaim": {"claimName": self._kv_claim()}},
+                     m.target, False, m.source)  # fmt: skip
+        elif m.kind == "bind":
+            self.bind(m)
+        else:
+            raise ManifestError("storage", f"a {m.kind} mount at {m.target} has no pod form")
+
+    def bind(self, m: Mount) -> None:
+        """Host paths become volumes: a staged folder, the model store; the driver's files
+        come with the card (the device plugin and the Ascend runtime mount them)."""
+        staged = {s.folder for s in self.staged}
+        if m.source in staged:
+            sub = m.source.removeprefix(f"{STAGED_ROOT}/")
+            self.add(STAGED_VOLUME, {"emptyDir": {}}, m.target, True, sub)
+        elif m.source.startswith(f"{MODEL_STORE}/"):
+            claim = {"claimName": self._store_claim(m.source), "readOnly": True}
+            sub = m.source.removeprefix(f"{MODEL_STORE}/")
+            self.add("model-store", {"persistentVolumeClaim": claim}, m.target, True, sub)
+        elif m.source not in DRIVER_FILES:
+            raise ManifestError("storage", f"host path {m.source} cannot be mounted into a pod")
+
+    def _store_claim(self, source: str) -> str:
+        if self.settings.model_store_claim:
+            return self.settings.model_store_claim
+        model = self.spec.llm.model if self.spec.llm else None
+        where = "llm.model" if source == f"{MODEL_STORE}/{model}" else "llm.speculative.model"
+        raise ManifestError(where, (
+            f"{source.removeprefix(MODEL_STORE + '/')!r} is a model-store name, and the cluster "
+            "has no model store: set WHARF_K8S_MODEL_CLAIM to a PersistentVolumeClaim holding "
+            "it, or give an oss://, obs:// or s3:// URI, or a path a pvc storage entry mounts"
+        ))  # fmt: skip
+
+    def _kv_claim(self) -> str:
+        if self.settings.shared_kv_claim:
+            return self.settings.shared_kv_claim
+        raise ManifestError("llm.pd.kv_connector", (
+            "ExampleConnector shares a folder between the prefill and decode pods: set "
+            "WHARF_K8S_KV_CLAIM to a ReadWriteMany PersistentVolumeClaim, or choose "
+            "NixlConnector (GPUs) or MooncakeConnectorV1 (Ascend)"
+        ))  # fmt: skip
+
+
+def memory(size: int | None) -> dict:
+    """A memory-backed emptyDir (tmpfs), at most `size` bytes."""
+    return {"medium": "Memory", **({"sizeLimit": quantity(size)} if size else {})}
+
+
+def volumes(
+    spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings, staged: list[StagedSource],
+    files: str,
+) -> Volumes:  # fmt: skip
+    """The pod's volumes: shared memory, the plan's mounts, disk emptyDirs (a container's
+    writable layer in Docker, size-limited here), the staging volume and the files' ConfigMap
+    (`files`, its name)."""
+    found = Volumes(spec, settings, staged)
+    if plan.shm_size_bytes:
+        found.add("dshm", {"emptyDir": memory(plan.shm_size_bytes)}, "/dev/shm", False)
+    for i, mount in enumerate(plan.mounts):
+        found.plan_mount(i, mount)
+    for i, entry in enumerate(spec.storage):
+        scratch = entry.empty_dir
+        if scratch and not scratch.medium and entry.mount_path.rstrip("/") != "/dev/shm":
+            size = {"sizeLimit": f"{scratch.size_limit}Gi"} if scratch.size_limit else {}
+            found.add(f"scratch-{i}", {"emptyDir": size}, entry.mount_path, False)
+    if staged:
+        found.volumes.setdefault(STAGED_VOLUME, {"name": STAGED_VOLUME, "emptyDir": {}})
+    for target, key in file_keys(plan.files).items():
+        found.add("files", {"configMap": {"name": files}}, target, True, key)
+    return found
+
+
+def env(plan: ContainerPlan, secret: str, key: str) -> list[dict]:
+    """The plan's environment; its secrets (the engine key) only by reference to `secret`."""
+    found: list[dict] = [
+        {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    ]
+    for name, value in plan.env.items():
+        if name not in plan.secret_env and name != POD_IP_ENV:
+            found.append({"name": name, "value": literal(value)})
+    for name in plan.secret_env:
+        found.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
+    return found
+
+
+def ports(spec: ServiceSpec, plan: ContainerPlan, placement: Placement) -> list[dict]:
+    """The serving port, and the KV side channel of a connector that has one."""
+    found = [{"name": "http", "containerPort": plan.port, "protocol": "TCP"}]
+    connector = pd_connector(spec, placement)
+    if connector is None or connector == "ExampleConnector":
+        return found
+    first = side_port(placement, plan.port)
+    ranks = tensor_parallel_size(spec, placement) if connector in PORT_PER_RANK else 1
+    for rank in range(ranks):
+        name = f"kv-{rank}" if rank else "kv"
+        found.append({"name": name, "containerPort": first + rank, "protocol": "TCP"})
+    return found
+
+
+def resources(spec: ServiceSpec, role: str, settings: KubeSettings) -> dict:
+    """Cards as limits of the device plugins' resources; CPU and memory as requests."""
+    kind, cards = card_need(spec, role)
+    meta = spec.metadata
+    requests = {"cpu": cpu_quantity(meta.cpu)} if meta.cpu else {}
+    if meta.memory:
+        requests["memory"] = f"{meta.memory}Mi"
+    out: dict = {"requests": requests} if requests else {}
+    if cards:
+        name = settings.npu_resource if kind == "npu" else settings.gpu_resource
+        out["limits"] = {name: str(cards)}
+    return out
+
+
+def check(path: str) -> dict:
+    """An HTTP GET of `path` on the serving port; a TCP connect where the engine has no path."""
+    return {"httpGet": {"path": path, "port": "http"}} if path else {"tcpSocket": {"port": "http"}}
+
+
+def probes(spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings) -> dict:
+    """Readiness from health_check; a startup probe that gives a new pod
+    startup_timeout_seconds (KubeSettings.health_timeout_s) to pass it before the kubelet
+    restarts it, and holds readiness and liveness back until then; liveness when given."""
+    hc = spec.health_check
+    path = hc.path or plan.health_path
+    budget = (hc.startup_timeout_seconds or settings.health_timeout_s) - hc.initial_delay_seconds
+    found = {
+        "readinessProbe": {
+            **check(path), "periodSeconds": hc.period_seconds,
+            "timeoutSeconds": hc.timeout_seconds, "failureThreshold": hc.failure_threshold,
+            "successThreshold": hc.success_threshold,
+        },
+        "startupProbe": {
+            **check(path), "initialDelaySeconds": hc.initial_delay_seconds,
+            "periodSeconds": hc.period_seconds, "timeoutSeconds": hc.timeout_seconds,
+            "failureThreshold": max(1, math.ceil(budget / hc.period_seconds)),
+            "successThreshold": 1,
+        },
+    }  # fmt: skip
+    if live := hc.liveness:
+        found["livenessProbe"] = {
+            **check(live.path or plan.health_path),
+            "initialDelaySeconds": live.initial_delay_seconds,
+            "periodSeconds": live.period_seconds, "timeoutSeconds": live.timeout_seconds,
+            "failureThreshold": live.failure_threshold, "successThreshold": 1,
+        }  # fmt: skip
+    return found
+
+
+SAFE = {"allowPrivilegeEscalation": False, "privileged": False}
+
+
+def stager(source: StagedSource, n: int, settings: KubeSettings, secret: str) -> dict:
+    """The init container that stages `source` into its folder. Credentials the spec gives
+    come from the service's Secret, the rest from the operator's (storage_secret)."""
+    args = ["python", "-m", "workers.stage", "--into", source.folder]
+    if source.endpoint:
+        args += ["--endpoint", source.endpoint]
+    container: dict = {
+        "name": f"stage-{n}", "image": settings.stager_image,
+        "args": [literal(arg) for arg in (*args, source.uri)],
+        "volumeMounts": [{"name": STAGED_VOLUME, "mountPath": STAGED_ROOT}],
+        "securityContext": SAFE,
+    }  # fmt: skip
+    if source.access_key_id:
+        variable = f"WHARF_{source.scheme.upper()}_ACCESS_KEY"
+        container["env"] = [
+            {"name": f"{variable}_{part.upper()}",
+             "valueFrom": {"secretKeyRef": {"name": secret, "key": credential_key(n, part)}}}
+            for part in ("id", "secret")
+        ]  # fmt: skip
+    if settings.storage_secret:
+        container["envFrom"] = [{"secretRef": {"name": settings.storage_secret}}]
+    return container
+
+
+def credential_key(n: int, part: str) -> str:
+    """Where the service's Secret keeps a staged source's access key `id` or `secret`."""
+    return f"stage-{n}-access-key-{part}"
+
+
+def engine(
+    spec: ServiceSpec, plan: ContainerPlan, placement: Placement, settings: KubeSettings,
+    mounts: list[dict], secret: str, key: str,
+) -> dict:  # fmt: skip
+    """The engine container: the plan's command (the image's entrypoint replaced, as Docker
+    instances have it), environment and ports, cards, probes and a preStop wait."""
+    container = {
+        "name": ENGINE, "image": plan.image,
+        "command": [literal(arg) for arg in plan.args[:1]],
+        "args": [literal(arg) for arg in plan.args[1:]],
+        "env": env(plan, secret, key), "ports": ports(spec, plan, placement),
+        "resources": resources(spec, placement.role, settings), "volumeMounts": mounts,
+        **probes(spec, plan, settings), "securityContext": SAFE,
+    }  # fmt: skip
+    if settings.pre_stop_s:
+        # The gateways drop a terminating pod from routing; the engine gets SIGTERM after this
+        # wait, once they have, and then has the spec's grace period to finish its requests.
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": settings.pre_stop_s}}}
+    return container
+
+
+@dataclass(frozen=True)
+class PodNames:
+    """The other objects a pod refers to by name."""
+
+    secret: str  # the service's Secret
+    key: str  # the engine key's entry in it
+    files: str  # the ConfigMap of the plan's files
+    pull: str  # the image pull Secret ("" without dockerAuth)
+
+
+def pod_spec(
+    spec: ServiceSpec, plan: ContainerPlan, placement: Placement, settings: KubeSettings,
+    staged: list[StagedSource], refs: PodNames,
+) -> dict:  # fmt: skip
+    found = volumes(spec, plan, settings, staged, refs.files)
+    pod: dict = {
+        "containers": [engine(spec, plan, placement, settings, found.mounts, refs.secret,
+                              refs.key)],
+        "volumes": list(found.volumes.values()),
+        # The spec's grace covers in-flight requests; the preStop wait comes before it.
+        "terminationGracePeriodSeconds": (
+            spec.metadata.termination_grace_period + settings.pre_stop_s
+        ),
+        # Kubernetes' service links would add <SERVICE>_PORT variables: a Service named vllm
+        # sets VLLM_PORT, which vLLM reads. Engines need no cluster credentials either.
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+    }  # fmt: skip
+    if staged:
+        pod["initContainers"] = [
+            stager(source, n, settings, refs.secret) for n, source in enumerate(staged)
+        ]
+    if spec.metadata.resource:  # the nodes labelled resource=<value>, as Wharf's own nodes
+        pod["nodeSelector"] = {"resource": spec.metadata.resource}
+    if refs.pull:
+        pod["imagePullSecrets"] = [{"name": refs.pull}]
+    return pod
