@@ -248,6 +248,9 @@ WHARF_K8S_NPU_RESOURCE = envstr("WHARF_K8S_NPU_RESOURCE", "huawei.com/Ascend910"
 WHARF_K8S_STAGER_IMAGE = envstr("WHARF_K8S_STAGER_IMAGE", f"wharf/wharf:{VERSION}")
 WHARF_K8S_MODEL_CLAIM = envstr("WHARF_K8S_MODEL_CLAIM", "")
 WHARF_K8S_PRESTOP_SECONDS = envint("WHARF_K8S_PRESTOP_SECONDS", 5)
+WHARF_K8S_PROGRESS_DEADLINE = envint("WHARF_K8S_PROGRESS_DEADLINE", 600)
+WHARF_K8S_KV_CLAIM = envstr("WHARF_K8S_KV_CLAIM", "")
+WHARF_K8S_STORAGE_SECRET = envstr("WHARF_K8S_STORAGE_SECRET", "")
 WHARF_MODEL_DIR = Path(envstr("WHARF_MODEL_DIR", str(WHARF_HOME / "models"))).resolve()
 WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
 # Object-storage models staged on this node (keyed by endpoint, bucket and prefix).

@@ -427,6 +427,10 @@ def test_liveness_probe_only_when_the_spec_asks_for_one():
 ACCESS_ID, ACCESS_SECRET = "LTAI-id-5f3e", "oss-secret-value-91ac"
 
 
+def secret_values(secret: dict) -> dict[str, str]:
+    return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+
+
 @pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
 def test_secret_values_are_only_in_the_secret(path):
     data = json.loads(path.read_text())
@@ -438,7 +442,7 @@ def test_secret_values_are_only_in_the_secret(path):
                 values += [ACCESS_ID, ACCESS_SECRET]
     objs = objects(data)
     (secret,) = [o for o in objs if o["kind"] == "Secret"]
-    assert secret["type"] == "Opaque" and set(values) <= set(secret["stringData"].values())
+    assert secret["type"] == "Opaque" and set(values) <= set(secret_values(secret).values())
     for obj in objs:
         if obj["kind"] != "Secret":
             assert not any(value in json.dumps(obj) for value in values), obj["kind"]
@@ -453,7 +457,7 @@ def test_the_engine_key_reaches_the_engine_by_reference(data, roles):
     secret = objs[0]
     assert secret["metadata"]["name"] == names.secret_name(data["name"])
     for role, key in roles.items():
-        assert secret["stringData"][key] == keys_for(roles)[role]
+        assert secret_values(secret)[key] == keys_for(roles)[role]
         assert env_of(engine(objs, role))["VLLM_API_KEY"] == {
             "name": "VLLM_API_KEY",
             "valueFrom": {"secretKeyRef": {"name": names.secret_name(data["name"]), "key": key}},
@@ -530,7 +534,7 @@ def test_each_source_is_staged_once_with_the_spec_entrys_endpoint_and_keys():
         for part in ("id", "secret")
     ]  # fmt: skip
     assert second["args"][3:] == ["--into", "/staged/1", "s3://dr/draft/"]
-    assert objs[0]["stringData"]["stage-0-access-key-secret"] == ACCESS_SECRET
+    assert secret_values(objs[0])["stage-0-access-key-secret"] == ACCESS_SECRET
     assert volume(objs, "/extra")[0]["subPath"] == "0"
     assert volume(objs, "/models/oss/bk/m")[0]["subPath"] == "0"  # the same folder, twice
     assert volume(objs, "/models/s3/dr/draft")[0]["subPath"] == "1"

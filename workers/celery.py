@@ -74,6 +74,12 @@ def start_node(sender, **kwargs) -> None:
         for name in services:
             enqueue_reconcile(name)
 
+    if settings.WHARF_RUNTIME == "kubernetes":
+        _threads.extend(_cluster_threads(enqueue_reconcile))
+        _threads.append(Autoscaler())
+        for thread in _threads:
+            thread.start()
+        return
     _threads.append(Heartbeat(get_runtime(), settings.WHARF_NODE_HEARTBEAT))
     _threads.append(LogServer(settings.WHARF_NODE_NAME, get_runtime()))
     _threads.append(Scraper(settings.WHARF_NODE_NAME))
@@ -82,6 +88,20 @@ def start_node(sender, **kwargs) -> None:
     _threads.append(Autoscaler())
     for thread in _threads:
         thread.start()
+
+
+def _cluster_threads(enqueue) -> list:
+    """A worker of WHARF_RUNTIME=kubernetes is no node: the cluster places, restarts and keeps
+    logs. It answers log requests for pods and watches the cluster for changes."""
+    from contracts.node_logs import CLUSTER
+    from controlplane.services.models import Service
+    from workers.kube.runtime import PodLogs, Watcher
+    from workers.node_logs import LogServer
+
+    def known() -> list[str]:
+        return list(Service.objects.values_list("name", flat=True))
+
+    return [LogServer(CLUSTER, PodLogs()), Watcher(enqueue, known)]
 
 
 @worker_shutdown.connect

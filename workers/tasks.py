@@ -17,6 +17,7 @@ from workers.runtimes import get_runtime
 from workers.scheduler import schedule
 
 log = logging.getLogger(__name__)
+KUBERNETES = "kubernetes"
 REQUEUE_DELAY = 2.0  # seconds between passes while a service is still moving
 FAILED_DELAY = 15.0  # seconds before a pass that raised is tried again
 
@@ -46,6 +47,11 @@ def reconcile_isolated(name: str, fleet: FleetSettings | None = None) -> float |
     is this service's problem alone: it is recorded as an event and retried later, never
     raised."""
     try:
+        if settings.WHARF_RUNTIME == KUBERNETES:  # the cluster places, restarts and rolls
+            from workers.kube import reconcile as kube
+            from workers.kube.runtime import cluster, kube_settings
+
+            return kube.reconcile(name, cluster(), kube_settings())
         return schedule(name, fleet or FleetSettings.from_django())
     except Exception as exc:  # an isolation boundary
         log.exception("reconcile of %s failed; retrying in %.0f s", name, FAILED_DELAY)
@@ -118,6 +124,8 @@ def prune_model_cache() -> list[str]:
     (workers.celery.NODE_QUEUE). storage.prune keeps the newest version of every source and
     anything staged within the hour, whatever the in-use set says.
     """
+    if settings.WHARF_RUNTIME == KUBERNETES:  # models are staged into the pods' own volumes
+        return []
     in_use = paths_in_use()
     if in_use is None:
         return []

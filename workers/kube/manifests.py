@@ -154,7 +154,9 @@ def _secret(
         "kind": "Secret",
         "metadata": meta(names.secret_name(meta.service), names.labels(meta.service)),
         "type": "Opaque",
-        "stringData": data,
+        # `data`, not `stringData`: under server-side apply a key dropped from `stringData`
+        # would stay in `data`; applied as `data`, a key the spec no longer has goes.
+        "data": {key: base64.b64encode(value.encode()).decode() for key, value in data.items()},
     }
 
 

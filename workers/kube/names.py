@@ -84,7 +84,7 @@ class KubeSettings:
     gpu_resource: str = "nvidia.com/gpu"  # WHARF_K8S_GPU_RESOURCE
     npu_resource: str = "huawei.com/Ascend910"  # WHARF_K8S_NPU_RESOURCE
     # The image of the init container that stages OSS/OBS/S3 models (Wharf's own image).
-    stager_image: str = "wharf/wharf:latest"  # WHARF_K8S_STAGER_IMAGE
+    stager_image: str = "wharf/wharf:latest"  # WHARF_K8S_STAGER_IMAGE (wharf/wharf:<version>)
     # A PersistentVolumeClaim holding the model store, mounted read-only at /models where a
     # spec names a model-store model ("" : such specs cannot run on the cluster).
     model_store_claim: str = ""  # WHARF_K8S_MODEL_CLAIM

@@ -32,6 +32,10 @@ def kube_settings() -> names.KubeSettings:
         stager_image=settings.WHARF_K8S_STAGER_IMAGE,
         model_store_claim=settings.WHARF_K8S_MODEL_CLAIM,
         pre_stop_s=settings.WHARF_K8S_PRESTOP_SECONDS,
+        progress_deadline_s=settings.WHARF_K8S_PROGRESS_DEADLINE,
+        health_timeout_s=settings.WHARF_HEALTH_TIMEOUT,
+        shared_kv_claim=settings.WHARF_K8S_KV_CLAIM,
+        storage_secret=settings.WHARF_K8S_STORAGE_SECRET,
     )
 
 

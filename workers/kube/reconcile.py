@@ -1,0 +1,206 @@
+"""One reconcile pass of a service on Kubernetes (WHARF_RUNTIME=kubernetes).
+
+Wharf's own scheduler and node agents step aside: the pass applies what the service's current
+version renders (workers.kube.manifests: a root ConfigMap owning a Secret and a Deployment per
+role) and hands placement, restarts and rolling updates to the cluster. It then reads back
+what the cluster did: each pod becomes an instance row (workers.kube.observe), which the
+routing snapshot serves as it serves any instance; the scheduler's and the kubelet's warnings
+become service events; a rollout past its progress deadline pauses the service's status.
+Deleting a service deletes its root, and the garbage collector removes the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from contracts import spec_facts
+from contracts.engine_keys import engine_key
+from contracts.spec import ServiceSpec, SpecError
+from controlplane.services.choices import DesiredState, InstanceState
+from controlplane.services.events import record
+from controlplane.services.models import Instance, Service
+from controlplane.services.routing import publish_snapshot
+from controlplane.tokens.models import ApiKey
+from workers import planning
+from workers.kube import manifests, names, observe
+from workers.kube.api import Cluster
+
+log = logging.getLogger(__name__)
+RUNTIME = "kubernetes"
+MOVING = 2.0  # seconds to the next pass while pods start, roll or terminate
+
+
+def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | None:
+    """One pass; seconds until the next one, or None once the service has settled."""
+    service = Service.objects.filter(name=name).first()
+    if service is None:
+        return None
+    if service.desired_state == DesiredState.DELETED:
+        return _delete(service, cluster)
+    try:
+        spec: ServiceSpec | None = service.parsed_spec()
+    except SpecError as exc:  # stored before a rule tightened: run nothing
+        spec, error = None, f"invalid spec: {exc}"
+    else:
+        error = ""
+    replicas: dict[str, int] = {}
+    if spec is not None:
+        replicas = spec_facts.replicas(spec, service.autoscale)
+        if service.desired_state != DesiredState.RUNNING:
+            replicas = dict.fromkeys(replicas, 0)
+        try:
+            _apply(service, spec, replicas, cluster, kube)
+        except manifests.ManifestError as exc:
+            spec, error = None, str(exc)
+    if spec is None:  # nothing of it may run
+        for deployment in cluster.deployments(names.selector(service.name)):
+            cluster.delete("Deployment", deployment["metadata"]["name"])
+    pods = cluster.pods(names.selector(service.name))
+    newly_draining = _sync_instances(service, pods)
+    _record_warnings(service, cluster, pods)
+    rollouts = [observe.rollout(d) for d in cluster.deployments(names.selector(service.name))]
+    settled = _write_status(service, spec, replicas, rollouts, error)
+    publish_snapshot(force=newly_draining)
+    return None if settled else MOVING
+
+
+def _apply(service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube) -> None:
+    version = service.versions.order_by("-number").values_list("number", flat=True).first() or 0
+    root = cluster.apply(manifests.root(service.name, version, spec.spec_hash(), kube.namespace))
+    owner = manifests.Owner(root["metadata"]["name"], root["metadata"]["uid"])
+    secret = settings.WHARF_TOKEN_KEY.encode()
+    keys = {r: engine_key(secret, names.engine_key_name(service.name, r)) for r in replicas}
+    rendered = manifests.render(service.name, spec, version, replicas, kube, owner, keys)
+    for obj in rendered:
+        cluster.apply(obj)
+    wanted = {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
+    for deployment in cluster.deployments(names.selector(service.name)):
+        if deployment["metadata"]["name"] not in wanted:  # a role the spec no longer has
+            cluster.delete("Deployment", deployment["metadata"]["name"])
+
+
+def _delete(service: Service, cluster: Cluster) -> float | None:
+    """Delete the root (its dependents follow, by the garbage collector) and wait for the
+    pods to be gone before the service's rows go."""
+    if cluster.delete("ConfigMap", names.root_name(service.name)):
+        record(service, "Deleting", "the service's objects on the cluster are being deleted")
+    for deployment in cluster.deployments(names.selector(service.name)):
+        cluster.delete("Deployment", deployment["metadata"]["name"])  # were it orphaned
+    pods = cluster.pods(names.selector(service.name))
+    newly_draining = _sync_instances(service, pods)
+    if pods:
+        Service.objects.filter(pk=service.pk).update(
+            phase="deleting", progress=f"removing {len(pods)} pod(s)"
+        )
+        publish_snapshot(force=newly_draining)
+        return MOVING
+    record(service, "Deleted", "every pod removed; service deleted")
+    with transaction.atomic():
+        ApiKey.objects.forget_service(service.name)
+        service.delete()
+    publish_snapshot()
+    return None
+
+
+def _sync_instances(service: Service, pods: list[dict]) -> bool:
+    """Instance rows as the pods are: one per pod, created, updated, and removed with it;
+    True when one just started draining (the gateways must see it gone at once)."""
+    rows = {row.name: row for row in service.instances.all()}
+    now = timezone.now()
+    newly_draining = False
+    for pod in pods:
+        row = rows.pop(pod["metadata"]["name"], None)
+        seen = observe.instance(pod, was_ready=bool(row and row.ready_since))
+        fields = {
+            "role": seen.role, "runtime": RUNTIME, "node": seen.node, "spec_hash": seen.spec_hash,
+            "state": seen.state, "url": seen.url, "message": seen.message[:2000],
+            "restarts": seen.restarts,
+            "engine_key_name": names.engine_key_name(service.name, seen.role),
+        }  # fmt: skip
+        if seen.state == InstanceState.READY and not (row and row.ready_since):
+            fields["ready_since"] = now
+        if row is None:
+            Instance.objects.create(service=service, name=seen.name, started_at=now, **fields)
+            record(service, "InstanceCreated", f"pod {seen.name} created", seen.name)
+            continue
+        if seen.state != row.state:
+            _record_transition(service, row.state, seen)
+            if seen.state == InstanceState.DRAINING:
+                fields["draining_since"] = now
+                newly_draining = True
+        Instance.objects.filter(pk=row.pk).update(**fields)
+    for gone in rows.values():  # pods the cluster no longer has
+        gone.delete()
+        record(service, "InstanceRemoved", "pod deleted", gone.name)
+    return newly_draining
+
+
+_TRANSITIONS = {
+    InstanceState.READY: "InstanceReady",
+    InstanceState.UNHEALTHY: "InstanceUnhealthy",
+    InstanceState.BACKOFF: "InstanceCrashed",
+    InstanceState.FAILED: "InstanceFailed",
+    InstanceState.DRAINING: "InstanceDraining",
+}
+
+
+def _record_transition(service: Service, before: str, seen: observe.PodInstance) -> None:
+    reason = _TRANSITIONS.get(seen.state)  # type: ignore[call-overload]
+    if reason:
+        record(service, reason, seen.message or f"{before} → {seen.state}", seen.name)
+
+
+def _record_warnings(service: Service, cluster: Cluster, pods: list[dict]) -> None:
+    """The cluster's warnings about the service's pods that are not serving (FailedScheduling,
+    image pull failures, back-offs) as service events, each once."""
+    for pod in pods:
+        if observe.instance(pod).state == InstanceState.READY:
+            continue
+        events = cluster.events(pod["metadata"]["name"])
+        for reason, message, involved in observe.warnings(events):
+            said = service.events.filter(reason=reason, message=message, instance=involved)
+            if not said.exists():
+                record(service, reason, message, involved)
+
+
+def _write_status(service, spec, replicas, rollouts, error: str) -> bool:
+    """The service's phase from its rows and Deployments; True when settled."""
+    target = spec.spec_hash() if spec else ""
+    rows = list(service.instances.all())
+    live = [r for r in rows if r.state != InstanceState.DRAINING]
+    ready = Counter(
+        r.role for r in live if r.state == InstanceState.READY and r.spec_hash == target
+    )
+    previous = sum(1 for r in live if r.state == InstanceState.READY and r.spec_hash != target)
+    failed = [r for r in live if r.state == InstanceState.FAILED]
+    error = error or (f"{failed[0].name}: {failed[0].message}" if failed else "")
+    stalled = next((f"{r.role or 'service'}: {r.stalled}" for r in rollouts if r.stalled), "")
+    waiting = next((r.message for r in live if r.message.startswith("not scheduled")), None)
+    status = planning.status(
+        service.desired_state, replicas, dict(ready), len(rows), service.phase,
+        failed=bool(error) and not stalled, waiting=waiting,
+        updating=any(r.spec_hash != target for r in live) or bool(stalled), paused=stalled,
+        notes=[f"{r.name} {r.message}" for r in live if r.state == InstanceState.BACKOFF],
+        previous=previous,
+    )  # fmt: skip
+    last_error = error or (f"rollout stalled: {stalled}" if stalled else "")
+    with transaction.atomic():
+        updated = Service.objects.filter(pk=service.pk, generation=service.generation).update(
+            phase=status.phase, progress=status.progress[:200],
+            ready_instances=sum(ready.values()), observed_generation=service.generation,
+            last_error=last_error,
+        )  # fmt: skip
+        if updated and status.phase != service.phase:
+            record(service, status.phase.capitalize(), status.progress)
+        if updated and stalled and stalled not in service.last_error:
+            record(service, "RolloutStalled", f"{stalled}; the previous version keeps serving; "
+                   "roll back or update the spec")  # fmt: skip
+    moving = any(r.state != InstanceState.READY for r in rows) or any(
+        not r.current or r.updated < r.desired or r.ready < r.desired for r in rollouts
+    )
+    return not moving and not stalled
