@@ -51,6 +51,9 @@ class FakeCluster:
         self._kubelet = Kubelet(self.store, recorder, auto_ready)
         self._server: ApiServer | None = None
         self.url = ""
+        # Every request as RBAC authorizes it: (verb, API group, resource), e.g.
+        # ("create", "apps", "deployments") for an apply that creates, ("get", "", "pods/log").
+        self.authorized: list[tuple[str, str, str]] = []
         for namespace in namespaces:
             self.add_namespace(namespace)
         for name, allocatable in (DEFAULT_NODES if nodes is None else nodes).items():

@@ -178,6 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f"the fake API server does not implement {method} {path} ({verb} {kind.plural})",
             )
         cluster = self.server.cluster
+        cluster.authorized.append(self._rbac(kind, verb, namespace, name))
         if verb == "watch":
             self._watch(kind, namespace, query)
         elif verb == "list":
@@ -198,6 +199,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._apply(kind, namespace, name or "", query, body)
         elif verb == "delete":
             self._delete(kind, namespace, name or "", query, body)
+
+    def _rbac(self, kind: Kind, verb: str, namespace: str, name: str | None) -> tuple:
+        """The request as RBAC authorizes it: an apply creating an object is a `create`."""
+        if verb == "log":
+            return ("get", kind.group, f"{kind.plural}/log")
+        if verb == "apply":
+            store = self.server.cluster.store
+            with store.lock:
+                verb = "patch" if store.get(kind, namespace, name or "") else "create"
+        return (verb, kind.group, kind.plural)
 
     @staticmethod
     def _verb(method: str, name: str | None, sub: str | None, query: dict) -> str:
