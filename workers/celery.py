@@ -97,11 +97,13 @@ def _cluster_threads(enqueue) -> list:
     from controlplane.services.models import Service
     from workers.kube.runtime import PodLogs, Watcher
     from workers.node_logs import LogServer
+    from workers.scraper import Scraper
 
     def known() -> list[str]:
         return list(Service.objects.values_list("name", flat=True))
 
-    return [LogServer(CLUSTER, PodLogs()), Watcher(enqueue, known)]
+    pods = {"runtime": CLUSTER}  # the engines' metrics, read at their pod IPs
+    return [LogServer(CLUSTER, PodLogs()), Watcher(enqueue, known), Scraper(CLUSTER, where=pods)]
 
 
 @worker_shutdown.connect

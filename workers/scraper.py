@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import httpx
 import redis
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 
 from contracts import engine_load
 from contracts.engine_metrics import MAX_TEXT, MetricsError, parse
@@ -32,13 +32,19 @@ QUIET = 60.0  # seconds between two log lines about one engine's (or Redis') sam
 
 
 class Scraper(threading.Thread):
-    """Scrapes the ready engines of node `node` until stop()."""
+    """Scrapes the ready engines of node `node` until stop(); `where`, the instances it reads
+    when not the node's (the cluster's pods, for a worker of WHARF_RUNTIME=kubernetes)."""
 
     def __init__(
-        self, node: str, redis_url: str | None = None, interval: float = engine_load.INTERVAL
+        self,
+        node: str,
+        redis_url: str | None = None,
+        interval: float = engine_load.INTERVAL,
+        where: dict | None = None,
     ):
         super().__init__(name="wharf-engine-scraper", daemon=True)
         self.node, self.interval = node, interval
+        self.where = where if where is not None else {"node": node}
         url = redis_url or settings.REDIS_URL
         self.store = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
         self.paths = MetricsPaths()
@@ -59,6 +65,7 @@ class Scraper(threading.Thread):
         finally:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._http.close()
+            connection.close()  # this thread's own
 
     def stop(self) -> None:
         self._stopped.set()
@@ -66,7 +73,7 @@ class Scraper(threading.Thread):
     def scrape_once(self) -> int:
         """Read every ready engine of this node once; how many samples were written."""
         try:
-            targets = ready_targets(Instance.objects.filter(node=self.node), self.paths)
+            targets = ready_targets(Instance.objects.filter(**self.where), self.paths)
         except DatabaseError as exc:
             self._warn("database", "node %s: cannot list its instances: %s", self.node, exc)
             return 0

@@ -266,7 +266,7 @@ def watch_once(kube, cluster: Cluster) -> set[str]:
         asked.append(name)
         seen.set()
 
-    watcher = Watcher(on_change, lambda: ["chat"], get_cluster=lambda: cluster)
+    watcher = Watcher(on_change, lambda: ["chat"], get_cluster=lambda: cluster, watch_s=1)
     watcher.start()
     try:
         reconcile("chat", cluster, KUBE)
@@ -274,6 +274,7 @@ def watch_once(kube, cluster: Cluster) -> set[str]:
         assert seen.wait(10)
     finally:
         watcher.stop()
+        watcher.join(5)
     return set(asked)
 
 

@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from django import db
 from django.conf import settings
 
 from workers.kube import names, nodes
@@ -80,8 +81,10 @@ class Watcher:
         on_change: Callable[[str], None],
         known: Callable[[], list[str]],
         get_cluster: Callable[[], Cluster] = cluster,
+        watch_s: int = WATCH_S,
     ) -> None:
         self._on_change, self._known, self._cluster = on_change, known, get_cluster
+        self._watch_s = watch_s
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(
@@ -101,22 +104,36 @@ class Watcher:
         for thread in self._threads:
             thread.join(timeout=1)
 
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the threads to end (a watch ends within its `watch_s`)."""
+        for thread in self._threads:
+            thread.join(timeout)
+
     def _nodes(self) -> None:
         """The cluster's nodes as Node rows (workers.kube.nodes), every heartbeat."""
-        while not self._stop.is_set():
-            try:
-                nodes.sync(self._cluster(), kube_settings())
-            except Exception as exc:  # the API server away: the rows go stale, not_ready
-                log.warning("reading the cluster's nodes failed: %s", exc)
-            self._stop.wait(settings.WHARF_NODE_HEARTBEAT)
+        try:
+            while not self._stop.is_set():
+                try:
+                    nodes.sync(self._cluster(), kube_settings())
+                except Exception as exc:  # the API server away: the rows go stale, not_ready
+                    log.warning("reading the cluster's nodes failed: %s", exc)
+                self._stop.wait(settings.WHARF_NODE_HEARTBEAT)
+        finally:
+            db.connection.close()  # this thread's own
 
     def _run(self, kind: str) -> None:
+        try:
+            self._watch(kind)
+        finally:
+            db.connection.close()  # this thread's own (`known` reads the services)
+
+    def _watch(self, kind: str) -> None:
         since: str | None = None  # the last resourceVersion seen: a new call resumes there
         while not self._stop.is_set():
             try:
                 cluster = self._cluster()
                 watch = cluster.watch_pods if kind == "pods" else cluster.watch_deployments
-                for event in watch(WATCH_S, since):
+                for event in watch(self._watch_s, since):
                     if self._stop.is_set():
                         return
                     since = (event["object"].get("metadata") or {}).get("resourceVersion", since)
