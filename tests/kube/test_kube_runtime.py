@@ -6,7 +6,9 @@ Role in deploy/kubernetes allows exactly the requests the cycle made."""
 
 from __future__ import annotations
 
+import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ from workers.kube.runtime import PodLogs, Watcher
 pytestmark = pytest.mark.django_db
 KUBE = names.KubeSettings(namespace="default", pre_stop_s=5)
 RBAC = Path(__file__).resolve().parents[2] / "deploy/kubernetes/rbac.yaml"
+SPECS = Path(__file__).resolve().parents[2] / "deploy_specs"
 
 
 IMAGE = "vllm/vllm-openai:v0.32.0"
@@ -66,12 +69,12 @@ def update(name: str, data: dict, note: str = "updated") -> None:
         record_version(service, data, note)
 
 
-def settle(kube, cluster: Cluster, name: str, passes: int = 3) -> Service:
+def settle(kube, cluster: Cluster, name: str, passes: int = 3, conf=KUBE) -> Service:
     """Passes and the cluster's controllers, in turn, until both rest."""
     for _ in range(passes):
-        reconcile(name, cluster, KUBE)
+        reconcile(name, cluster, conf)
         kube.cluster.settle()
-    reconcile(name, cluster, KUBE)
+    reconcile(name, cluster, conf)
     return Service.objects.get(name=name)
 
 
@@ -285,8 +288,10 @@ def test_the_role_allows_exactly_the_requests_the_runtime_makes(kube, cluster):
     kube.cluster.auto_ready = True
     settle(kube, cluster, "chat")
     update("chat", spec(llm={"engine": "vllm", "model": "qwen"}))  # the model store: no claim
-    settle(kube, cluster, "chat")  # nothing of it may run: its Deployment is deleted
+    service = settle(kube, cluster, "chat")  # nothing of it may run: its Deployment goes
     assert cluster.deployments(names.selector("chat")) == []
+    assert service.phase == "failed" and service.last_error.startswith("llm.model: ")
+    assert "CannotRunOnCluster" in reasons("chat")
     update("chat", spec())
     settle(kube, cluster, "chat")
     pod = rows("chat")[0]
@@ -309,3 +314,33 @@ def test_the_role_allows_exactly_the_requests_the_runtime_makes(kube, cluster):
     made = set(kube.cluster.authorized)
     assert made <= granted, made - granted
     assert granted <= made, granted - made
+
+
+def test_a_stopped_service_keeps_its_objects_with_no_pod(kube, cluster, store):
+    deploy(spec())
+    kube.cluster.auto_ready = True
+    settle(kube, cluster, "chat")
+    Service.objects.filter(name="chat").update(desired_state=DesiredState.STOPPED)
+    service = settle(kube, cluster, "chat")
+    assert service.phase == "stopping" and {r.state for r in rows("chat")} == {"draining"}
+    kube.cluster.finish_terminating()
+    service = settle(kube, cluster, "chat")
+    assert (service.phase, rows("chat")) == ("stopped", [])
+    assert kube.apps.read_namespaced_deployment("chat", "default").spec.replicas == 0
+    Service.objects.filter(name="chat").update(desired_state=DesiredState.RUNNING)
+    assert settle(kube, cluster, "chat").phase == "running"
+
+
+def test_prefill_and_decode_are_a_deployment_each_routed_by_role(kube, cluster, store):
+    data = json.loads((SPECS / "pd-vllm-gpu-nixl.json").read_text())
+    deploy(data)
+    kube.cluster.auto_ready = True
+    with_store = replace(KUBE, model_store_claim="models")  # its model is a model-store name
+    service = settle(kube, cluster, data["name"], conf=with_store)
+    assert service.phase == "running", service.last_error
+    deployments = {d["metadata"]["name"] for d in cluster.deployments(names.selector(data["name"]))}
+    assert deployments == {names.deployment_name(data["name"], r) for r in ("prefill", "decode")}
+    routed = published(store).services[data["name"]].instances
+    assert {(i.role, i.key) for i in routed} == {
+        (role, names.engine_key_name(data["name"], role)) for role in ("prefill", "decode")
+    }

@@ -101,3 +101,15 @@ def test_the_nodes_api_lists_the_clusters_nodes_and_the_cards_wharfs_pods_hold(w
     assert listed[pod.node]["card_counts"]["gpu"] == {"total": 8, "used": 1, "free": 7}
     assert listed["npu-node-1"]["card_counts"]["npu"]["total"] == 8
     assert all(n["state"] == "ready" for n in listed.values())
+
+
+def test_a_kubernetes_node_is_cordoned_with_kubectl_not_with_wharf(worker, db):
+    from tests.api_support import client_for
+    from workers.kube import nodes
+
+    nodes.sync(runtime.cluster(), runtime.kube_settings())
+    staff = client_for("root", staff=True)
+    answer = staff.post("/api/v1/nodes/gpu-node-1/drain")
+    assert answer.status_code == 409
+    assert "kubectl drain gpu-node-1" in answer.json()["detail"]
+    assert staff.get("/api/v1/nodes/gpu-node-1").json()["draining"] is False

@@ -22,7 +22,7 @@ from contracts import spec_facts
 from contracts.engine_keys import engine_key
 from contracts.spec import ServiceSpec, SpecError
 from controlplane.services.choices import DesiredState, InstanceState
-from controlplane.services.events import record
+from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.tokens.models import ApiKey
@@ -55,8 +55,9 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
             replicas = dict.fromkeys(replicas, 0)
         try:
             _apply(service, spec, replicas, cluster, kube)
-        except manifests.ManifestError as exc:
+        except manifests.ManifestError as exc:  # the spec asks what the cluster cannot give
             spec, error = None, str(exc)
+            record_once(service, "CannotRunOnCluster", error)
     if spec is None:  # nothing of it may run
         for deployment in cluster.deployments(names.selector(service.name)):
             cluster.delete("Deployment", deployment["metadata"]["name"])

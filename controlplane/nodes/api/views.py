@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from contracts.node_logs import CLUSTER
 from controlplane import intents
 from controlplane.nodes.api.serializers import NodeSerializer
 from controlplane.nodes.models import Node
@@ -60,6 +61,12 @@ class NodeAction(APIView):
             raise PermissionDenied("only staff may cordon, drain or uncordon a node")
         with transaction.atomic():
             node = get_object_or_404(Node, name=name)
+            if node.runtime == CLUSTER:  # Wharf places nothing there: the cluster does
+                return Response(
+                    {"detail": f"node {name} is a Kubernetes node: its pods are placed by the "
+                     f"cluster's scheduler; use `kubectl {action} {name}`"},
+                    status=status.HTTP_409_CONFLICT,
+                )  # fmt: skip
             Node.objects.filter(pk=node.pk).update(**ACTIONS[action])
             transaction.on_commit(_reconcile_everything, robust=True)
         log.info("node %s: %s by %s", name, action, request.user)
