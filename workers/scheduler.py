@@ -306,6 +306,18 @@ def _first_start(row: Instance, target: str) -> bool:
     return starting and row.spec_hash == target and not row.restarts and not row.ready_since
 
 
+def save_status(service: Service, status: planning.Status, ready: int, last_error: str) -> bool:
+    """Write the observed status unless the intent changed since `service` was read (its
+    generation), with an event for a new phase; whether it was written. In a transaction."""
+    updated = Service.objects.filter(pk=service.pk, generation=service.generation).update(
+        phase=status.phase, progress=status.progress[:200], ready_instances=ready,
+        observed_generation=service.generation, last_error=last_error,
+    )  # fmt: skip
+    if updated and status.phase != service.phase:
+        record(service, status.phase.capitalize(), status.progress)
+    return bool(updated)
+
+
 def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool:
     """Write the observed status if the intent has not changed meanwhile; True when settled."""
     target = spec.spec_hash() if spec else ""
@@ -331,13 +343,7 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
     last_error = error or (f"rollout paused: {paused}" if paused else "") or (
         f"no node fits: {waiting}" if waiting else "")  # fmt: skip
     with transaction.atomic():
-        updated = Service.objects.filter(pk=service.pk, generation=service.generation).update(
-            phase=status.phase, progress=status.progress[:200],
-            ready_instances=sum(ready.values()), observed_generation=service.generation,
-            last_error=last_error,
-        )  # fmt: skip
-        if updated and status.phase != service.phase:
-            record(service, status.phase.capitalize(), status.progress)
+        updated = save_status(service, status, sum(ready.values()), last_error)
         if updated and paused and "rollout paused" not in service.progress:  # once a pause
             record(service, "RolloutPaused", f"the new version does not start ({paused}); "
                    "the old instances keep serving; roll back or update the spec")  # fmt: skip

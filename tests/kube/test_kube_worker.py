@@ -53,6 +53,15 @@ def deploy() -> Service:
     return service
 
 
+def running(worker) -> None:
+    """The service deployed, its pods ready, the worker's passes having seen them."""
+    deploy()
+    worker.cluster.auto_ready = True
+    for _ in range(2):
+        tasks.reconcile_isolated("chat")
+        worker.cluster.settle()
+
+
 def test_the_reconcile_task_drives_the_cluster_the_kubeconfig_names(worker):
     deploy()
     tasks.reconcile_isolated("chat")
@@ -65,11 +74,7 @@ def test_the_reconcile_task_drives_the_cluster_the_kubeconfig_names(worker):
 
 
 def test_a_pods_log_reaches_the_api_through_the_clusters_log_server(worker, api):
-    deploy()
-    worker.cluster.auto_ready = True
-    for _ in range(2):
-        tasks.reconcile_isolated("chat")
-        worker.cluster.settle()
+    running(worker)
     pod = Service.objects.get(name="chat").instances.get()
     worker.cluster.set_log(pod.name, "INFO started\nINFO ready\n")
     threads = celery._cluster_threads(lambda name: None)
@@ -87,11 +92,7 @@ def test_a_pods_log_reaches_the_api_through_the_clusters_log_server(worker, api)
 
 
 def test_the_nodes_api_lists_the_clusters_nodes_and_the_cards_wharfs_pods_hold(worker, api):
-    deploy()
-    worker.cluster.auto_ready = True
-    for _ in range(2):
-        tasks.reconcile_isolated("chat")
-        worker.cluster.settle()
+    running(worker)
     from workers.kube import nodes
 
     nodes.sync(runtime.cluster(), runtime.kube_settings())

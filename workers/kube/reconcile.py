@@ -29,6 +29,7 @@ from controlplane.tokens.models import ApiKey
 from workers import planning
 from workers.kube import manifests, names, observe
 from workers.kube.api import Cluster
+from workers.scheduler import save_status
 
 log = logging.getLogger(__name__)
 RUNTIME = "kubernetes"
@@ -191,13 +192,7 @@ def _write_status(service, spec, replicas, rollouts, error: str) -> bool:
     )  # fmt: skip
     last_error = error or (f"rollout stalled: {stalled}" if stalled else "")
     with transaction.atomic():
-        updated = Service.objects.filter(pk=service.pk, generation=service.generation).update(
-            phase=status.phase, progress=status.progress[:200],
-            ready_instances=sum(ready.values()), observed_generation=service.generation,
-            last_error=last_error,
-        )  # fmt: skip
-        if updated and status.phase != service.phase:
-            record(service, status.phase.capitalize(), status.progress)
+        updated = save_status(service, status, sum(ready.values()), last_error)
         if updated and stalled and stalled not in service.last_error:
             record(service, "RolloutStalled", f"{stalled}; the previous version keeps serving; "
                    "roll back or update the spec")  # fmt: skip
