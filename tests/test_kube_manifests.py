@@ -1,4 +1,4 @@
-"""The Kubernetes objects a spec becomes (workers.kube.manifests): pure, no cluster. Every
+"""The Kubernetes objects a spec becomes (contracts.kube.manifests): pure, no cluster. Every
 example spec renders objects that Kubernetes' published OpenAPI schemas accept (strict: no
 field Kubernetes does not know), and each mapping from the spec and the engine's plan to the
 objects is checked on its own."""
@@ -12,11 +12,11 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from contracts.kube import names
+from contracts.kube.manifests import ManifestError, Owner, render, root
+from contracts.kube.names import KubeSettings
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
-from workers.kube import names
-from workers.kube.manifests import ManifestError, Owner, render, root
-from workers.kube.names import KubeSettings
 
 SPECS = sorted((Path(__file__).resolve().parents[1] / "deploy_specs").glob("*.json"))
 # The oldest Kubernetes the manifests target (preStop's sleep action is on by default from

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.kube import names, nodes
+from contracts.kube import names
+from workers.kube import nodes
 
 KUBE = names.KubeSettings(gpu_resource="nvidia.com/gpu", npu_resource="huawei.com/Ascend910")
 

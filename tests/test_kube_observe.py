@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workers.kube import names, observe
+from contracts.kube import names
+from workers.kube import observe
 
 UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 

@@ -1,6 +1,6 @@
 """`python -m workers.stage`: copy one OSS / OBS / S3 model folder into a given folder, with the
 nodes' own staging code (workers.storage) and without a database: the init container of a
-Kubernetes pod runs it (workers.kube.pod_template) to fill the folder its engine mounts.
+Kubernetes pod runs it (contracts.kube.pod_template) to fill the folder its engine mounts.
 
     python -m workers.stage --into /staged/0 [--endpoint URL] oss://bucket/prefix/
 

@@ -16,12 +16,13 @@ import yaml
 from django.db import transaction
 
 from contracts.engine_keys import engine_key
+from contracts.kube import names
 from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Event, Instance, Service
 from controlplane.services.versions import record_version
 from tests.api_support import default_workspace, published
-from workers.kube import names, nodes
+from workers.kube import nodes
 from workers.kube.api import APPLY, Cluster
 from workers.kube.reconcile import reconcile
 from workers.kube.runtime import PodLogs, Watcher

@@ -9,12 +9,13 @@ import pytest
 import yaml
 from django.db import transaction
 
+from contracts.kube import names
 from contracts.node_logs import CLUSTER
 from controlplane.services.models import Service
 from controlplane.services.versions import record_version
 from tests.api_support import default_workspace
 from workers import celery, tasks
-from workers.kube import names, runtime
+from workers.kube import runtime
 from workers.node_logs import LogServer
 
 pytestmark = pytest.mark.django_db
@@ -114,3 +115,27 @@ def test_a_kubernetes_node_is_cordoned_with_kubectl_not_with_wharf(worker, db):
     assert answer.status_code == 409
     assert "kubectl drain gpu-node-1" in answer.json()["detail"]
     assert staff.get("/api/v1/nodes/gpu-node-1").json()["draining"] is False
+
+
+@pytest.mark.parametrize(
+    ("llm", "field", "words"),
+    [
+        ({"engine": "vllm", "model": "qwen"}, "llm.model", "WHARF_K8S_MODEL_CLAIM"),
+        ({"engine": "vllm-cpu", "model": "/models/tiny",
+          "pd": {"kv_connector": "ExampleConnector", "prefill": {"instance": 1},
+                 "decode": {"instance": 1}}}, "llm.pd.kv_connector", "WHARF_K8S_KV_CLAIM"),
+    ],
+)  # fmt: skip
+def test_the_api_refuses_what_the_cluster_cannot_run_naming_the_field(
+    api, settings, llm, field, words
+):
+    settings.WHARF_RUNTIME = "kubernetes"
+    settings.WHARF_K8S_MODEL_CLAIM = settings.WHARF_K8S_KV_CLAIM = ""
+    data = {**SPEC, "name": "nofit", "llm": llm}
+    for path in ("/api/v1/services/preview", "/api/v1/services"):
+        answer = api.post(path, data, format="json")
+        assert answer.status_code == 400, answer.content
+        assert list(answer.json()["errors"]) == [field] and words in str(answer.json())
+    assert not Service.objects.filter(name="nofit").exists()
+    settings.WHARF_K8S_MODEL_CLAIM = settings.WHARF_K8S_KV_CLAIM = "shared"
+    assert api.post("/api/v1/services/preview", data, format="json").status_code == 200

@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from workers.kube import names
+from contracts.kube import names
 
 APPLY = "application/apply-patch+yaml"  # server-side apply; a JSON body is YAML too
 TIMEOUT = (5, 30)  # seconds: connect, read (watches set their own)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from workers.kube import names
+from contracts.kube import names
 
 RUNTIME = "kubernetes"
 _SUFFIXES = (  # binary first: "Mi" before "M"

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from workers.kube import names
+from contracts.kube import names
 
 # Container waiting reasons a restart does not cure: the spec (image, config) must change.
 FATAL_WAITING = frozenset({

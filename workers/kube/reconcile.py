@@ -1,7 +1,7 @@
 """One reconcile pass of a service on Kubernetes (WHARF_RUNTIME=kubernetes).
 
 Wharf's own scheduler and node agents step aside: the pass applies what the service's current
-version renders (workers.kube.manifests: a root ConfigMap owning a Secret and a Deployment per
+version renders (contracts.kube.manifests: a root ConfigMap owning a Secret and a Deployment per
 role) and hands placement, restarts and rolling updates to the cluster. It then reads back
 what the cluster did: each pod becomes an instance row (workers.kube.observe), which the
 routing snapshot serves as it serves any instance; the scheduler's and the kubelet's warnings
@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from contracts import spec_facts
 from contracts.engine_keys import engine_key
+from contracts.kube import manifests, names
 from contracts.spec import ServiceSpec, SpecError
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
@@ -27,7 +28,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.tokens.models import ApiKey
 from workers import planning
-from workers.kube import manifests, names, observe
+from workers.kube import observe
 from workers.kube.api import Cluster
 from workers.scheduler import save_status
 

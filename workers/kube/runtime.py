@@ -17,27 +17,14 @@ from collections.abc import Callable
 from django import db
 from django.conf import settings
 
-from workers.kube import names, nodes
+from contracts.kube import names
+from controlplane.cluster import kube_settings
+from workers.kube import nodes
 from workers.kube.api import Cluster, connect
 
 log = logging.getLogger(__name__)
 WATCH_S = 60  # seconds one watch call lasts before it is made again
 RETRY_S = 5.0  # seconds before a failed watch is made again
-
-
-def kube_settings() -> names.KubeSettings:
-    return names.KubeSettings(
-        namespace=settings.WHARF_K8S_NAMESPACE,
-        gpu_resource=settings.WHARF_K8S_GPU_RESOURCE,
-        npu_resource=settings.WHARF_K8S_NPU_RESOURCE,
-        stager_image=settings.WHARF_K8S_STAGER_IMAGE,
-        model_store_claim=settings.WHARF_K8S_MODEL_CLAIM,
-        pre_stop_s=settings.WHARF_K8S_PRESTOP_SECONDS,
-        progress_deadline_s=settings.WHARF_K8S_PROGRESS_DEADLINE,
-        health_timeout_s=settings.WHARF_HEALTH_TIMEOUT,
-        shared_kv_claim=settings.WHARF_K8S_KV_CLAIM,
-        storage_secret=settings.WHARF_K8S_STORAGE_SECRET,
-    )
 
 
 @functools.cache

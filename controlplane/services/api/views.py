@@ -16,6 +16,7 @@ from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_facts import card_need, replicas
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
+from controlplane.cluster import cluster_errors
 from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.api.serializers import (
     EventSerializer,
@@ -46,6 +47,8 @@ def _validated(data) -> ServiceSpec:
     except SpecError as exc:
         raise SpecInvalid(exc.errors) from None
     errors = {**validate(spec), **runtime_checks(spec, settings.WHARF_RUNTIME)}
+    if not errors:  # a spec valid as such, which the cluster may still not run
+        errors = cluster_errors(spec)
     if errors:
         raise SpecInvalid(errors)
     return spec

@@ -4,10 +4,10 @@
 they are applied: the Secret (engine keys, object-storage credentials from the spec), the
 image pull Secret where the spec has dockerAuth, then per role ("" for a plain service,
 "prefill" and "decode") the ConfigMap of its generated files (Ascend rank tables) and its
-Deployment (workers.kube.pod_template builds the pod). A value of a Secret never appears in
+Deployment (contracts.kube.pod_template builds the pod). A value of a Secret never appears in
 any other object: pods read secrets by reference.
 
-Names, labels and settings: workers.kube.names. Deployments are applied server-side by field
+Names, labels and settings: contracts.kube.names. Deployments are applied server-side by field
 manager `wharf`; a Deployment's selector has no spec hash (a selector is immutable), its pod
 template does, and its pod template changes only when what runs changes: the version number
 is an annotation of the objects, not of their pods, so a new version that only scales rolls
@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 from contracts.engines import render as render_plan
 from contracts.engines.plan import ContainerPlan
-from contracts.spec import ServiceSpec
-from workers.kube import names
-from workers.kube.names import KubeSettings
-from workers.kube.pod_template import (
+from contracts.kube import names
+from contracts.kube.names import KubeSettings
+from contracts.kube.pod_template import (
     ManifestError,
     PodNames,
     StagedSource,
@@ -35,6 +34,7 @@ from workers.kube.pod_template import (
     pod_spec,
     staged_sources,
 )
+from contracts.spec import ServiceSpec
 
 __all__ = ["ManifestError", "Owner", "engine_key_entry", "pull_secret_name", "render", "root"]
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from contracts.engines.pd import pd_connector, side_port, tensor_parallel_size
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import DRIVER_FILES
+from contracts.kube.names import KubeSettings
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
 from contracts.spec_facts import card_need
-from workers.kube.names import KubeSettings
 
 ENGINE = "engine"  # the engine container's name
 MODEL_STORE = "/models"  # where engines see the model store (Placement.models_root)
@@ -45,7 +45,7 @@ class ManifestError(ValueError):
 
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
-        self.field = field
+        self.field, self.message = field, message
 
 
 @dataclass(frozen=True)
