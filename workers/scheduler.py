@@ -73,11 +73,7 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
         rows = list(service.instances.all())
     settled = _write_status(service, spec, replicas, rows, error, paused, waiting)
     if service.desired_state == DesiredState.DELETED and not rows:
-        record(service, "Deleted", "every instance removed; service deleted")
-        with transaction.atomic():
-            ApiKey.objects.forget_service(service.name)
-            service.delete()
-        publish_snapshot()
+        finish_deletion(service, "every instance removed; service deleted")
         return None
     # A drain waits for the gateways to serve a snapshot at least as new as itself.
     publish_snapshot(force=any(r.state == InstanceState.DRAINING and r.name not in was_draining
@@ -304,6 +300,15 @@ def _first_start(row: Instance, target: str) -> bool:
     """A new instance of the current spec on its way up (a scale-up), not one restarting."""
     starting = row.state in (InstanceState.CREATING, InstanceState.STARTING)
     return starting and row.spec_hash == target and not row.restarts and not row.ready_since
+
+
+def finish_deletion(service: Service, message: str) -> None:
+    """The service's rows go once nothing of it runs: its keys forget it, the gateways too."""
+    record(service, "Deleted", message)
+    with transaction.atomic():
+        ApiKey.objects.forget_service(service.name)
+        service.delete()
+    publish_snapshot()
 
 
 def save_status(service: Service, status: planning.Status, ready: int, last_error: str) -> bool:

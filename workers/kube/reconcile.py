@@ -26,11 +26,10 @@ from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
-from controlplane.tokens.models import ApiKey
 from workers import planning
 from workers.kube import observe
 from workers.kube.api import Cluster
-from workers.scheduler import save_status
+from workers.scheduler import finish_deletion, save_status
 
 log = logging.getLogger(__name__)
 RUNTIME = "kubernetes"
@@ -51,28 +50,32 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
     else:
         error = ""
     replicas: dict[str, int] = {}
+    wanted: set[str] = set()  # the Deployments it has now; others are of roles gone
     if spec is not None:
         replicas = spec_facts.replicas(spec, service.autoscale)
         if service.desired_state != DesiredState.RUNNING:
             replicas = dict.fromkeys(replicas, 0)
         try:
-            _apply(service, spec, replicas, cluster, kube)
+            wanted = _apply(service, spec, replicas, cluster, kube)
         except manifests.ManifestError as exc:  # the spec asks what the cluster cannot give
             spec, error = None, str(exc)
             record_once(service, "CannotRunOnCluster", error)
-    if spec is None:  # nothing of it may run
-        for deployment in cluster.deployments(names.selector(service.name)):
+    rollouts = []
+    for deployment in cluster.deployments(names.selector(service.name)):
+        if deployment["metadata"]["name"] in wanted:
+            rollouts.append(observe.rollout(deployment))
+        else:  # a role the spec no longer has, or a spec nothing of which may run
             cluster.delete("Deployment", deployment["metadata"]["name"])
     pods = cluster.pods(names.selector(service.name))
     newly_draining = _sync_instances(service, pods)
     _record_warnings(service, cluster, pods)
-    rollouts = [observe.rollout(d) for d in cluster.deployments(names.selector(service.name))]
     settled = _write_status(service, spec, replicas, rollouts, error)
     publish_snapshot(force=newly_draining)
     return None if settled else MOVING
 
 
-def _apply(service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube) -> None:
+def _apply(service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube) -> set[str]:
+    """Apply the root, then what the spec renders; the names of its Deployments."""
     version = service.versions.order_by("-number").values_list("number", flat=True).first() or 0
     root = cluster.apply(manifests.root(service.name, version, spec.spec_hash(), kube.namespace))
     owner = manifests.Owner(root["metadata"]["name"], root["metadata"]["uid"])
@@ -81,10 +84,7 @@ def _apply(service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube
     rendered = manifests.render(service.name, spec, version, replicas, kube, owner, keys)
     for obj in rendered:
         cluster.apply(obj)
-    wanted = {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
-    for deployment in cluster.deployments(names.selector(service.name)):
-        if deployment["metadata"]["name"] not in wanted:  # a role the spec no longer has
-            cluster.delete("Deployment", deployment["metadata"]["name"])
+    return {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
 
 
 def _delete(service: Service, cluster: Cluster) -> float | None:
@@ -102,11 +102,7 @@ def _delete(service: Service, cluster: Cluster) -> float | None:
         )
         publish_snapshot(force=newly_draining)
         return MOVING
-    record(service, "Deleted", "every pod removed; service deleted")
-    with transaction.atomic():
-        ApiKey.objects.forget_service(service.name)
-        service.delete()
-    publish_snapshot()
+    finish_deletion(service, "every pod removed; service deleted")
     return None
 
 
