@@ -158,9 +158,8 @@ def test_objects_come_in_apply_order_secret_first():
     ]
     service = "qwen2-7b-pd-ranktable"
     assert kinds == [
-        ("Secret", names.secret_name(service)),
-        ("ConfigMap", f"{service}-prefill-files"), ("Deployment", f"{service}-prefill"),
-        ("ConfigMap", f"{service}-decode-files"), ("Deployment", f"{service}-decode"),
+        ("Secret", names.secret_name(service)), ("ConfigMap", f"{service}-ranktable"),
+        ("Deployment", f"{service}-prefill"), ("Deployment", f"{service}-decode"),
     ]  # fmt: skip
 
 
@@ -480,25 +479,57 @@ def test_docker_auth_becomes_an_image_pull_secret():
 # ---- generated files and staging -----------------------------------------------------------
 
 
-def test_rank_tables_are_a_config_map_mounted_where_the_engine_looks():
+def test_rank_tables_are_one_config_map_mounted_as_the_folder_the_engine_reads():
     data = example("pd-vllm-ascend-ranktable")
     objs = objects(data)
+    name = f"{data['name']}-ranktable"
+    (tables,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name]
+    assert tables["metadata"]["labels"] == names.labels(data["name"])
+    assert tables["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    # No pods seen yet: an empty global table, initializing.
+    assert list(tables["data"]) == ["global.json"]
+    table = json.loads(tables["data"]["global.json"])
+    assert (table["version"], table["status"]) == ("1.0", "initializing")
     for role in ("prefill", "decode"):
-        name = f"{names.deployment_name(data['name'], role)}-files"
-        files = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)
-        assert files["metadata"]["labels"] == names.labels(data["name"], role)
         container = engine(objs, role)
         variables = env_of(container)
-        for variable in ("GLOBAL_RANK_TABLE_FILE_PATH", "RANK_TABLE_FILE_PATH"):
-            mount, found = volume(objs, variables[variable]["value"], role)
-            assert found["configMap"] == {"name": name} and mount["readOnly"] is True
-            table = json.loads(files["data"][mount["subPath"]])
-            assert table["version"] == "1.0" and table["status"] == "completed"
-        assert len(files["data"]) == 2
+        assert variables["GLOBAL_RANK_TABLE_FILE_PATH"]["value"] == (
+            "/etc/wharf/ranktable/global.json"
+        )
+        # Each pod's own local table, by its name (the kubelet expands the variable).
+        assert variables["RANK_TABLE_FILE_PATH"]["value"] == (
+            "/etc/wharf/ranktable/$(WHARF_POD_NAME).json"
+        )
+        assert container["env"][1] == {
+            "name": "WHARF_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        }  # fmt: skip
+        # The whole folder, no subPath: the kubelet brings the ConfigMap's updates to the pod.
+        mount, found = volume(objs, "/etc/wharf/ranktable", role)
+        assert found["configMap"] == {"name": name}
+        assert mount == {"name": "rank-tables", "mountPath": "/etc/wharf/ranktable",
+                         "readOnly": True}  # fmt: skip
+        (waiter,) = pod(objs, role)["initContainers"]
+        assert waiter["name"] == "rank-tables" and waiter["image"] == SETTINGS.stager_image
+        assert waiter["args"] == ["python", "-m", "workers.rank_tables", "--folder",
+                                  "/etc/wharf/ranktable", "--pod", "$(WHARF_POD_NAME)"]  # fmt: skip
+        assert waiter["volumeMounts"] == [mount]
+        assert {e["name"] for e in waiter["env"]} == {"WHARF_POD_IP", "WHARF_POD_NAME"}
 
 
-def test_no_files_config_map_without_generated_files():
-    assert all(o["kind"] != "ConfigMap" for o in objects(example("pd-vllm-ascend-mooncake")))
+def test_rank_tables_as_the_reconcile_pass_wrote_them_are_applied_as_given():
+    data = example("pd-vllm-ascend-ranktable")
+    spec = parse_spec(data)
+    counts = replicas(spec)
+    given = {"global.json": '{"status": "completed"}', "chat-prefill-7d9-x2k.json": "{}"}
+    objs = render(spec.name, spec, 1, counts, SETTINGS, OWNER, keys_for(counts), given)
+    (tables,) = [o for o in objs if o["metadata"]["name"] == f"{data['name']}-ranktable"]
+    assert tables["data"] == given
+
+
+def test_no_rank_tables_config_map_without_rank_tables():
+    objs = objects(example("pd-vllm-ascend-mooncake"))
+    assert all(o["kind"] != "ConfigMap" for o in objs)
+    assert "initContainers" not in pod(objs, "prefill")
 
 
 def test_an_object_storage_model_is_staged_by_an_init_container():

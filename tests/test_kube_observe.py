@@ -49,6 +49,18 @@ def pod(
     return {"metadata": meta, "spec": spec, "status": status}
 
 
+def initializing(*done: str, waiting: dict | None = None, last: dict | None = None) -> dict:
+    """A pod whose init containers `done` have completed and the next runs (or waits)."""
+    found = pod(phase="Pending", waiting={"reason": "PodInitializing"})
+    statuses = [{"name": n, "state": {"terminated": {"exitCode": 0}}} for n in done[:-1]]
+    state = {"waiting": waiting} if waiting else {"running": {}}
+    current = {"name": done[-1] if done else "stage-0", "state": state}
+    if last:
+        current["lastState"] = {"terminated": last}
+    found["status"]["initContainerStatuses"] = [*statuses, current]
+    return found
+
+
 STATES = [
     ("ready", pod(ready=True), False, "ready", ""),
     ("starting", pod(), False, "starting", "readiness"),
@@ -68,6 +80,15 @@ STATES = [
      "exited with code 137 (OOMKilled)"),
     ("evicted", pod(phase="Failed", ready=False), True, "backoff", "the pod ended"),
     ("terminating, even if ready", pod(ready=True, deleting=True), True, "draining", "terminating"),
+    ("staging", initializing("stage-0"), False, "creating", "staging the model"),
+    ("waiting for rank tables", initializing("stage-0", "rank-tables"), False, "creating",
+     "waiting for the rank tables to list the pod"),
+    ("stager image missing", initializing(waiting={"reason": "ErrImagePull",
+                                                   "message": "wharf:9 not found"}),
+     False, "failed", "ErrImagePull: wharf:9 not found"),
+    ("staging keeps failing", initializing(waiting={"reason": "CrashLoopBackOff"},
+                                           last={"exitCode": 1, "reason": "Error"}),
+     False, "backoff", "exited with code 1 (Error)"),
 ]  # fmt: skip
 
 

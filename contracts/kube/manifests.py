@@ -2,10 +2,10 @@
 
 `root` is the service's root ConfigMap, which owns the rest; `render` the rest, in the order
 they are applied: the Secret (engine keys, object-storage credentials from the spec), the
-image pull Secret where the spec has dockerAuth, then per role ("" for a plain service,
-"prefill" and "decode") the ConfigMap of its generated files (Ascend rank tables) and its
-Deployment (contracts.kube.pod_template builds the pod). A value of a Secret never appears in
-any other object: pods read secrets by reference.
+image pull Secret where the spec has dockerAuth, the Ascend rank tables' ConfigMap where it
+has them (contracts.kube.rank_tables), then per role ("" for a plain service, "prefill" and
+"decode") its Deployment (contracts.kube.pod_template builds the pod). A value of a Secret
+never appears in any other object: pods read secrets by reference.
 
 Names, labels and settings: contracts.kube.names. Deployments are applied server-side by field
 manager `wharf`; a Deployment's selector has no spec hash (a selector is immutable), its pod
@@ -21,15 +21,13 @@ import json
 from dataclasses import dataclass
 
 from contracts.engines import render as render_plan
-from contracts.engines.plan import ContainerPlan
-from contracts.kube import names
+from contracts.kube import names, rank_tables
 from contracts.kube.names import KubeSettings
 from contracts.kube.pod_template import (
     ManifestError,
     PodNames,
     StagedSource,
     credential_key,
-    file_keys,
     pod_placement,
     pod_spec,
     staged_sources,
@@ -76,10 +74,11 @@ def render(
     settings: KubeSettings,
     owner: Owner,
     engine_keys: dict[str, str],
+    tables: dict[str, str] | None = None,
 ) -> list[dict]:
     """Every object of `service` but its root, for `replicas` pods per role (each role's
-    `engine_keys` entry is its pods' engine key). Raises ManifestError for what the cluster
-    cannot run."""
+    `engine_keys` entry is its pods' engine key; `tables` the rank tables' data as the pods
+    are, where the spec has them). Raises ManifestError for what the cluster cannot run."""
     spec_hash = spec.spec_hash()
     staged = staged_sources(spec)
     placements = {role: pod_placement(spec, role, staged, engine_keys[role]) for role in replicas}
@@ -89,14 +88,14 @@ def render(
     objects = [_secret(meta, engine_keys, replicas, staged)]
     if spec.dockerAuth:
         objects.append(_pull_secret(meta, pull, spec.dockerAuth, plans.values()))
+    files = rank_tables.config_map_name(service)
+    if rank_tables.enabled(spec):
+        if tables is None:  # no pods seen yet
+            tables = rank_tables.tables((), spec_hash, [r for r, n in replicas.items() if n]).data
+        objects.append(_rank_tables(meta, files, tables))
     for role, count in replicas.items():
-        plan = plans[role]
-        deployment = names.deployment_name(service, role)
-        refs = PodNames(names.secret_name(service), engine_key_entry(role), f"{deployment}-files",
-                        pull)  # fmt: skip
-        if plan.files:
-            objects.append(_files(meta, role, refs.files, plan))
-        pod = pod_spec(spec, plan, placements[role], settings, staged, refs)
+        refs = PodNames(names.secret_name(service), engine_key_entry(role), files, pull)
+        pod = pod_spec(spec, plans[role], placements[role], settings, staged, refs)
         objects.append(_deployment(meta, spec, role, count, spec_hash, pod))
     return objects
 
@@ -181,14 +180,12 @@ def _pull_secret(meta: _Meta, name: str, auth: str, plans) -> dict:
     }
 
 
-def _files(meta: _Meta, role: str, name: str, plan: ContainerPlan) -> dict:
-    """The plan's generated files (rank tables), each mounted at its path by its key."""
-    keys = file_keys(plan.files)
+def _rank_tables(meta: _Meta, name: str, data: dict[str, str]) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": meta(name, names.labels(meta.service, role)),
-        "data": {keys[target]: content for target, content in plan.files.items()},
+        "metadata": meta(name, names.labels(meta.service)),
+        "data": data,
     }
 
 

@@ -18,12 +18,12 @@ A pod differs from a Docker instance in what the cluster provides itself:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from contracts.engines.pd import pd_connector, side_port, tensor_parallel_size
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import DRIVER_FILES
+from contracts.kube import rank_tables
 from contracts.kube.names import KubeSettings
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
 from contracts.spec_facts import card_need
@@ -34,6 +34,9 @@ STAGED_ROOT = "/staged"  # the staging volume, in the init containers
 STAGED_VOLUME = "staged"
 POD_IP_ENV = "WHARF_POD_IP"
 POD_IP = f"$({POD_IP_ENV})"  # the kubelet's expansion of the variable
+# The pod's own variables, from the downward API.
+DOWNWARD = {POD_IP_ENV: "status.podIP", rank_tables.POD_NAME_ENV: "metadata.name"}
+RANK_TABLES = "rank-tables"  # the volume of the rank tables' ConfigMap, and its init container
 GIB, MIB, KIB = 1024**3, 1024**2, 1024
 # Connectors whose KV side channel listens on one port per tensor-parallel rank.
 PORT_PER_RANK = ("MooncakeConnectorV1",)
@@ -104,8 +107,12 @@ def pod_placement(
 
 def literal(text: str) -> str:
     """`text` as the kubelet leaves it: it expands `$(NAME)` in commands and variables, and
-    `$$` to `$`. Only WHARF_POD_IP is meant to expand."""
-    return text.replace("$", "$$").replace(f"${POD_IP}", POD_IP)
+    `$$` to `$`. Only the pod's own variables (WHARF_POD_IP, WHARF_POD_NAME) are meant to
+    expand."""
+    text = text.replace("$", "$$")
+    for name in DOWNWARD:
+        text = text.replace(f"$$({name})", f"$({name})")
+    return text
 
 
 def quantity(size: int) -> str:
@@ -118,14 +125,6 @@ def quantity(size: int) -> str:
 
 def cpu_quantity(cores: float) -> str:
     return str(int(cores)) if cores == int(cores) else f"{max(1, round(cores * 1000))}m"
-
-
-def file_keys(files: dict[str, str]) -> dict[str, str]:
-    """Each generated file's key in its ConfigMap (container path -> key), unique and valid."""
-    return {
-        target: f"{i}-{re.sub(r'[^-._a-zA-Z0-9]', '_', target.rsplit('/', 1)[-1])}"
-        for i, target in enumerate(sorted(files))
-    }
 
 
 @dataclass
@@ -208,8 +207,8 @@ def volumes(
     files: str,
 ) -> Volumes:  # fmt: skip
     """The pod's volumes: shared memory, the plan's mounts, disk emptyDirs (a container's
-    writable layer in Docker, size-limited here), the staging volume and the files' ConfigMap
-    (`files`, its name)."""
+    writable layer in Docker, size-limited here), the staging volume and the rank tables'
+    ConfigMap (`files`, its name), as a folder: a subPath mount would not see its updates."""
     found = Volumes(spec, settings, staged)
     if plan.shm_size_bytes:
         found.add("dshm", {"emptyDir": memory(plan.shm_size_bytes)}, "/dev/shm", False)
@@ -222,18 +221,28 @@ def volumes(
             found.add(f"scratch-{i}", {"emptyDir": size}, entry.mount_path, False)
     if staged:
         found.volumes.setdefault(STAGED_VOLUME, {"name": STAGED_VOLUME, "emptyDir": {}})
-    for target, key in file_keys(plan.files).items():
-        found.add("files", {"configMap": {"name": files}}, target, True, key)
+    if rank_tables.enabled(spec):
+        found.add(RANK_TABLES, {"configMap": {"name": files}}, rank_tables.FOLDER, True)
     return found
 
 
-def env(plan: ContainerPlan, secret: str, key: str) -> list[dict]:
-    """The plan's environment; its secrets (the engine key) only by reference to `secret`."""
-    found: list[dict] = [
-        {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+def downward() -> list[dict]:
+    """The pod's own variables, first, so that later values may name them."""
+    return [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for name, path in DOWNWARD.items()
     ]
-    for name, value in plan.env.items():
-        if name not in plan.secret_env and name != POD_IP_ENV:
+
+
+def env(spec: ServiceSpec, plan: ContainerPlan, secret: str, key: str) -> list[dict]:
+    """The plan's environment; its secrets (the engine key) only by reference to `secret`;
+    a rank-table pod's local table is its own (contracts.kube.rank_tables)."""
+    values = dict(plan.env)
+    if rank_tables.enabled(spec):
+        values["RANK_TABLE_FILE_PATH"] = rank_tables.LOCAL_TABLE
+    found = downward()
+    for name, value in values.items():
+        if name not in plan.secret_env and name not in DOWNWARD:
             found.append({"name": name, "value": literal(value)})
     for name in plan.secret_env:
         found.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}})
@@ -330,6 +339,18 @@ def stager(source: StagedSource, n: int, settings: KubeSettings, secret: str) ->
     return container
 
 
+def rank_table_waiter(settings: KubeSettings) -> dict:
+    """The init container that holds the engine back until the rank tables list its pod."""
+    args = ["python", "-m", "workers.rank_tables", "--folder", rank_tables.FOLDER,
+            "--pod", f"$({rank_tables.POD_NAME_ENV})"]  # fmt: skip
+    return {
+        "name": RANK_TABLES, "image": settings.stager_image, "args": args, "env": downward(),
+        "volumeMounts": [{"name": RANK_TABLES, "mountPath": rank_tables.FOLDER,
+                          "readOnly": True}],
+        "securityContext": SAFE,
+    }  # fmt: skip
+
+
 def credential_key(n: int, part: str) -> str:
     """Where the service's Secret keeps a staged source's access key `id` or `secret`."""
     return f"stage-{n}-access-key-{part}"
@@ -345,7 +366,7 @@ def engine(
         "name": ENGINE, "image": plan.image,
         "command": [literal(arg) for arg in plan.args[:1]],
         "args": [literal(arg) for arg in plan.args[1:]],
-        "env": env(plan, secret, key), "ports": ports(spec, plan, placement),
+        "env": env(spec, plan, secret, key), "ports": ports(spec, plan, placement),
         "resources": resources(spec, placement.role, settings), "volumeMounts": mounts,
         **probes(spec, plan, settings), "securityContext": SAFE,
     }  # fmt: skip
@@ -362,7 +383,7 @@ class PodNames:
 
     secret: str  # the service's Secret
     key: str  # the engine key's entry in it
-    files: str  # the ConfigMap of the plan's files
+    files: str  # the rank tables' ConfigMap
     pull: str  # the image pull Secret ("" without dockerAuth)
 
 
@@ -384,10 +405,11 @@ def pod_spec(
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
     }  # fmt: skip
-    if staged:
-        pod["initContainers"] = [
-            stager(source, n, settings, refs.secret) for n, source in enumerate(staged)
-        ]
+    init = [stager(source, n, settings, refs.secret) for n, source in enumerate(staged)]
+    if rank_tables.enabled(spec):
+        init.append(rank_table_waiter(settings))
+    if init:
+        pod["initContainers"] = init
     if spec.metadata.resource:  # the nodes labelled resource=<value>, as Wharf's own nodes
         pod["nodeSelector"] = {"resource": spec.metadata.resource}
     if refs.pull:

@@ -41,6 +41,7 @@ class FakeCluster:
         auto_ready: bool = False,
         history: int = 10_000,
         seed: int = 0,
+        npu_annotations: bool = True,
     ) -> None:
         self.clock = Clock()
         self.store = Store(self.clock, seed=seed, history=history)
@@ -48,7 +49,9 @@ class FakeCluster:
         recorder = Recorder(self.store)
         self._deployments = DeploymentController(self.store)
         self._scheduler = Scheduler(self.store, recorder)
-        self._kubelet = Kubelet(self.store, recorder, auto_ready)
+        # npu_annotations: the NPU nodes' device plugin annotates the pods it gives cards to
+        # (kube_fake_devices); False stands for a device plugin that does not.
+        self._kubelet = Kubelet(self.store, recorder, auto_ready, npu_annotations)
         self._server: ApiServer | None = None
         self.url = ""
         # Every request as RBAC authorizes it: (verb, API group, resource), e.g.

@@ -1,16 +1,17 @@
 """The kubelets of every node: they run the pods bound to their node and report them.
 
-A bound pod gets its host and pod IPs (10.244.<node>.<n>), runs its init containers to
-completion, then its containers; a container is `started` once running (and its startup probe
-passes) and `ready` once started and its readiness probe passes. A container without a probe
-passes at once, as on a real kubelet; a probe's outcome is the test's (`set_ready`, or the
-cluster's auto_ready). An image the test made fail (`fail_image`) shows ErrImagePull, then
-ImagePullBackOff until the back-off (10 s, doubling, at most 300 s) has passed on the test's
-clock, with the kubelet's events. A crash (`crash`) restarts the container at once the first
-time and after a back-off (CrashLoopBackOff) on later ones. A pod deleted with a grace period
-stays, its containers stopping, until the clock passes its deletionTimestamp or the test calls
-`finish_terminating`; then it is removed. Until then its status stays as it was, Ready
-included, as on a real kubelet: only its deletionTimestamp says that it is going.
+A bound pod gets its host and pod IPs (10.244.<node>.<n>) and, on an NPU node, its cards from
+the device plugin (kube_fake_devices); it runs its init containers to completion, then its
+containers; a container is `started` once running (and its startup probe passes) and `ready`
+once started and its readiness probe passes. A container without a probe passes at once, as on a
+real kubelet; a probe's outcome is the test's (`set_ready`, or the cluster's auto_ready). An
+image the test made fail (`fail_image`) shows ErrImagePull, then ImagePullBackOff until the
+back-off (10 s, doubling, at most 300 s) has passed on the test's clock, with the kubelet's
+events. A crash (`crash`) restarts the container at once the first time and after a back-off
+(CrashLoopBackOff) on later ones. A pod deleted with a grace period stays, its containers
+stopping, until the clock passes its deletionTimestamp or the test calls `finish_terminating`;
+then it is removed. Until then its status stays as it was, Ready included, as on a real kubelet:
+only its deletionTimestamp says that it is going.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from kube_fake_devices import allocate
 from kube_fake_events import Recorder
 from kube_fake_store import KINDS, Store, parse_timestamp
 
@@ -62,8 +64,11 @@ class KubeletState:
 
 
 class Kubelet:
-    def __init__(self, store: Store, recorder: Recorder, auto_ready: bool) -> None:
+    def __init__(
+        self, store: Store, recorder: Recorder, auto_ready: bool, npu_annotations: bool = True
+    ) -> None:
         self.store, self.recorder, self.auto_ready = store, recorder, auto_ready
+        self.npu_annotations = npu_annotations
         self.state = KubeletState()
 
     def step(self) -> None:
@@ -106,6 +111,8 @@ class Kubelet:
             podIPs=[{"ip": ip}],
             startTime=self.store.clock.stamp(),
         )
+        if self.npu_annotations:
+            allocate(self.store, pod, node, host_ip)
 
     def _run_init_containers(self, pod: dict) -> bool:
         statuses = []

@@ -345,3 +345,57 @@ def test_prefill_and_decode_are_a_deployment_each_routed_by_role(kube, cluster, 
     assert {(i.role, i.key) for i in routed} == {
         (role, names.engine_key_name(data["name"], role)) for role in ("prefill", "decode")
     }
+
+
+def groups(table: dict) -> dict[str, list[dict]]:
+    return {g["group_id"]: g["server_list"] for g in table["server_group_list"]}
+
+
+def test_rank_tables_list_the_scheduled_pods_with_the_device_plugins_npus(kube, cluster):
+    data = json.loads((SPECS / "pd-vllm-ascend-ranktable.json").read_text())
+    name, with_store = data["name"], replace(KUBE, model_store_claim="models")
+    deploy(data)
+    settle(kube, cluster, name, conf=with_store)
+    pods = {p.metadata.labels[names.LABEL_ROLE]: p for p in kube.core.list_namespaced_pod(
+        "default", label_selector=names.selector(name)).items}  # fmt: skip
+    tables = kube.core.read_namespaced_config_map(f"{name}-ranktable", "default").data
+    assert sorted(tables) == sorted(["global.json", *(f"{p.metadata.name}.json"
+                                                      for p in pods.values())])  # fmt: skip
+    table = json.loads(tables["global.json"])
+    assert table["status"] == "completed"
+    for group, role in (("1", "prefill"), ("2", "decode")):
+        (server,) = groups(table)[group]
+        plugin = json.loads(pods[role].metadata.annotations[
+            "ascend.kubectl.kubernetes.io/ascend-910-configuration"])  # fmt: skip
+        assert server["server_ip"] == pods[role].status.pod_ip  # the pod's own address
+        assert [(d["device_id"], d["device_ip"]) for d in server["device"]] == [
+            (d["device_id"], d["device_ip"]) for d in plugin["devices"]
+        ]
+        local = json.loads(tables[f"{pods[role].metadata.name}.json"])
+        assert local["server_list"] == [server]
+    # A replacement pod: the tables list it, with its cards, and no longer the pod it replaced.
+    old = pods["prefill"].metadata.name
+    kube.core.delete_namespaced_pod(old, "default")
+    kube.cluster.settle()
+    kube.cluster.finish_terminating(old)
+    settle(kube, cluster, name, conf=with_store)
+    tables = kube.core.read_namespaced_config_map(f"{name}-ranktable", "default").data
+    (new,) = [p for p in kube.core.list_namespaced_pod(
+        "default", label_selector=names.selector(name, "prefill")).items]  # fmt: skip
+    assert new.metadata.name != old and f"{old}.json" not in tables
+    (server,) = groups(json.loads(tables["global.json"]))["1"]
+    assert server["server_ip"] == new.status.pod_ip and f"{new.metadata.name}.json" in tables
+
+
+def test_rank_tables_wait_for_the_device_plugins_annotation(start_kube, store, settings):
+    settings.WHARF_RUNTIME = "kubernetes"
+    kube = start_kube(npu_annotations=False)  # a device plugin that writes no annotation
+    cluster = Cluster(kube.api_client, "default")
+    data = json.loads((SPECS / "pd-vllm-ascend-ranktable.json").read_text())
+    deploy(data)
+    service = settle(kube, cluster, data["name"], conf=replace(KUBE, model_store_claim="models"))
+    tables = kube.core.read_namespaced_config_map(f"{data['name']}-ranktable", "default").data
+    assert json.loads(tables["global.json"])["status"] == "initializing"
+    assert list(tables) == ["global.json"]
+    assert "rank tables: pod " in service.progress
+    assert "has no NPU addresses yet" in service.progress

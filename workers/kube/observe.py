@@ -8,8 +8,9 @@ phase, conditions and container statuses:
 |---|---|
 | being deleted (`deletionTimestamp`) | `draining`: out of routing at once |
 | not scheduled yet (`PodScheduled` false) | `creating`, with the scheduler's reason |
-| image cannot be pulled, or its config is wrong | `failed`: the spec must change |
-| its engine exited and waits to restart (`CrashLoopBackOff`) | `backoff`, with the exit |
+| an image cannot be pulled, or its config is wrong | `failed`: the spec must change |
+| a container exited and waits to restart (`CrashLoopBackOff`) | `backoff`, with the exit |
+| an init container runs (staging, rank tables) | `creating`, saying which |
 | `Ready` | `ready`: routed |
 | running, not ready, ready before | `unhealthy`: out of routing |
 | otherwise | `starting` |
@@ -27,6 +28,11 @@ FATAL_WAITING = frozenset({
     "CreateContainerConfigError", "CreateContainerError",
 })  # fmt: skip
 PORT_NAME = "http"
+# What a running init container of Wharf's does (contracts.kube.pod_template), by name.
+_INIT = {
+    "stage": "staging the model from object storage",
+    "rank": "waiting for the rank tables to list the pod",
+}
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,8 @@ def _state(meta: dict, status: dict, containers: list[dict], was_ready: bool) ->
     scheduled = _condition({"status": status}, "PodScheduled")
     if scheduled.get("status") == "False":
         return "creating", f"not scheduled: {scheduled.get('message') or scheduled.get('reason')}"
-    for container in containers:
+    init = status.get("initContainerStatuses") or []
+    for container in init + containers:
         waiting = (container.get("state") or {}).get("waiting") or {}
         reason = waiting.get("reason", "")
         if reason in FATAL_WAITING:
@@ -113,6 +120,9 @@ def _state(meta: dict, status: dict, containers: list[dict], was_ready: bool) ->
         return "ready", ""
     if was_ready:
         return "unhealthy", "readiness probe failing: out of routing"
+    running = [c["name"] for c in init if "running" in (c.get("state") or {})]
+    if running:
+        return "creating", _INIT.get(running[0].split("-")[0], f"init container {running[0]}")
     if not containers or status.get("phase") == "Pending":
         return "creating", "pulling the image and starting the pod"
     return "starting", "waiting for the engine to pass its readiness probe"

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from contracts import spec_facts
 from contracts.engine_keys import engine_key
-from contracts.kube import manifests, names
+from contracts.kube import manifests, names, rank_tables
 from contracts.spec import ServiceSpec, SpecError
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
@@ -51,12 +51,13 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
         error = ""
     replicas: dict[str, int] = {}
     wanted: set[str] = set()  # the Deployments it has now; others are of roles gone
+    tables = ""  # what the rank tables wait for
     if spec is not None:
         replicas = spec_facts.replicas(spec, service.autoscale)
         if service.desired_state != DesiredState.RUNNING:
             replicas = dict.fromkeys(replicas, 0)
         try:
-            wanted = _apply(service, spec, replicas, cluster, kube)
+            wanted, tables = _apply(service, spec, replicas, cluster, kube)
         except manifests.ManifestError as exc:  # the spec asks what the cluster cannot give
             spec, error = None, str(exc)
             record_once(service, "CannotRunOnCluster", error)
@@ -69,22 +70,31 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
     pods = cluster.pods(names.selector(service.name))
     newly_draining = _sync_instances(service, pods)
     _record_warnings(service, cluster, pods)
-    settled = _write_status(service, spec, replicas, rollouts, error)
+    settled = _write_status(service, spec, replicas, rollouts, error, tables)
     publish_snapshot(force=newly_draining)
     return None if settled else MOVING
 
 
-def _apply(service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube) -> set[str]:
-    """Apply the root, then what the spec renders; the names of its Deployments."""
+def _apply(
+    service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube
+) -> tuple[set[str], str]:
+    """Apply the root, then what the spec renders; the names of its Deployments, and what its
+    rank tables wait for ("" when it has none, or they are complete)."""
+    tables = None
+    if rank_tables.enabled(spec):  # written from the pods as they are now
+        pods = cluster.pods(names.selector(service.name))
+        tables = rank_tables.tables(pods, spec.spec_hash(), [r for r, n in replicas.items() if n])
     version = service.versions.order_by("-number").values_list("number", flat=True).first() or 0
     root = cluster.apply(manifests.root(service.name, version, spec.spec_hash(), kube.namespace))
     owner = manifests.Owner(root["metadata"]["name"], root["metadata"]["uid"])
     secret = settings.WHARF_TOKEN_KEY.encode()
     keys = {r: engine_key(secret, names.engine_key_name(service.name, r)) for r in replicas}
-    rendered = manifests.render(service.name, spec, version, replicas, kube, owner, keys)
+    rendered = manifests.render(service.name, spec, version, replicas, kube, owner, keys,
+                                tables.data if tables else None)  # fmt: skip
     for obj in rendered:
         cluster.apply(obj)
-    return {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
+    deployments = {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
+    return deployments, tables.waiting if tables else ""
 
 
 def _delete(service: Service, cluster: Cluster) -> float | None:
@@ -167,8 +177,9 @@ def _record_warnings(service: Service, cluster: Cluster, pods: list[dict]) -> No
                 record(service, reason, message, involved)
 
 
-def _write_status(service, spec, replicas, rollouts, error: str) -> bool:
-    """The service's phase from its rows and Deployments; True when settled."""
+def _write_status(service, spec, replicas, rollouts, error: str, tables: str) -> bool:
+    """The service's phase from its rows and Deployments (and what its rank tables wait for,
+    while it has pods); True when settled."""
     target = spec.spec_hash() if spec else ""
     rows = list(service.instances.all())
     live = [r for r in rows if r.state != InstanceState.DRAINING]
@@ -180,12 +191,14 @@ def _write_status(service, spec, replicas, rollouts, error: str) -> bool:
     error = error or (f"{failed[0].name}: {failed[0].message}" if failed else "")
     stalled = next((f"{r.role or 'service'}: {r.stalled}" for r in rollouts if r.stalled), "")
     waiting = next((r.message for r in live if r.message.startswith("not scheduled")), None)
+    notes = [f"{r.name} {r.message}" for r in live if r.state == InstanceState.BACKOFF]
+    if tables and live:
+        notes.append(f"rank tables: {tables}")
     status = planning.status(
         service.desired_state, replicas, dict(ready), len(rows), service.phase,
         failed=bool(error) and not stalled, waiting=waiting,
         updating=any(r.spec_hash != target for r in live) or bool(stalled), paused=stalled,
-        notes=[f"{r.name} {r.message}" for r in live if r.state == InstanceState.BACKOFF],
-        previous=previous,
+        notes=notes, previous=previous,
     )  # fmt: skip
     last_error = error or (f"rollout stalled: {stalled}" if stalled else "")
     with transaction.atomic():
