@@ -23,8 +23,9 @@ Snapshot JSON::
                                            # (metadata.rpc.keepalive); null: no bound
           "routing": "least_outstanding",  # | prefix_cache | kv_cache_load | session
           "session_header": "x-session-id",# the header routing "session" reads
-          "scale_from_zero": false         # autoscaler min 0: with no instance, hold the
+          "scale_from_zero": false,        # autoscaler min 0: with no instance, hold the
                                            # request (gateway/activation.py) until one serves
+          "adapters": ["sql", "chat"]      # LoRA adapters: models "<name>:<adapter>"
         }
       },
       "keys": {                            # API keys, by token digest
@@ -89,6 +90,23 @@ class RoutedService:
     routing: str = "least_outstanding"
     session_header: str = DEFAULT_SESSION_HEADER
     scale_from_zero: bool = False
+    adapters: tuple[str, ...] = ()  # LoRA adapters its engines serve
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The names callers give its base model: the served ones, else its own."""
+        return self.served_model_names or (self.name,)
+
+
+ADAPTER_SEPARATOR = ":"  # "<model>:<adapter>" names an adapter of a service's model
+
+
+@dataclass(frozen=True)
+class ModelMatch:
+    """What a `model` value names: a service, and one of its adapters ("" for the base)."""
+
+    service: RoutedService
+    adapter: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,7 @@ class Snapshot:
                         "routing": svc.routing,
                         "session_header": svc.session_header,
                         "scale_from_zero": svc.scale_from_zero,
+                        "adapters": list(svc.adapters),
                     }
                     for name, svc in sorted(self.services.items())
                 },
@@ -188,6 +207,19 @@ class Snapshot:
                 return svc
         return None
 
+    def find_model(self, model: str) -> ModelMatch | None:
+        """What a `model` value names: a service's base model (as find_by_model), else one of
+        its adapters as "<service or served name>:<adapter>". A served name may itself hold
+        the separator ("qwen:7b"), so the whole name is tried first."""
+        service = self.find_by_model(model)
+        if service is not None:
+            return ModelMatch(service)
+        base, separator, adapter = model.rpartition(ADAPTER_SEPARATOR)
+        service = self.find_by_model(base) if separator else None
+        if service is not None and adapter in service.adapters:
+            return ModelMatch(service, adapter)
+        return None
+
 
 def _number(value, kind: type, optional: bool = True):
     """value when it is a JSON number of that kind (never a bool or a string), else ValueError."""
@@ -233,6 +265,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         routing=str(entry.get("routing", "least_outstanding")),
         session_header=str(entry.get("session_header", DEFAULT_SESSION_HEADER)),
         scale_from_zero=entry.get("scale_from_zero", False) is True,
+        adapters=_strings(entry.get("adapters", [])),
     )
 
 

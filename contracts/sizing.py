@@ -124,6 +124,7 @@ class Estimate:
     kv_cache_bytes_per_card: int  # what is left for the KV cache on each card
     kv_tokens: int  # KV cache capacity in tokens per replica, not capped at model_max_len
     concurrent_sequences: int  # sequences of max_model_len tokens the KV cache holds at once
+    lora_bytes_per_card: int = 0  # what LoRA adapter slots take (lora_bytes)
 
 
 def _count(config: Mapping[str, Any], keys: tuple[str, ...], default: int = 0) -> int:
@@ -316,6 +317,19 @@ def kv_bytes_per_token(shape: Shape, element_bytes: int, tp: int = 1) -> int:
     return 2 * shape.layers * heads_per_card * shape.head_dim * element_bytes
 
 
+def lora_bytes(shape: Shape, slots: int, rank: int, tp: int = 1, element_bytes: int = 2) -> int:
+    """What vLLM sets aside on one card for `slots` LoRA adapters (max_loras) of rank up to
+    `rank` (max_lora_rank): for every slot, an A (rank x in) and a B (out x rank) buffer of
+    each block's linear layers (q/k/v, o, gate/up, down), split over the TP group."""
+    if not slots:
+        return 0
+    q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    mlp_out = (2 if shape.gated else 1) * shape.intermediate
+    widths = (shape.hidden + q + 2 * kv) + (q + shape.hidden)
+    widths += (shape.hidden + mlp_out) + (shape.intermediate + shape.hidden)
+    return -(-slots * rank * shape.layers * widths * element_bytes // tp)
+
+
 def tp_problem(shape: Shape, tp: int) -> str | None:
     """Why a TP degree cannot serve the model, or None: vLLM splits heads evenly."""
     if shape.heads % tp:
@@ -341,12 +355,15 @@ class _Budget:
     tokens: int
 
 
-def _budget(weight_bytes: int, shape: Shape, kv_bytes: int, usable: int, tp: int) -> _Budget:
-    """One card's split of `usable` bytes (memory x utilization - reserve) at TP `tp`."""
+def _budget(
+    weight_bytes: int, shape: Shape, kv_bytes: int, usable: int, tp: int, lora: tuple[int, int]
+) -> _Budget:
+    """One card's split of `usable` bytes (memory x utilization - reserve) at TP `tp`, with
+    `lora` (slots, rank) adapters' buffers."""
     # Approximation: vLLM replicates a few small pieces (norms, MoE routers, MLA down-
     # projections, KV projections when heads are fewer than cards); they are < 1% here.
     weights = -(-weight_bytes // tp)
-    kv_cache = usable - weights
+    kv_cache = usable - weights - lora_bytes(shape, *lora, tp)
     return _Budget(
         weights, kv_cache, kv_capacity(kv_cache, kv_bytes_per_token(shape, kv_bytes, tp))
     )
@@ -375,6 +392,7 @@ def estimate(
     cards: int | None = None,
     max_model_len: int | None = None,
     reserve_bytes_per_card: int = RESERVE_BYTES_PER_CARD,
+    lora: tuple[int, int] = (0, 0),
 ) -> Estimate:
     """Will the model fit, on how many cards, with how long a context.
 
@@ -382,7 +400,9 @@ def estimate(
     and a "64 GB" Ascend 910B report about that many GiB). `cards=None` picks the fewest
     power-of-two cards (up to MAX_CARDS) that hold the weights and one sequence of
     `max_model_len` tokens (DEFAULT_MIN_CONTEXT when not given). reserve_bytes_per_card
-    overrides the tuned reserve for engines whose overhead is known. Raises ValueError for
+    overrides the tuned reserve for engines whose overhead is known. `lora` is (max_loras,
+    max_lora_rank) when adapters are served: their buffers come out of the KV cache. Raises
+    ValueError for
     bad arguments, and its model_config.ModelConfigError for a config.json sizing cannot
     read, naming every bad key.
     """
@@ -397,7 +417,7 @@ def estimate(
     usable = int(card_bytes * utilization) - reserve_bytes_per_card
 
     def budget(tp: int) -> _Budget:
-        return _budget(weight_bytes, shape, kv_bytes, usable, tp)
+        return _budget(weight_bytes, shape, kv_bytes, usable, tp, lora)
 
     if cards is None:
         degrees = [tp for tp in _tp_candidates() if tp_problem(shape, tp) is None]
@@ -423,6 +443,7 @@ def estimate(
         kv_cache_bytes_per_card=max(0, b.kv_cache),
         kv_tokens=b.tokens,
         concurrent_sequences=b.tokens // chosen if fits and chosen else 0,
+        lora_bytes_per_card=lora_bytes(shape, *lora, cards),
     )
 
 

@@ -26,6 +26,14 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
     RollingStrategy,
     _Strict,
 )
+from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's users)
+    MODEL_STORE_NAME,
+    OBJECT_STORAGE_SCHEMES,
+    OBJECT_URI,
+    Lora,
+    Speculative,
+    model_reference,
+)
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
@@ -34,10 +42,6 @@ RESERVED_PORTS = frozenset({8080, 9090})
 # Each has an adapter in contracts/engines/ (custom: the given image and command, verbatim).
 ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "bladellm", "tgi", "paddlenlp", "custom")
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
-# A model in the node's model store: `tiny-llama` or `org/model`; never `..`.
-MODEL_STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?$")
-OBJECT_STORAGE_SCHEMES = ("oss", "obs", "s3")
-OBJECT_URI = re.compile(r"^(oss|obs|s3)://[a-z0-9][a-z0-9.-]{1,62}(/.*)?$")
 REDACTED = "******"
 # Names the API routes use after /services/: a service of that name could not be reached.
 RESERVED_NAMES = frozenset({"preview"})
@@ -202,47 +206,6 @@ class Metadata(_Strict):
     )  # fmt: skip
 
 
-def _model_reference(value: str) -> str:
-    """A model in the node's model store, an absolute path in the container, or an
-    object-storage URI that the worker stages into the node's cache."""
-    if value.startswith("/"):
-        if ".." in value.split("/"):
-            raise ValueError("a model path must not contain '..'")
-        return value
-    scheme, sep, _ = value.partition("://")
-    if sep:
-        if scheme not in OBJECT_STORAGE_SCHEMES:
-            raise ValueError(f"unknown storage scheme {scheme!r}; use oss://, obs:// or s3://")
-        if not OBJECT_URI.fullmatch(value):
-            raise ValueError(f"an object-storage model looks like {scheme}://bucket/prefix/")
-        return value
-    if not MODEL_STORE_NAME.fullmatch(value) or ".." in value:
-        raise ValueError(
-            "give a model in the node's model store (e.g. 'tiny-llama'), an absolute path "
-            "inside the container, or an oss://, obs:// or s3:// URI"
-        )
-    return value
-
-
-class Speculative(_Strict):
-    """Speculative decoding: a draft model (or method) proposes tokens the main model checks."""
-
-    model: str | None = None  # the draft model; not needed by ngram/mtp-style methods
-    num_speculative_tokens: int = Field(default=4, ge=1, le=32)
-    method: Literal["draft_model", "ngram", "eagle", "eagle3", "medusa", "mtp"] = "draft_model"
-
-    @field_validator("model")
-    @classmethod
-    def _model(cls, value: str | None) -> str | None:
-        return None if value is None else _model_reference(value)
-
-    @model_validator(mode="after")
-    def _draft_needed(self) -> Speculative:
-        if self.method in ("draft_model", "eagle", "eagle3", "medusa") and not self.model:
-            raise ValueError(f"method {self.method} needs a draft model in speculative.model")
-        return self
-
-
 PD_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
 ROLES = ("prefill", "decode")
 
@@ -323,6 +286,11 @@ class Llm(_Strict):
     kv_cache_dtype: str | None = Field(default=None, pattern=SAFE_WORD)
     dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
     speculative: Speculative | None = None
+    lora: Lora | None = Field(
+        default=None,
+        description="LoRA adapters of the model, served by the same instances; each is a "
+        "model callers name '<model>:<adapter>'.",
+    )
     pd: Pd | None = None
     # Engine flags Wharf has no field for: {"--block-size": 16, "--enable-prefix-caching": true}
     options: dict[str, OptionValue] = Field(default={}, max_length=128)
@@ -346,7 +314,7 @@ class Llm(_Strict):
     @field_validator("model")
     @classmethod
     def _model(cls, value: str | None) -> str | None:
-        return None if value is None else _model_reference(value)
+        return None if value is None else model_reference(value)
 
 
 class ServiceSpec(_Strict):
@@ -395,7 +363,8 @@ class ServiceSpec(_Strict):
         nor dockerAuth (only a pull uses it), nor the autoscaler and the routing policy.
         metadata.resource does (instances move); unset, it leaves earlier hashes as they were,
         and so does an rpc section left empty once the routing policy is set aside (one whose
-        fields were all null rolls its instances once, on the upgrade that added this)."""
+        fields were all null rolls its instances once, on the upgrade that added this), and
+        so does llm.lora unset."""
         data = self.model_dump(
             mode="json", exclude={"rolling_strategy", "health_check", "dockerAuth", "autoscaler"}
         )
@@ -408,7 +377,10 @@ class ServiceSpec(_Strict):
             rpc.pop(key, None)
         if not any(value is not None for value in rpc.values()):
             data["metadata"]["rpc"] = None
-        pd = (data.get("llm") or {}).get("pd")
+        llm = data.get("llm") or {}
+        if "lora" in llm and llm["lora"] is None:  # unset: the hashes from before it existed
+            del llm["lora"]
+        pd = llm.get("pd")
         for role in ("prefill", "decode"):
             if pd:
                 pd[role].pop("instance", None)

@@ -68,3 +68,23 @@ def card_need(spec: ServiceSpec, role: str = "") -> tuple[str, int]:
 def model_name(spec: ServiceSpec) -> str:
     """The name callers put in `model`: the served model name, else the service's name."""
     return spec.served_model_names[0] if spec.served_model_names else spec.name
+
+
+def model_refs(spec: ServiceSpec) -> list[tuple[str, str]]:
+    """(field, reference) of every model the spec serves: the model, the draft model, the
+    LoRA adapters, in that order (how nodes stage them and errors name them)."""
+    llm = spec.llm
+    if llm is None:
+        return []
+    found = [("llm.model", llm.model)]
+    if llm.speculative:
+        found.append(("llm.speculative.model", llm.speculative.model))
+    for i, adapter in enumerate(llm.lora.adapters if llm.lora else []):
+        found.append((f"llm.lora.adapters[{i}].model", adapter.model))
+    return [(where, ref) for where, ref in found if ref]
+
+
+def adapter_names(spec: ServiceSpec) -> tuple[str, ...]:
+    """The LoRA adapters the spec serves, in its order."""
+    lora = spec.llm.lora if spec.llm else None
+    return tuple(a.name for a in lora.adapters) if lora else ()

@@ -87,6 +87,8 @@ def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
         errors["llm.model"] = [f"{need}give the model to serve"]
     if llm.engine == "custom" and not custom_command:
         errors["containers[0].command"] = ["the custom engine runs the given image and command"]
+    if llm.lora is not None:
+        errors.update(_lora_checks(spec))
     if llm.pd is not None:
         errors.update(_pd_checks(llm))
         return errors
@@ -103,6 +105,29 @@ def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
             f"tensor parallelism {llm.tensor_parallel_size} needs as many cards; "
             f"metadata.{kind} is {cards}"
         ]
+    return errors
+
+
+# Engines that serve LoRA adapters beside their base model (contracts.engines renders them).
+LORA_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "tgi")
+
+
+def _lora_checks(spec: ServiceSpec) -> dict[str, list[str]]:
+    llm = spec.llm
+    assert llm is not None and llm.lora is not None
+    if llm.engine not in LORA_ENGINES:
+        return {"llm.lora": [f"engine {llm.engine} serves no LoRA adapters; use one of "
+                             f"{', '.join(LORA_ENGINES)}, or remove llm.lora"]}  # fmt: skip
+    if llm.pd is not None:
+        return {"llm.lora": ["LoRA adapters are not served with prefill/decode separation yet; "
+                             "remove llm.lora or llm.pd"]}  # fmt: skip
+    errors: dict[str, list[str]] = {}
+    taken = {spec.name, *spec.served_model_names}  # the engine's names for the base model
+    for i, adapter in enumerate(llm.lora.adapters):
+        if adapter.name in taken:
+            errors[f"llm.lora.adapters[{i}].name"] = [
+                f"{adapter.name!r} names the base model already; give the adapter its own name"
+            ]
     return errors
 
 

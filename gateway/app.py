@@ -174,6 +174,11 @@ async def predict(request: Request) -> Response:
         if isinstance(parsed, bodies.Invalid):
             return errors.invalid_body(parsed)
         data = parsed
+        adapter = callers.eas_adapter(service, data.get("model"))
+        if adapter is None:
+            return errors.unknown_model(data["model"])
+        if adapter and data["model"] != adapter:  # "<name>:<adapter>": the engine's name
+            body, data = _with_model(data, adapter)
     ready = await _serviceable(request, runtime, service, data, arrived, EAS_FORM)
     if isinstance(ready, Response):
         return ready
@@ -195,17 +200,25 @@ def _eas_tail(request: Request) -> str:
 
 
 def _engine_body(
-    service: RoutedService, model: str, data: dict[str, Any], body: bytes
+    service: RoutedService, model: str, adapter: str, data: dict[str, Any], body: bytes
 ) -> tuple[bytes, dict[str, Any]]:
-    """The body for the engine, whose model names are the served ones, not the service's name.
+    """The body for the engine, whose model names are the served ones, not the service's name,
+    and its adapters' own names.
 
     A client may pick the service by its name; the engine only knows its served model names
-    and would answer 404, so the name is swapped for the first served name. Otherwise the
-    body goes through byte for byte.
+    and would answer 404, so the name is swapped for the first served name; an adapter asked
+    as "<model>:<adapter>" for the adapter's name. Otherwise the body goes through byte for
+    byte.
     """
+    if adapter:
+        return _with_model(data, adapter)
     if not service.served_model_names or model in service.served_model_names:
         return body, data
-    data = {**data, "model": service.served_model_names[0]}
+    return _with_model(data, service.served_model_names[0])
+
+
+def _with_model(data: dict[str, Any], model: str) -> tuple[bytes, dict[str, Any]]:
+    data = {**data, "model": model}
     return json.dumps(data).encode(), data
 
 
@@ -231,14 +244,14 @@ async def openai_route(request: Request) -> Response:
     if isinstance(data, bodies.Invalid):
         return errors.invalid_body(data)
     model: str = data["model"]
-    service = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
+    match = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
+    if isinstance(match, Response):
+        return match
+    runtime.rates.count(match.service.name)  # the autoscaler's demand: every authorized request
+    service = await _serviceable(request, runtime, match.service, data, arrived, OPENAI_FORM)
     if isinstance(service, Response):
         return service
-    runtime.rates.count(service.name)  # the autoscaler's demand: every authorized request
-    service = await _serviceable(request, runtime, service, data, arrived, OPENAI_FORM)
-    if isinstance(service, Response):
-        return service
-    body, data = _engine_body(service, model, data, body)
+    body, data = _engine_body(service, model, match.adapter, data, body)
     path = request.scope["path"]
     return _forward(request, runtime, service, caller, path, body, data, arrived, OPENAI_FORM)
 
@@ -249,7 +262,7 @@ async def list_models(request: Request) -> Response:
     if isinstance(caller, Response):
         return caller
     models = callers.callable_models(runtime.watcher.current, caller, time.time())
-    return JSONResponse({"object": "list", "data": [_model_object(m) for m in models]})
+    return JSONResponse({"object": "list", "data": [_model_object(*m) for m in models]})
 
 
 async def get_model(request: Request) -> Response:
@@ -262,11 +275,14 @@ async def get_model(request: Request) -> Response:
     found = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
     if isinstance(found, Response):
         return found
-    return JSONResponse(_model_object(model))
+    parent = found.service.model_names[0] if found.adapter else ""
+    return JSONResponse(_model_object(model, parent))
 
 
-def _model_object(model: str) -> dict[str, Any]:
-    return {"id": model, "object": "model", "created": 0, "owned_by": "wharf"}
+def _model_object(model: str, parent: str = "") -> dict[str, Any]:
+    """OpenAI's model object; `parent`: an adapter's base model (null for a base model)."""
+    return {"id": model, "object": "model", "created": 0, "owned_by": "wharf",
+            "parent": parent or None}  # fmt: skip
 
 
 async def healthz(request: Request) -> Response:

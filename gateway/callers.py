@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
-from contracts.routing import RoutedKey, RoutedService, Snapshot
+from contracts.routing import ADAPTER_SEPARATOR, ModelMatch, RoutedKey, RoutedService, Snapshot
 from contracts.tokens import bearer_token, token_digest
 from contracts.usage import SERVICE_TOKEN_ID
 from gateway import errors, metrics
@@ -94,25 +94,43 @@ def _check_key(key: RoutedKey | None, service: str, counters: Metrics) -> Caller
     return Caller(key.id, key)
 
 
-def callable_models(snapshot: Snapshot, caller: Caller, now: float) -> list[str]:
-    """The `model` values the caller may use, in the order of their services' names."""
-    names: list[str] = []
+def callable_models(snapshot: Snapshot, caller: Caller, now: float) -> list[tuple[str, str]]:
+    """(model, parent) of each `model` value the caller may use, in the order of their
+    services' names: a base model's parent is "", an adapter's its base model's name."""
+    found: dict[str, str] = {}
     for name in sorted(snapshot.services):
         if caller.may_call(name, now):
             service = snapshot.services[name]
-            names.extend(service.served_model_names or (service.name,))
-    return list(dict.fromkeys(names))  # de-duplicated, order kept
+            base = service.model_names[0]
+            found.update(dict.fromkeys(service.model_names, ""))
+            found.update({f"{base}{ADAPTER_SEPARATOR}{a}": base for a in service.adapters})
+    return list(found.items())  # de-duplicated, order kept
 
 
 def model_service(
     snapshot: Snapshot, caller: Caller, model: str, counters: Metrics
-) -> RoutedService | Response:
-    """The service a `model` names, if the caller may call it; else OpenAI's 404, which does
-    not tell a model that exists from one that does not."""
-    service = snapshot.find_by_model(model)
-    if service is None:
+) -> ModelMatch | Response:
+    """The service (and adapter) a `model` names, if the caller may call it; else OpenAI's
+    404, which does not tell a model that exists from one that does not."""
+    match = snapshot.find_model(model)
+    if match is None:
         return errors.unknown_model(model)
-    if not caller.may_call(service.name, time.time()):
-        counters.reject(service.name, metrics.REASON_KEY_SCOPE, 404)
+    if not caller.may_call(match.service.name, time.time()):
+        counters.reject(match.service.name, metrics.REASON_KEY_SCOPE, 404)
         return errors.unknown_model(model)
-    return service
+    return match
+
+
+def eas_adapter(service: RoutedService, model: object) -> str | None:
+    """The adapter the `model` of an OpenAI call in EAS form picks: "" for the base model
+    (no model, or one of the service's names), the adapter named alone or as
+    "<name>:<adapter>"; None for a model the service does not serve. A service without
+    adapters takes any model, as it always has."""
+    if not service.adapters or not isinstance(model, str) or not model:
+        return ""
+    if model == service.name or model in service.served_model_names:
+        return ""
+    base, separator, adapter = model.rpartition(ADAPTER_SEPARATOR)
+    if separator and (base == service.name or base in service.served_model_names):
+        model = adapter
+    return model if model in service.adapters else None

@@ -106,8 +106,8 @@ def unknown_model(model: str) -> JSONResponse:
         INVALID_REQUEST,
         "model_not_found",
         f"The model '{model}' does not exist or your token may not call it. Use a service "
-        "name or one of its served model names; GET /v1/models lists the models your token "
-        "can call.",
+        "name or one of its served model names ('<model>:<adapter>' for an adapter); GET "
+        "/v1/models lists the models your token can call.",
         param="model",
     )
 

@@ -73,6 +73,20 @@ def test_passes_every_option_through(api):
     assert result["fits"] and result["concurrent_sequences"] >= 1
 
 
+def test_lora_slots_come_out_of_the_kv_cache(api):
+    plain = post(api, {"config": LLAMA3_8B, "card_memory_gb": 80}).json()
+    body = {"config": LLAMA3_8B, "card_memory_gb": 80, "max_loras": 8, "max_lora_rank": 64}
+    served = post(api, body).json()
+    assert served["lora_bytes_per_card"] == 8 * 64 * 69_632 * 32 * 2
+    assert served["kv_tokens"] < plain["kv_tokens"] and plain["lora_bytes_per_card"] == 0
+    # One given: vLLM's default for the other (1 slot, rank 16).
+    ranked = post(api, {"config": LLAMA3_8B, "card_memory_gb": 80, "max_lora_rank": 64}).json()
+    assert ranked["lora_bytes_per_card"] == 64 * 69_632 * 32 * 2
+    bad = post(api, {"config": LLAMA3_8B, "card_memory_gb": 80, "max_loras": 0,
+                     "max_lora_rank": "16"}).json()  # fmt: skip
+    assert set(bad["errors"]) == {"max_loras", "max_lora_rank"}
+
+
 def test_estimates_a_model_in_the_store(api, store):
     response = post(api, {"model": "llama3-8b", "card_memory_gb": 24})
     assert response.status_code == 200

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contracts.spec import ServiceSpec
+from contracts.spec_facts import model_refs
 from workers.object_store import ObjectSource, StagingError, source_from_env
 from workers.runtimes.base import InstanceError
 from workers.storage import stage
@@ -27,11 +28,9 @@ def object_sources(spec: ServiceSpec) -> list[ObjectSource]:
                     store.path, store.endpoint, store.access_key_id, store.access_key_secret
                 )
             )
-    if spec.llm:
-        draft = spec.llm.speculative.model if spec.llm.speculative else None
-        for ref in (spec.llm.model, draft):
-            if ref and "://" in ref:
-                sources.append(source_from_env(ref))
+    for _, ref in model_refs(spec):
+        if "://" in ref:
+            sources.append(source_from_env(ref))
     return sources
 
 
@@ -67,10 +66,7 @@ def _throttled(uri: str, report: Callable[[str], None]) -> Callable[[int, int], 
 
 def check_model_store(spec: ServiceSpec, model_store: Path) -> None:
     """Model-store names must exist on this node before an engine is started for them."""
-    if not spec.llm:
-        return
-    draft = spec.llm.speculative.model if spec.llm.speculative else None
-    for ref in filter(None, (spec.llm.model, draft)):
+    for _, ref in model_refs(spec):
         in_store = not ref.startswith("/") and "://" not in ref
         if in_store and not (model_store / ref).is_dir():
             raise InstanceError(f"model {ref!r} is not in this node's model store ({model_store})")

@@ -154,6 +154,7 @@ def _warn_if_it_cannot_fit(service: Service, spec: ServiceSpec, placement) -> No
             utilization=spec.llm.gpu_memory_utilization or 0.9,
             cards=len(cards),
             max_model_len=spec.llm.max_model_len,
+            lora=spec.llm.lora.slots if spec.llm.lora else (0, 0),
         )
     except ValueError as exc:  # a config the estimator does not understand: say nothing
         log.info("no fit estimate for %s: %s", service.name, exc)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contracts.engines.models import locate_model
 from contracts.engines.plan import Mount, Placement
@@ -59,18 +59,24 @@ def merge_mounts(*groups: list[Mount]) -> list[Mount]:
 
 @dataclass(frozen=True)
 class Models:
-    """Where an engine reads its main and draft models, and the mounts that put them there."""
+    """Where an engine reads its main and draft models and its LoRA adapters, and the mounts
+    that put them there."""
 
     path: str
     draft: str | None
     mounts: list[Mount]
+    adapters: dict[str, str] = field(default_factory=dict)  # adapter name -> its path
 
 
 def locate_models(llm: Llm, placement: Placement) -> Models:
     assert llm.model is not None
     path, mounts = locate_model(llm.model, placement)
     draft, draft_mounts = locate_draft(llm, placement)
-    return Models(path, draft, merge_mounts(mounts, draft_mounts))
+    adapters: dict[str, str] = {}
+    for adapter in llm.lora.adapters if llm.lora else []:
+        adapters[adapter.name], more = locate_model(adapter.model, placement)
+        mounts = [*mounts, *more]
+    return Models(path, draft, merge_mounts(mounts, draft_mounts), adapters)
 
 
 def locate_draft(llm: Llm, placement: Placement) -> tuple[str | None, list[Mount]]:

@@ -10,11 +10,11 @@ from contracts.engines.common import (
     GIB,
     engine_image,
     engine_port,
+    locate_models,
     option_args,
     shm_size,
     user_env,
 )
-from contracts.engines.models import locate_model
 from contracts.engines.plan import ContainerPlan, Placement
 from contracts.spec import Llm, ServiceSpec
 
@@ -74,10 +74,10 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     llm = spec.llm
     assert llm is not None and llm.model is not None
     port = engine_port(spec, placement, DEFAULT_PORT)
-    model_path, mounts = locate_model(llm.model, placement)
+    models = locate_models(llm, placement)
     args = [
         "text-generation-launcher",
-        "--model-id", model_path,
+        "--model-id", models.path,
         "--hostname", placement.host,
         "--port", str(port),
         *shard_args(llm.tensor_parallel_size),
@@ -89,12 +89,16 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     if llm.speculative:
         # TGI speculates on its own: with the model's Medusa heads if it has them, else n-grams.
         args += ["--speculate", str(llm.speculative.num_speculative_tokens)]
+    if models.adapters:
+        # Local adapters as name=path; a chat or completion call picks one by its `model`.
+        adapters = ",".join(f"{name}={path}" for name, path in models.adapters.items())
+        args += ["--lora-adapters", adapters]
     return ContainerPlan(
         image=engine_image(spec, IMAGE),
         args=args + option_args(llm.options) + llm.extra_args,
         port=port,
         env={**OFFLINE_ENV, **user_env(spec)},
-        mounts=mounts,
+        mounts=models.mounts,
         health_path="/health",
         metrics_path="/metrics",
         shm_size_bytes=shm_size(spec.metadata.gpu, GIB),  # TGI's docs: 1g for NCCL
@@ -143,4 +147,9 @@ def validate(spec: ServiceSpec) -> dict[str, list[str]]:
         errors["llm.enable_chunked_prefill"] = [
             "TGI has no switch to turn chunked prefill off; drop the field"
         ]
+    for knob in ("max_loras", "max_rank"):
+        if llm.lora and getattr(llm.lora, knob):
+            errors[f"llm.lora.{knob}"] = [
+                "TGI sizes its adapters' memory itself and has no such setting; drop the field"
+            ]
     return errors

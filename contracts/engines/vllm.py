@@ -11,6 +11,7 @@ import json
 from contracts.engines.common import (
     GIB,
     OFFLINE_ENV,
+    Models,
     engine_image,
     engine_port,
     locate_models,
@@ -29,7 +30,7 @@ from contracts.engines.pd import (
     validate_pd,
 )
 from contracts.engines.plan import ContainerPlan, Placement
-from contracts.spec import Llm, ServiceSpec, Speculative
+from contracts.spec import Llm, Lora, ServiceSpec, Speculative
 
 DEFAULT_PORT = 8000
 # vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).
@@ -48,6 +49,8 @@ QUANTIZATIONS = frozenset(
 KV_CACHE_DTYPES = frozenset({"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"})
 # Where vLLM reads the API key it then requires (vllm/envs.py; --api-key overrides it).
 ENGINE_KEY_ENV = "VLLM_API_KEY"
+# vLLM's --max-lora-rank choices (vllm/config/lora.py).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def speculative_config(speculative: Speculative, draft_path: str | None) -> str:
@@ -59,6 +62,29 @@ def speculative_config(speculative: Speculative, draft_path: str | None) -> str:
     config["num_speculative_tokens"] = speculative.num_speculative_tokens
     config["method"] = speculative.method
     return json.dumps(config)
+
+
+def lora_args(lora: Lora | None, adapters: dict[str, str]) -> list[str]:
+    """LoRA serving, with the adapters the engine starts with (name=path)."""
+    if lora is None:
+        return []
+    args = ["--enable-lora"]
+    if adapters:
+        args += ["--lora-modules", *(f"{name}={path}" for name, path in adapters.items())]
+    if lora.max_loras:
+        args += ["--max-loras", str(lora.max_loras)]
+    if lora.max_rank:
+        args += ["--max-lora-rank", str(lora.max_rank)]
+    return args
+
+
+def lora_errors(llm: Llm) -> dict[str, list[str]]:
+    if llm.lora and llm.lora.max_rank and llm.lora.max_rank not in LORA_RANKS:
+        return {"llm.lora.max_rank": [
+            f"vLLM's adapter ranks are {', '.join(map(str, LORA_RANKS))}; "
+            "give the one at or above your adapters' largest"
+        ]}  # fmt: skip
+    return {}
 
 
 def batched_tokens(llm: Llm) -> int | None:
@@ -81,8 +107,7 @@ def server_args(
     placement: Placement,
     *,
     port: int,
-    model_path: str,
-    draft_path: str | None,
+    models: Models,
     quantization: list[str],
 ) -> list[str]:
     """The api_server command line up to, not including, llm.extra_args. A prefill or decode
@@ -91,7 +116,7 @@ def server_args(
     assert llm is not None
     args = [
         "python", "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model_path,
+        "--model", models.path,
         "--host", placement.host,
         "--port", str(port),
         # The gateway routes by either name and passes `model` through, so the engine answers
@@ -113,7 +138,8 @@ def server_args(
     if llm.dtype:
         args += ["--dtype", llm.dtype]
     if llm.speculative:
-        args += ["--speculative-config", speculative_config(llm.speculative, draft_path)]
+        args += ["--speculative-config", speculative_config(llm.speculative, models.draft)]
+    args += lora_args(llm.lora, models.adapters)
     if connector := pd_connector(spec, placement):
         args += pd_args(connector, placement, llm, port)
     return args + option_args(llm.options)
@@ -169,10 +195,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     quantization = ["--quantization", llm.quantization] if llm.quantization else []
     if llm.kv_cache_dtype:
         quantization += ["--kv-cache-dtype", llm.kv_cache_dtype]
-    args = server_args(
-        spec, placement, port=port, model_path=models.path, draft_path=models.draft,
-        quantization=quantization,
-    )  # fmt: skip
+    args = server_args(spec, placement, port=port, models=models, quantization=quantization)
     kv_env, kv_mounts = pd_wiring(spec, placement, port)
     env = {**OFFLINE_ENV, **kv_env, **user_env(spec), **engine_key_env(placement)}
     if llm.engine == "vllm-cpu":
@@ -203,7 +226,10 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:
     llm = spec.llm
     assert llm is not None
-    errors = {**chunked_prefill_errors(llm), **validate_pd(spec), **engine_key_errors(spec)}
+    errors = {
+        **chunked_prefill_errors(llm), **validate_pd(spec), **engine_key_errors(spec),
+        **lora_errors(llm),
+    }  # fmt: skip
     if llm.quantization and llm.quantization not in QUANTIZATIONS:
         errors["llm.quantization"] = [
             f"vLLM has no quantization {llm.quantization!r}; choose one of "

@@ -35,6 +35,7 @@ from contracts.engines.vllm import (
     chunked_prefill_errors,
     engine_key_env,
     engine_key_errors,
+    lora_errors,
     server_args,
 )
 from contracts.spec import Llm, ServiceSpec
@@ -159,9 +160,8 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     port = engine_port(spec, placement, DEFAULT_PORT)
     models = locate_models(llm, placement)
     args = server_args(
-        spec, placement, port=port, model_path=models.path, draft_path=models.draft,
-        quantization=quantization_args(llm),
-    )  # fmt: skip
+        spec, placement, port=port, models=models, quantization=quantization_args(llm)
+    )
     cards = role_cards(spec, placement, "npu")
     kv_env, kv_mounts = pd_wiring(spec, placement, port)
     files, table_env = rank_tables(spec, placement, port)
@@ -219,7 +219,7 @@ def validate(spec: ServiceSpec) -> dict[str, list[str]]:
     assert llm is not None
     errors = {
         **chunked_prefill_errors(llm), **quantization_errors(llm), **validate_pd(spec),
-        **engine_key_errors(spec),
+        **engine_key_errors(spec), **lora_errors(llm),
     }  # fmt: skip
     if llm.speculative and llm.speculative.num_speculative_tokens > MAX_SPECULATIVE_TOKENS:
         errors["llm.speculative.num_speculative_tokens"] = [

@@ -26,7 +26,7 @@ from contracts.engines.vllm_ascend import DRIVER_FILES
 from contracts.kube import rank_tables
 from contracts.kube.names import KubeSettings
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
-from contracts.spec_facts import card_need
+from contracts.spec_facts import card_need, model_refs
 
 ENGINE = "engine"  # the engine container's name
 MODEL_STORE = "/models"  # where engines see the model store (Placement.models_root)
@@ -69,7 +69,8 @@ class StagedSource:
 
 def staged_sources(spec: ServiceSpec) -> list[StagedSource]:
     """Every object-storage folder the spec reads, once each, in the nodes' order (storage
-    entries, then the model and the draft model: workers.provisioning.object_sources)."""
+    entries, then the models: contracts.spec_facts.model_refs, as
+    workers.provisioning.object_sources)."""
     found: dict[str, StagedSource] = {}
 
     def add(uri: str, where: str, store=None) -> None:
@@ -85,11 +86,9 @@ def staged_sources(spec: ServiceSpec) -> list[StagedSource]:
         for scheme in OBJECT_STORAGE_SCHEMES:
             if store := getattr(entry, scheme):
                 add(store.path, f"storage[{i}].{scheme}", store)
-    if spec.llm:
-        draft = spec.llm.speculative.model if spec.llm.speculative else None
-        for where, ref in (("llm.model", spec.llm.model), ("llm.speculative.model", draft)):
-            if ref and "://" in ref:
-                add(ref, where)
+    for where, ref in model_refs(spec):
+        if "://" in ref:
+            add(ref, where)
     return list(found.values())
 
 
@@ -179,10 +178,10 @@ class Volumes:
     def _store_claim(self, source: str) -> str:
         if self.settings.model_store_claim:
             return self.settings.model_store_claim
-        model = self.spec.llm.model if self.spec.llm else None
-        where = "llm.model" if source == f"{MODEL_STORE}/{model}" else "llm.speculative.model"
+        name = source.removeprefix(f"{MODEL_STORE}/")
+        where = next((w for w, ref in model_refs(self.spec) if ref == name), "llm.model")
         raise ManifestError(where, (
-            f"{source.removeprefix(MODEL_STORE + '/')!r} is a model-store name, and the cluster "
+            f"{name!r} is a model-store name, and the cluster "
             "has no model store: set WHARF_K8S_MODEL_CLAIM to a PersistentVolumeClaim holding "
             "it, or give an oss://, obs:// or s3:// URI, or a path a pvc storage entry mounts"
         ))  # fmt: skip

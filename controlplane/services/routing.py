@@ -79,6 +79,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         # With min 0 somewhere, the gateways hold a request that finds no instance, and the
         # autoscaler starts one (contracts.inflight's "held").
         scale_from_zero=any(s.min == 0 for _, s in spec_facts.autoscalers(spec).values()),
+        adapters=spec_facts.adapter_names(spec),
     )
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -201,18 +202,59 @@ def _write_files(out: Path, seed: int) -> None:
     _save_bf16_safetensors(_weights(vocab_size, seed), out / "model.safetensors")
 
 
+# The tiny model's linear layers as PEFT names them: (in, out) features.
+LORA_MODULES = {
+    "self_attn.q_proj": (HIDDEN_SIZE, NUM_HEADS * HEAD_DIM),
+    "self_attn.k_proj": (HIDDEN_SIZE, NUM_KV_HEADS * HEAD_DIM),
+    "self_attn.v_proj": (HIDDEN_SIZE, NUM_KV_HEADS * HEAD_DIM),
+    "self_attn.o_proj": (NUM_HEADS * HEAD_DIM, HIDDEN_SIZE),
+    "mlp.gate_proj": (HIDDEN_SIZE, INTERMEDIATE_SIZE),
+    "mlp.up_proj": (HIDDEN_SIZE, INTERMEDIATE_SIZE),
+    "mlp.down_proj": (INTERMEDIATE_SIZE, HIDDEN_SIZE),
+}
+LORA_STD = 0.1  # A and B both random (B non-zero): the adapter's text differs from the base's
+
+
+def _lora_files(out: Path, seed: int, rank: int) -> None:
+    """A PEFT LoRA adapter of every linear layer: adapter_config.json and its weights."""
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for layer in range(NUM_LAYERS):
+        for module, (fan_in, fan_out) in LORA_MODULES.items():
+            prefix = f"base_model.model.model.layers.{layer}.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = rng.normal(0, LORA_STD, (rank, fan_in))
+            tensors[f"{prefix}.lora_B.weight"] = rng.normal(0, LORA_STD, (fan_out, rank))
+    _save_bf16_safetensors(tensors, out / "adapter_model.safetensors")
+    _write_json(out / "adapter_config.json", {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank,
+        "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,
+        "target_modules": sorted(m.rsplit(".", 1)[-1] for m in LORA_MODULES),
+        "modules_to_save": None, "use_rslora": False, "use_dora": False,
+        "base_model_name_or_path": "tiny",
+    })  # fmt: skip
+
+
+def write_tiny_lora(target: Path, *, seed: int = 1, rank: int = 8) -> Path:
+    """Write a random LoRA adapter of the tiny model into ``target``; return it. Different
+    seeds give adapters whose texts differ from each other's and the base model's."""
+    return _write_atomically(target, lambda out: _lora_files(out, seed, rank))
+
+
 def write_tiny_model(target: Path, *, seed: int = 0) -> Path:
     """Write the tiny model into directory ``target`` (replacing what is there); return it.
+    The same seed gives identical files."""
+    return _write_atomically(target, lambda out: _write_files(out, seed))
 
-    The files are built in a sibling temporary directory and renamed into place, so a crash
-    never leaves a half-written model at ``target``. The same seed gives identical files.
-    """
+
+def _write_atomically(target: Path, write: Callable[[Path], None]) -> Path:
+    """`write` fills a sibling temporary directory, which is then renamed to ``target``, so a
+    crash never leaves a half-written model there."""
     target = Path(target).absolute()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     old: Path | None = None
     try:
-        _write_files(tmp, seed)
+        write(tmp)
         # mkdtemp makes an owner-only directory (and a strict umask owner-only files), but an
         # engine container running as another user must read the model.
         os.chmod(tmp, 0o755)

@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from contracts import model_config, sizing
 from contracts.model_config import describe
 from contracts.spec import MODEL_STORE_NAME
+from contracts.spec_models import DEFAULT_LORA, MAX_ADAPTERS, MAX_LORA_RANK
 from controlplane.services.api.errors import SpecInvalid
 
 Errors = dict[str, list[str]]
@@ -76,7 +77,18 @@ def _options(data: dict, errors: Errors) -> dict[str, Any]:
         "utilization": 0.9 if utilization is None else utilization,
         "cards": _count(data, "cards", errors, top=sizing.MAX_CARDS),
         "max_model_len": _count(data, "max_model_len", errors, top=model_config.MAX_POSITIONS),
+        "lora": _lora(data, errors),
     }
+
+
+def _lora(data: dict, errors: Errors) -> tuple[int, int]:
+    """(max_loras, max_lora_rank) of served LoRA adapters: (0, 0) without; vLLM's defaults
+    (1 slot, rank 16) for the one not given."""
+    slots = _count(data, "max_loras", errors, top=MAX_ADAPTERS)
+    rank = _count(data, "max_lora_rank", errors, top=MAX_LORA_RANK)
+    if slots is None and rank is None:
+        return 0, 0
+    return slots or DEFAULT_LORA[0], rank or DEFAULT_LORA[1]
 
 
 def _model_dir(name: Any) -> Path:
