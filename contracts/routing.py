@@ -15,7 +15,8 @@ Snapshot JSON::
           "served_model_names": ["tiny"],  # OpenAI `model` values that reach it
           "token_digests": ["<hex>"],      # contracts.tokens.token_digest of each valid token
           "instances": [                   # only instances that passed their health check
-            {"name": "<instance name>", "url": "http://127.0.0.1:32768"}
+            {"name": "<instance name>", "url": "http://127.0.0.1:32768",
+             "adapters": ["sql"]}           # loaded there (absent: all of the service's)
           ],
           "rate_limit": 100,               # requests/s for the whole service (metadata.rpc)
           "max_queue_size": 64,            # requests waiting per instance; null: no bound
@@ -57,6 +58,12 @@ class RoutedInstance:
     # What its engine key derives from (contracts.engine_keys), where not its name: the pods
     # of one Kubernetes Deployment share one key, as they share one template.
     key: str = ""
+    # The LoRA adapters its engine has loaded, where its node tracks them (workers.adapters);
+    # None: every adapter of its service.
+    adapters: tuple[str, ...] | None = None
+
+    def serves(self, adapter: str) -> bool:
+        return not adapter or self.adapters is None or adapter in self.adapters
 
 
 @dataclass(frozen=True)
@@ -237,9 +244,13 @@ def _strings(values) -> tuple[str, ...]:
 
 
 def _instance_json(instance: RoutedInstance) -> dict:
-    out = {"name": instance.name, "url": instance.url, "role": instance.role}
+    out: dict[str, str | list[str]] = {
+        "name": instance.name, "url": instance.url, "role": instance.role,
+    }  # fmt: skip
     if instance.key:  # absent where it is the name: snapshots stay as they were
         out["key"] = instance.key
+    if instance.adapters is not None:
+        out["adapters"] = list(instance.adapters)
     return out
 
 
@@ -255,6 +266,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
                 url=str(i["url"]),
                 role=str(i.get("role", "")),
                 key=str(i.get("key", "")),
+                adapters=_strings(i["adapters"]) if "adapters" in i else None,
             )  # fmt: skip
             for i in entry.get("instances", [])
         ),

@@ -30,6 +30,7 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
     MODEL_STORE_NAME,
     OBJECT_STORAGE_SCHEMES,
     OBJECT_URI,
+    RUNTIME_LORA_ENGINES,
     Lora,
     Speculative,
     model_reference,
@@ -364,7 +365,8 @@ class ServiceSpec(_Strict):
         metadata.resource does (instances move); unset, it leaves earlier hashes as they were,
         and so does an rpc section left empty once the routing policy is set aside (one whose
         fields were all null rolls its instances once, on the upgrade that added this), and
-        so does llm.lora unset."""
+        so does llm.lora unset. Nor do the LoRA adapters of an engine that loads them while it
+        runs (RUNTIME_LORA_ENGINES): workers.adapters applies them to running instances."""
         data = self.model_dump(
             mode="json", exclude={"rolling_strategy", "health_check", "dockerAuth", "autoscaler"}
         )
@@ -380,6 +382,8 @@ class ServiceSpec(_Strict):
         llm = data.get("llm") or {}
         if "lora" in llm and llm["lora"] is None:  # unset: the hashes from before it existed
             del llm["lora"]
+        elif llm.get("engine") in RUNTIME_LORA_ENGINES:  # adapters change in place
+            llm["lora"].pop("adapters")
         pd = llm.get("pd")
         for role in ("prefill", "decode"):
             if pd:

@@ -22,6 +22,9 @@ ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 MAX_ADAPTERS = 256
 MAX_LORA_RANK = 512
 DEFAULT_LORA = (1, 16)  # vLLM's max_loras and max_lora_rank when not given
+# Engines that load and unload adapters while they run (vLLM's runtime LoRA endpoints): a
+# changed adapter list is applied to their running instances, not rolled out.
+RUNTIME_LORA_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
 
 
 def model_reference(value: str) -> str:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
+import posixpath
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -47,6 +49,17 @@ log = logging.getLogger(__name__)
 
 # The OpenAI routes that forward a call, also reachable through the EAS form.
 _OPENAI_PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+# Engine routes only the node calls (vLLM's runtime LoRA endpoints: workers.adapters), never
+# forwarded from a caller.
+_NODE_ONLY = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/adapters")
+
+
+def node_only(tail: str) -> bool:
+    """Whether an EAS tail reaches a route only the node may call, as the engine's router
+    will read it: percent-decoded, dot segments and repeated slashes resolved."""
+    path = posixpath.normpath("/" + unquote(tail.split("?", 1)[0]).lstrip("/"))
+    path = "/" + path.lstrip("/")
+    return any(path == p or path.startswith(p + "/") for p in _NODE_ONLY)
 
 
 def _runtime(request: Request) -> Runtime:
@@ -166,7 +179,10 @@ async def predict(request: Request) -> Response:
     if isinstance(body, bodies.Invalid):
         return errors.invalid_body(body)
     tail = _eas_tail(request)
+    if node_only(tail):
+        return _no_route(request)
     data: dict[str, Any] | None = None
+    adapter = ""
     if request.method == "POST" and ("/" + tail.lstrip("/")).split("?")[0] in _OPENAI_PATHS:
         # An OpenAI call in EAS form: read like one, for usage and token limits (its body
         # need not name a model).
@@ -174,14 +190,19 @@ async def predict(request: Request) -> Response:
         if isinstance(parsed, bodies.Invalid):
             return errors.invalid_body(parsed)
         data = parsed
-        adapter = callers.eas_adapter(service, data.get("model"))
-        if adapter is None:
+        picked = callers.eas_adapter(service, data.get("model"))
+        if picked is None:
             return errors.unknown_model(data["model"])
+        adapter = picked
         if adapter and data["model"] != adapter:  # "<name>:<adapter>": the engine's name
             body, data = _with_model(data, adapter)
     ready = await _serviceable(request, runtime, service, data, arrived, EAS_FORM)
     if isinstance(ready, Response):
         return ready
+    if adapter:
+        ready = _with_adapter(ready, adapter)
+        if isinstance(ready, Response):
+            return ready
     return _forward(request, runtime, ready, caller, tail, body, data, arrived, EAS_FORM)
 
 
@@ -222,6 +243,14 @@ def _with_model(data: dict[str, Any], model: str) -> tuple[bytes, dict[str, Any]
     return json.dumps(data).encode(), data
 
 
+def _with_adapter(service: RoutedService, adapter: str) -> RoutedService | Response:
+    """The service with only the instances that have `adapter` loaded (workers.adapters)."""
+    serving = tuple(i for i in service.instances if i.serves(adapter))
+    if not serving:
+        return errors.adapter_not_loaded(service.name, adapter)
+    return replace(service, instances=serving)
+
+
 def _caller(request: Request, runtime: Runtime) -> Caller | Response:
     """Who calls an OpenAI route, from the Authorization header alone."""
     if not runtime.watcher.loaded:
@@ -251,6 +280,10 @@ async def openai_route(request: Request) -> Response:
     service = await _serviceable(request, runtime, match.service, data, arrived, OPENAI_FORM)
     if isinstance(service, Response):
         return service
+    if match.adapter:
+        service = _with_adapter(service, match.adapter)
+        if isinstance(service, Response):
+            return service
     body, data = _engine_body(service, model, match.adapter, data, body)
     path = request.scope["path"]
     return _forward(request, runtime, service, caller, path, body, data, arrived, OPENAI_FORM)
@@ -304,17 +337,21 @@ async def prometheus(request: Request) -> Response:
     return Response(body, media_type=content_type)
 
 
+def _no_route(request: Request) -> Response:
+    return errors.error_response(
+        404,
+        errors.INVALID_REQUEST,
+        "route_not_found",
+        f"No route {request.url.path}. Use /v1/completions, /v1/chat/completions, "
+        "/v1/embeddings, /v1/models or /api/predict/<service>/<path>.",
+    )
+
+
 async def http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths and wrong methods, in the same error shape as everything else."""
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return errors.error_response(
-            404,
-            errors.INVALID_REQUEST,
-            "route_not_found",
-            f"No route {request.url.path}. Use /v1/completions, /v1/chat/completions, "
-            "/v1/embeddings, /v1/models or /api/predict/<service>/<path>.",
-        )
+        return _no_route(request)
     return errors.error_response(
         exc.status_code,
         errors.INVALID_REQUEST,

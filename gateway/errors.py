@@ -148,6 +148,18 @@ def no_ready_instance(service: str) -> JSONResponse:
     )
 
 
+def adapter_not_loaded(service: str, adapter: str) -> JSONResponse:
+    """An adapter of the spec that no ready instance has loaded yet (or could not load)."""
+    return error_response(
+        503,
+        SERVER_ERROR,
+        "adapter_not_loaded",
+        f"Adapter '{adapter}' of service '{service}' is not loaded on a ready instance yet: "
+        "it was just added, or failed to load (the service's adapters say why). Retry shortly.",
+        headers={"Retry-After": "5"},
+    )
+
+
 def activation_queue_full(service: str, bound: int) -> JSONResponse:
     """A service scaled to zero already holds as many requests as it may while it starts."""
     return error_response(

@@ -125,6 +125,34 @@ def test_tgi_loads_its_adapters_at_start_by_name():
     )
 
 
+def test_a_node_keeps_the_adapters_in_one_folder_engines_see_while_they_run():
+    placement = Placement(adapters_dir="/wharf/adapters/assistant",
+                          staged={"oss://bucket/adapters/chat/": "/cache/chat@1"})  # fmt: skip
+    plan = render(parse_spec(spec()), placement)
+    modules = plan.args[plan.args.index("--lora-modules") + 1 :][:2]
+    assert [m.split("=")[1].rsplit("-", 1)[0] for m in modules] == ["/adapters/sql",
+                                                                     "/adapters/chat"]  # fmt: skip
+    (folder,) = [m for m in plan.mounts if m.target == "/adapters"]
+    assert (folder.source, folder.read_only) == ("/wharf/adapters/assistant", True)
+    assert plan.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    # Without the folder (the preview, a pod) the runtime routes stay off.
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in render(parse_spec(spec())).env
+    local = render(parse_spec(spec()), Placement(in_container=False, adapters_dir="/w/a"))
+    assert local.args[local.args.index("--lora-modules") + 1].startswith("sql=/w/a/sql-")
+
+
+def test_adapters_are_not_in_the_spec_hash_where_engines_load_them_while_running():
+    def hashed(engine: str, adapters: list) -> str:
+        return parse_spec(spec(engine, lora={"adapters": adapters})).spec_hash()
+
+    for engine in ("vllm", "vllm-cpu", "vllm-ascend"):
+        assert hashed(engine, ADAPTERS) == hashed(engine, ADAPTERS[:1])
+    assert hashed("tgi", ADAPTERS) != hashed("tgi", ADAPTERS[:1])  # TGI loads them at start
+    # The slots are engine flags: changing them restarts.
+    with_slots = parse_spec(spec(lora={"adapters": ADAPTERS, "max_loras": 3})).spec_hash()
+    assert with_slots != hashed("vllm-cpu", ADAPTERS)
+
+
 # ---- where nodes and pods find them ----------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from wharfcli import service_ops  # noqa: F401  (its commands join `services`)
+from wharfcli.adapters import adapters
 from wharfcli.bench import bench
 from wharfcli.client import EXIT_CODES
 from wharfcli.fleet import keys, nodes, usage
@@ -26,8 +27,8 @@ def cli() -> None:
     WHARF_TOKEN override what it kept."""
 
 
-COMMANDS = (login, services, keys, usage, nodes, preview, estimate, call, bench, workspaces,
-            members, audit)  # fmt: skip
+COMMANDS = (login, services, adapters, keys, usage, nodes, preview, estimate, call, bench,
+            workspaces, members, audit)  # fmt: skip
 for command in COMMANDS:
     cli.add_command(command)
 for alias, command in EASCMD_ALIASES.items():

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import close_old_connections
 from django.utils import timezone
@@ -25,7 +26,7 @@ from contracts import inflight
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from workers import probes
+from workers import adapters, probes
 from workers.fleet import FleetSettings, wait_for_wake
 from workers.locks import client
 from workers.runtimes import ObservedInstance, Runtime
@@ -79,6 +80,9 @@ def converge(
             due.append((row, found))
     clock = liveness_clock if liveness_clock is not None else {}
     touched |= _probe_all(due, runtime, fleet, now, clock, check)
+    for row, found in due:  # LoRA adapters the spec lists, loaded while the engine runs
+        if row.state == InstanceState.READY and adapters.due(row, now.timestamp()):
+            touched |= background(row.name, partial(adapters.sync, row, found, runtime))
     return touched
 
 
@@ -97,6 +101,7 @@ def _remove_unassigned(node, runtime, observed, rows, busy, background) -> set[s
             if service is None:
                 if not runtime.list(service=found.service):
                     runtime.forget(found.service)
+                    adapters.forget(found.service)
                 return set()
             record(service, "InstanceRemoved", f"no longer assigned to node {node}; removed",
                    name)  # fmt: skip
@@ -181,6 +186,7 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> se
         row.delete()
         if not Instance.objects.filter(service=row.service_id, node=row.node).exists():
             runtime.forget(row.service.name)  # what its instances shared here (the KV folder)
+            adapters.forget(row.service.name)
         record(row.service, "InstanceRemoved", f"stopped after draining: {why}", row.name)
         return {row.service.name}
 

@@ -23,7 +23,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from workers import devices, provisioning
+from workers import adapters, devices, provisioning
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ def start_instance(
         )  # fmt: skip
         if row.role:
             placement = pd_placement(placement, row, spec)
+        placement = _with_adapters(placement, spec, staged)
         _warn_if_it_cannot_fit(service, spec, placement)
         plan = render(spec, placement)
         runtime.prepare(plan, spec.dockerAuth, report)  # pulls a missing image
@@ -86,10 +87,25 @@ def start_instance(
         state=InstanceState.STARTING, runtime=runtime.name, url=observed.url or "",
         started_at=timezone.now(), message="", restart_at=None, probe_failures=0,
         probe_successes=0, liveness_failures=0, probed_at=None,
+        adapters=adapters.started_with(spec, service.generation) if adapters.managed(spec) else {},
     )  # fmt: skip
     if started:  # else drained or moved meanwhile: the next pass deals with it
         record(service, "InstanceStarted", f"engine started on node {node}", name)
     return service.name
+
+
+def _with_adapters(placement: Placement, spec: ServiceSpec, staged: dict[str, str]) -> Placement:
+    """The service's LoRA adapters, put in its folder on this node, which the engine sees."""
+    if spec.llm is None or spec.llm.lora is None:
+        return placement
+    folder = adapters.adapters_dir(placement.service)
+    folder.mkdir(parents=True, exist_ok=True)  # mounted whole, also before it holds any
+    for adapter in spec.llm.lora.adapters:
+        try:
+            adapters.provide(adapter, folder, staged)
+        except adapters.AdapterError as exc:
+            raise InstanceError(f"adapter {adapter.name}: {exc}") from None
+    return replace(placement, adapters_dir=str(folder))
 
 
 def pd_placement(placement: Placement, row: Instance, spec: ServiceSpec) -> Placement:

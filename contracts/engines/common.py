@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contracts.engines.models import locate_model
+from contracts.engines.models import locate_adapter, locate_model
 from contracts.engines.plan import Mount, Placement
 from contracts.spec import Container, Llm, OptionValue, ServiceSpec
 
@@ -74,7 +74,7 @@ def locate_models(llm: Llm, placement: Placement) -> Models:
     draft, draft_mounts = locate_draft(llm, placement)
     adapters: dict[str, str] = {}
     for adapter in llm.lora.adapters if llm.lora else []:
-        adapters[adapter.name], more = locate_model(adapter.model, placement)
+        adapters[adapter.name], more = locate_adapter(adapter.name, adapter.model, placement)
         mounts = [*mounts, *more]
     return Models(path, draft, merge_mounts(mounts, draft_mounts), adapters)
 

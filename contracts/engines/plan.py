@@ -54,6 +54,9 @@ class Placement:
     role: str = ""
     service: str = ""
     kv_dir: str = ""
+    # The node's folder of the service's LoRA adapters (workers.adapters puts each there,
+    # also while engines run); "" where there is none (the preview, a pod).
+    adapters_dir: str = ""
     # Also for prefill/decode separation: this instance's index within its role (its KV engine
     # id, its entry in the rank tables), every instance of the service (the rank tables; the
     # preview makes one up when empty), the address other instances reach this one's KV side

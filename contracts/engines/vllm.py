@@ -78,6 +78,14 @@ def lora_args(lora: Lora | None, adapters: dict[str, str]) -> list[str]:
     return args
 
 
+def lora_env(llm: Llm, placement: Placement) -> dict[str, str]:
+    """vLLM's runtime LoRA endpoints, where the node adds and removes adapters while the
+    engine runs (workers.adapters); the gateway never forwards a caller to them."""
+    if llm.lora is None or not placement.adapters_dir:
+        return {}
+    return {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+
 def lora_errors(llm: Llm) -> dict[str, list[str]]:
     if llm.lora and llm.lora.max_rank and llm.lora.max_rank not in LORA_RANKS:
         return {"llm.lora.max_rank": [
@@ -197,7 +205,8 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         quantization += ["--kv-cache-dtype", llm.kv_cache_dtype]
     args = server_args(spec, placement, port=port, models=models, quantization=quantization)
     kv_env, kv_mounts = pd_wiring(spec, placement, port)
-    env = {**OFFLINE_ENV, **kv_env, **user_env(spec), **engine_key_env(placement)}
+    env = {**OFFLINE_ENV, **kv_env, **lora_env(llm, placement), **user_env(spec),
+           **engine_key_env(placement)}  # fmt: skip
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
         if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):

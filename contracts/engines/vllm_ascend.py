@@ -35,6 +35,7 @@ from contracts.engines.vllm import (
     chunked_prefill_errors,
     engine_key_env,
     engine_key_errors,
+    lora_env,
     lora_errors,
     server_args,
 )
@@ -170,6 +171,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         "ASCEND_RT_VISIBLE_DEVICES": visible_devices(placement, cards),
         **kv_env,
         **table_env,
+        **lora_env(llm, placement),
     }
     env.update(user_env(spec))
     env.update(engine_key_env(placement))

@@ -87,6 +87,10 @@ class Instance(models.Model):
     # What its engine key derives from where not its name (the pods of a Kubernetes
     # Deployment share their Deployment's key): contracts.engine_keys, contracts.routing.
     engine_key_name = models.CharField(max_length=128, blank=True)
+    # Its LoRA adapters (workers.adapters): {"generation": the service's, "loaded": [names],
+    # "failed": {name: why}, "at": epoch seconds}; {} where the node does not track them (the
+    # spec's adapters are then all it serves).
+    adapters = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=16, choices=InstanceState.choices)
     url = models.CharField(max_length=200, blank=True)
     message = models.TextField(blank=True)

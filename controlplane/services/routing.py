@@ -57,7 +57,13 @@ def _routed_services() -> dict[str, RoutedService]:
 
 def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
     ready = [
-        RoutedInstance(name=i.name, url=i.url, role=i.role, key=i.engine_key_name)
+        RoutedInstance(
+            name=i.name,
+            url=i.url,
+            role=i.role,
+            key=i.engine_key_name,
+            adapters=tuple(i.adapters.get("loaded") or ()) if i.adapters else None,
+        )  # fmt: skip
         for i in service.instances.all()
         if i.state == InstanceState.READY and i.url
     ]

@@ -23,7 +23,7 @@ class InstanceSerializer(serializers.ModelSerializer):
         model = Instance
         fields = ["name", "role", "state", "runtime", "node", "devices", "url", "kv_port",
                   "spec_hash", "message", "restarts", "restart_at", "ready_since", "created_at",
-                  "updated_at"]  # fmt: skip
+                  "updated_at", "adapters"]  # fmt: skip
 
 
 class EventSerializer(serializers.ModelSerializer):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from controlplane.services.api import versions, views
+from controlplane.services.api import adapters, versions, views
 from controlplane.services.api.estimate import Estimate
 from controlplane.services.api.logs import InstanceLogs
 from controlplane.services.api.schema import SpecSchema
@@ -18,6 +18,8 @@ urlpatterns = [
     path("services/<str:name>/versions", versions.ServiceVersions.as_view()),
     path("services/<str:name>/versions/<str:number>", versions.ServiceVersionDetail.as_view()),
     path("services/<str:name>/rollback", versions.Rollback.as_view()),
+    path("services/<str:name>/adapters", adapters.ServiceAdapters.as_view()),
+    path("services/<str:name>/adapters/<str:adapter>", adapters.ServiceAdapter.as_view()),
     # Last: any other word after the name is an action (start, stop).
     path("services/<str:name>/<str:action>", views.ServiceAction.as_view()),
 ]

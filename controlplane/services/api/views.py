@@ -54,6 +54,22 @@ def _validated(data) -> ServiceSpec:
     return spec
 
 
+def update_spec(service: Service, data: dict, note: str, what: str) -> ServiceSpec:
+    """Save `data` (sealed) as the service's new spec, a new version, inside the caller's
+    transaction: validated, within quota, the reconciler asked on commit. `note` labels the
+    version, `what` starts the Updated event."""
+    spec = _validated(unseal(data))
+    check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING, service)
+    Service.objects.filter(pk=service.pk).update(
+        spec=data, generation=F("generation") + 1
+    )  # intent only: the reconciler alone writes the phase
+    service.refresh_from_db()
+    record_version(service, data, note)
+    record(service, "Updated", f"{what} (generation {service.generation})")
+    _on_commit_reconcile(service.name)
+    return spec
+
+
 def _on_commit_reconcile(name: str) -> None:
     # robust: a broker outage must not fail a request whose change is already saved; the
     # periodic pass picks the change up.
@@ -124,16 +140,7 @@ class ServiceDetail(APIView):
         with transaction.atomic():
             service = live_service(request, name)
             data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
-            spec = _validated(unseal(data))
-            check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING,
-                         service)  # fmt: skip
-            Service.objects.filter(pk=service.pk).update(
-                spec=data, generation=F("generation") + 1
-            )  # intent only: the reconciler alone writes the phase
-            service.refresh_from_db()
-            record_version(service, data, "updated")
-            record(service, "Updated", f"spec updated (generation {service.generation})")
-            _on_commit_reconcile(name)
+            update_spec(service, data, "updated", "spec updated")
         return Response(ServiceSerializer(service).data)
 
     def delete(self, request: Request, name: str) -> Response:
