@@ -32,7 +32,7 @@ Snapshot JSON::
       "keys": {                            # API keys, by token digest
         "<hex digest>": {
           "id": "k7",                      # public id: usage and limit counters use it
-          "services": ["qwen"],            # null: every service
+          "services": ["qwen", "llama:sql"],  # services, or one adapter; null: every service
           "expires_at": 1795000000.0,      # epoch seconds; null: never
           "rpm": 600, "tpm": 100000, "max_concurrency": 8   # null: unlimited
         }
@@ -127,9 +127,23 @@ class RoutedKey:
     tpm: int | None = None
     max_concurrency: int | None = None
 
-    def allows(self, service: str, now: float) -> bool:
+    def allows(self, service: str, now: float, adapter: str = "") -> bool:
+        """Whether it may call `service`'s model, or its `adapter`: a scope entry names a
+        whole service ("qwen") or one adapter of it ("qwen:sql")."""
         unexpired = self.expires_at is None or now < self.expires_at
-        return unexpired and (self.services is None or service in self.services)
+        if self.services is None or service in self.services:
+            return unexpired
+        return (
+            unexpired
+            and bool(adapter)
+            and f"{service}{ADAPTER_SEPARATOR}{adapter}" in (self.services)
+        )
+
+    def reaches(self, service: str) -> bool:
+        """Whether its scope names the service or any adapter of it."""
+        if self.services is None or service in self.services:
+            return True
+        return any(s.startswith(service + ADAPTER_SEPARATOR) for s in self.services)
 
 
 @dataclass(frozen=True)

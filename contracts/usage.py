@@ -1,7 +1,8 @@
 """Token usage, counted by the gateways in Redis and moved into the database by the workers.
 
 Layout: one hash per minute, ``wharf:usage:<epoch minute>``, with fields
-``<service>|<key id>|<prompt|completion|requests|latency_ms|ttft_ms>`` incremented with
+``<service>|<key id>|<prompt|completion|requests|latency_ms|ttft_ms>`` (``<service>:<adapter>``
+for a LoRA adapter's calls: usage_model) incremented with
 HINCRBY. Gateways only ever write these live hashes. A gateway that restarts loses nothing
 (the counts are in Redis); the workers' periodic flush claims a finished minute by renaming
 its hash (atomic) to a name unique to that claim, ``wharf:usage:<minute>:flushing:<hex>``
@@ -33,6 +34,21 @@ def usage_key(epoch_seconds: float) -> str:
 
 def usage_field(service: str, key_id: str, kind: str) -> str:
     return f"{service}|{key_id}|{kind}"
+
+
+ADAPTER_SEPARATOR = ":"
+
+
+def usage_model(service: str, adapter: str = "") -> str:
+    """What a field counts: a service's base model, or one of its LoRA adapters as
+    "<service>:<adapter>" (service names never hold ':')."""
+    return f"{service}{ADAPTER_SEPARATOR}{adapter}" if adapter else service
+
+
+def split_model(model: str) -> tuple[str, str]:
+    """(service, adapter) of usage_model's value."""
+    service, _, adapter = model.partition(ADAPTER_SEPARATOR)
+    return service, adapter
 
 
 def parse_field(field: str) -> tuple[str, str, str]:

@@ -66,7 +66,7 @@ def _runtime(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
-def _demand(service: RoutedService, caller: Caller, tokens: int) -> Demand:
+def _demand(service: RoutedService, caller: Caller, tokens: int, adapter: str) -> Demand:
     key = caller.key
     if key is None:
         return Demand(
@@ -84,6 +84,7 @@ def _demand(service: RoutedService, caller: Caller, tokens: int) -> Demand:
         max_concurrency=key.max_concurrency or 0,
         tokens=tokens,
         queue_size=service.max_queue_size or 0,
+        adapter=adapter,
     )
 
 
@@ -97,8 +98,10 @@ def _forward(
     data: dict[str, Any] | None,
     arrived: float,
     form: str,
+    adapter: str = "",
 ) -> Response:
-    """The response that forwards the request; `data`: the parsed body of an OpenAI call."""
+    """The response that forwards the request; `data`: the parsed body of an OpenAI call;
+    `adapter`: the LoRA adapter it calls."""
     # Prompt tokens estimated as a quarter of the body's bytes (about 4 bytes a token for
     # English, and JSON's punctuation errs on the high side): free to compute, and the
     # engine's real count replaces it once the answer is in.
@@ -123,7 +126,7 @@ def _forward(
     call = Call(
         service=service,
         key_id=caller.key_id,
-        demand=_demand(service, caller, tokens),
+        demand=_demand(service, caller, tokens, adapter),
         method=request.method,
         path=path,
         query=request.scope.get("query_string", b""),
@@ -139,6 +142,7 @@ def _forward(
         prefill=prefill,
         form=form,
         keepalive=service.timeout,
+        adapter=adapter,
     )
     return ProxyResponse(runtime.plane, call)
 
@@ -196,6 +200,9 @@ async def predict(request: Request) -> Response:
         adapter = picked
         if adapter and data["model"] != adapter:  # "<name>:<adapter>": the engine's name
             body, data = _with_model(data, adapter)
+    refused = callers.check_scope(caller, service.name, adapter, runtime.plane.metrics)
+    if refused is not None:
+        return refused
     ready = await _serviceable(request, runtime, service, data, arrived, EAS_FORM)
     if isinstance(ready, Response):
         return ready
@@ -203,7 +210,7 @@ async def predict(request: Request) -> Response:
         ready = _with_adapter(ready, adapter)
         if isinstance(ready, Response):
             return ready
-    return _forward(request, runtime, ready, caller, tail, body, data, arrived, EAS_FORM)
+    return _forward(request, runtime, ready, caller, tail, body, data, arrived, EAS_FORM, adapter)
 
 
 def _eas_tail(request: Request) -> str:
@@ -286,7 +293,9 @@ async def openai_route(request: Request) -> Response:
             return service
     body, data = _engine_body(service, model, match.adapter, data, body)
     path = request.scope["path"]
-    return _forward(request, runtime, service, caller, path, body, data, arrived, OPENAI_FORM)
+    return _forward(
+        request, runtime, service, caller, path, body, data, arrived, OPENAI_FORM, match.adapter
+    )
 
 
 async def list_models(request: Request) -> Response:

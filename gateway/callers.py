@@ -31,13 +31,10 @@ class Caller:
     key: RoutedKey | None = None
     services: frozenset[str] = frozenset()  # a service token: the services it belongs to
 
-    def may_call(self, service: str, now: float) -> bool:
+    def may_call(self, service: str, now: float, adapter: str = "") -> bool:
         if self.key is not None:
-            return self.key.allows(service, now)
+            return self.key.allows(service, now, adapter)
         return service in self.services
-
-
-_SERVICE_TOKEN = Caller(SERVICE_TOKEN_ID)
 
 
 def digest(authorization: str | None, secret_key: bytes) -> str | None:
@@ -71,7 +68,9 @@ def authorize(
     has instances is asked next: gateway.activation)."""
     if token is None:
         return errors.missing_token()
-    caller = _SERVICE_TOKEN if token in service.token_digests else None
+    caller = None
+    if token in service.token_digests:
+        caller = Caller(SERVICE_TOKEN_ID, services=frozenset({service.name}))
     if caller is None:
         checked = _check_key(snapshot.keys.get(token), service.name, counters)
         if isinstance(checked, Response):
@@ -88,10 +87,19 @@ def _check_key(key: RoutedKey | None, service: str, counters: Metrics) -> Caller
     if key.expires_at is not None and now >= key.expires_at:
         counters.reject(service, metrics.REASON_KEY_EXPIRED, 401)
         return errors.key_expired(key.expires_at)
-    if not key.allows(service, now):
+    if not key.reaches(service):  # which adapter, once the body says (check_scope)
         counters.reject(service, metrics.REASON_KEY_SCOPE, 403)
         return errors.key_not_allowed(service)
     return Caller(key.id, key)
+
+
+def check_scope(caller: Caller, service: str, adapter: str, counters: Metrics) -> Response | None:
+    """For a call in EAS form, once its body says which adapter it calls ("" for the base
+    model, or a call that names none): 403 when the key's scope does not include it."""
+    if caller.may_call(service, time.time(), adapter):
+        return None
+    counters.reject(service, metrics.REASON_KEY_SCOPE, 403)
+    return errors.key_not_allowed(service, adapter)
 
 
 def callable_models(snapshot: Snapshot, caller: Caller, now: float) -> list[tuple[str, str]]:
@@ -99,11 +107,12 @@ def callable_models(snapshot: Snapshot, caller: Caller, now: float) -> list[tupl
     services' names: a base model's parent is "", an adapter's its base model's name."""
     found: dict[str, str] = {}
     for name in sorted(snapshot.services):
+        service = snapshot.services[name]
+        base = service.model_names[0]
         if caller.may_call(name, now):
-            service = snapshot.services[name]
-            base = service.model_names[0]
             found.update(dict.fromkeys(service.model_names, ""))
-            found.update({f"{base}{ADAPTER_SEPARATOR}{a}": base for a in service.adapters})
+        found.update({f"{base}{ADAPTER_SEPARATOR}{a}": base for a in service.adapters
+                      if caller.may_call(name, now, a)})  # fmt: skip
     return list(found.items())  # de-duplicated, order kept
 
 
@@ -115,7 +124,7 @@ def model_service(
     match = snapshot.find_model(model)
     if match is None:
         return errors.unknown_model(model)
-    if not caller.may_call(match.service.name, time.time()):
+    if not caller.may_call(match.service.name, time.time(), match.adapter):
         counters.reject(match.service.name, metrics.REASON_KEY_SCOPE, 404)
         return errors.unknown_model(model)
     return match

@@ -79,13 +79,14 @@ def key_expired(expired_at: float) -> JSONResponse:
     )
 
 
-def key_not_allowed(service: str) -> JSONResponse:
+def key_not_allowed(service: str, adapter: str = "") -> JSONResponse:
+    what = f"adapter '{adapter}' of service '{service}'" if adapter else f"service '{service}'"
     return error_response(
         403,
         INVALID_REQUEST,
         "key_not_allowed",
-        f"The API key may not call service '{service}': it is limited to other services. "
-        "Use a key whose scope includes this service.",
+        f"The API key may not call {what}: it is limited to other services or adapters. "
+        "Use a key whose scope includes it.",
     )
 
 

@@ -39,6 +39,7 @@ class Demand:
     tokens: int = 0  # estimated prompt tokens + max_tokens
     instances: tuple[str, ...] = ()  # candidate instance urls, best first
     queue_size: int = 0  # outstanding requests per instance
+    adapter: str = ""  # the LoRA adapter called: rpm and tpm count per adapter
 
     @property
     def limited(self) -> bool:

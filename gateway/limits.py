@@ -198,11 +198,14 @@ class Limiter:
 
     def _keys(self, demand: Demand) -> list[str]:
         p, key = self._prefix, demand.key_id or "-"
+        # A key's requests and tokens per minute count per model: each LoRA adapter its own,
+        # as OpenAI counts per model; its concurrency is the key's whole.
+        model = f"{key}@{demand.adapter}" if demand.adapter else key
         return [
             f"{p}svc:{demand.service}:rps",
-            f"{p}key:{key}:rpm",
-            f"{p}key:{key}:tpm",
-            f"{p}key:{key}:tpm:amounts",
+            f"{p}key:{model}:rpm",
+            f"{p}key:{model}:tpm",
+            f"{p}key:{model}:tpm:amounts",
             f"{p}key:{key}:leases",
             *(self._instance_key(url) for url in demand.instances if demand.queue_size),
         ]

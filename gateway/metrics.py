@@ -42,14 +42,15 @@ UPSTREAM_5XX = "http_5xx"
 
 class Metrics:
     def __init__(self) -> None:
-        self._answered: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
-        self._first_byte: dict[str, Histogram] = {}
-        self._tokens: dict[str, tuple[Counter, Counter]] = {}
+        self._answered: dict[tuple[str, int, str], tuple[Counter, Histogram]] = {}
+        self._first_byte: dict[tuple[str, str], Histogram] = {}
+        self._tokens: dict[tuple[str, str], tuple[Counter, Counter]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "wharf_gateway_requests",
-            "Requests answered, by service and HTTP status (the gateway's or the engine's).",
-            ["service", "status"],
+            "Requests answered, by service, HTTP status (the gateway's or the engine's) and LoRA "
+            "adapter (empty for the base model).",
+            ["service", "status", "adapter"],
             registry=self.registry,
         )
         self.latency = Histogram(
@@ -61,15 +62,16 @@ class Metrics:
         )
         self.first_byte = Histogram(
             "wharf_gateway_time_to_first_byte_seconds",
-            "Time from the request's arrival to the engine's first body bytes (first token).",
-            ["service"],
+            "Time from the request's arrival to the engine's first body bytes (first token), by "
+            "service and LoRA adapter.",
+            ["service", "adapter"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         self.tokens = Counter(
             "wharf_gateway_tokens",
-            "Tokens counted for usage, by service and kind (prompt or completion).",
-            ["service", "kind"],
+            "Tokens counted for usage, by service, kind (prompt or completion) and LoRA adapter.",
+            ["service", "kind", "adapter"],
             registry=self.registry,
         )
         self.rejections = Counter(
@@ -128,34 +130,37 @@ class Metrics:
         self.snapshot_age.set_function(age)
         self.snapshot_version.set_function(lambda: float(version()))
 
-    def answered(self, service: str, status: int, seconds: float) -> None:
+    def answered(self, service: str, status: int, seconds: float, adapter: str = "") -> None:
         """A request ended: its status and duration (label children cached: hot path)."""
-        children = self._answered.get((service, status))
+        children = self._answered.get((service, status, adapter))
         if children is None:
-            children = (self.requests.labels(service, str(status)), self.latency.labels(service))
-            self._answered[(service, status)] = children
+            children = (
+                self.requests.labels(service, str(status), adapter),
+                self.latency.labels(service),
+            )
+            self._answered[(service, status, adapter)] = children
         children[0].inc()
         children[1].observe(seconds)
 
-    def first_byte_after(self, service: str, seconds: float) -> None:
-        child = self._first_byte.get(service)
+    def first_byte_after(self, service: str, seconds: float, adapter: str = "") -> None:
+        child = self._first_byte.get((service, adapter))
         if child is None:
-            child = self._first_byte[service] = self.first_byte.labels(service)
+            child = self._first_byte[(service, adapter)] = self.first_byte.labels(service, adapter)
         child.observe(seconds)
 
-    def counted(self, service: str, prompt: int, completion: int) -> None:
-        children = self._tokens.get(service)
+    def counted(self, service: str, prompt: int, completion: int, adapter: str = "") -> None:
+        children = self._tokens.get((service, adapter))
         if children is None:
-            children = self._tokens[service] = (
-                self.tokens.labels(service, "prompt"),
-                self.tokens.labels(service, "completion"),
+            children = self._tokens[(service, adapter)] = (
+                self.tokens.labels(service, "prompt", adapter),
+                self.tokens.labels(service, "completion", adapter),
             )
         children[0].inc(prompt)
         children[1].inc(completion)
 
     def reject(self, service: str, reason: str, status: int) -> None:
         self.rejections.labels(service, reason).inc()
-        self.requests.labels(service, str(status)).inc()
+        self.requests.labels(service, str(status), "").inc()
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from contracts.routing import RoutedInstance, RoutedService
+from contracts.usage import usage_model
 from gateway import errors, metrics
 from gateway.balancer import Balancer
 from gateway.engine_auth import EngineKeys
@@ -86,6 +87,7 @@ class Call:
     prefill: PrefillLeg | None = None  # a prefill/decode service: prefill first, then decode
     form: str = OPENAI_FORM  # how the caller called: OpenAI's routes or EAS's /api/predict/...
     keepalive: float | None = None  # seconds for the whole request (metadata.rpc.keepalive)
+    adapter: str = ""  # the LoRA adapter called ("" for the base model)
 
 
 @dataclass
@@ -360,7 +362,7 @@ class ProxyResponse(Response):
                     first_byte = False
                     elapsed = time.perf_counter() - call.arrived
                     outcome.first_byte = elapsed
-                    self.plane.metrics.first_byte_after(call.service.name, elapsed)
+                    self.plane.metrics.first_byte_after(call.service.name, elapsed, call.adapter)
                 if sse is not None:
                     chunk = sse.feed(chunk)
                 elif json_tap is not None:
@@ -404,13 +406,13 @@ class ProxyResponse(Response):
         if outcome.answered:
             prompt, completion = counts or (0, 0)
             plane.usage.add(
-                name, call.key_id, prompt, completion,
+                usage_model(name, call.adapter), call.key_id, prompt, completion,
                 latency_ms=round(latency * 1000), ttft_ms=round(outcome.first_byte * 1000),
             )  # fmt: skip
             if prompt or completion:
-                plane.metrics.counted(name, prompt, completion)
+                plane.metrics.counted(name, prompt, completion, call.adapter)
         status = outcome.status or CLIENT_CLOSED
-        plane.metrics.answered(name, status, latency)
+        plane.metrics.answered(name, status, latency, call.adapter)
 
     def _token_counts(self, outcome: _Outcome) -> tuple[int, int] | None:
         """Tokens the request used: as reported, else estimated; None: unknown (keep the hold)."""

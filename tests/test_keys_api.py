@@ -249,3 +249,42 @@ def test_services_carry_their_rpc_settings():
     assert (plain.rate_limit, plain.max_queue_size, plain.timeout) == (
         DEFAULT_RATE_LIMIT, None, None,
     )  # fmt: skip
+
+
+LORA = {
+    "name": "tuned",
+    "llm": {
+        "engine": "vllm-cpu",
+        "model": "tiny",
+        "lora": {"adapters": [{"name": "sql", "model": "tiny-sql"}]},
+    },
+}
+
+
+@pytest.mark.parametrize(("scope", "error"), [
+    (["tuned:sql"], None),
+    (["tuned:sql", "qwen"], None),
+    (["tuned:nope"], "service 'tuned' has no adapter 'nope' (it has: sql)"),
+    (["qwen:sql"], "service 'qwen' has no adapter 'sql' (it has: none)"),
+    (["tuned:a:b"], "'a:b' is no adapter name"),
+    (["gone:sql"], None),  # the service is unknown: the scope as a whole is refused
+])  # fmt: skip
+def test_a_key_may_be_scoped_to_adapters_the_service_has(alice, services, scope, error):
+    Service.objects.create(workspace=default_workspace(), name="tuned", spec=LORA)
+    response = create(alice, services=scope)
+    if scope == ["gone:sql"]:
+        assert response.status_code == 400 and "no such service" in str(response.json())
+    elif error is None:
+        assert response.status_code == 201, response.json()
+        assert response.json()["services"] == scope
+        assert build_snapshot().keys[digest(response.json()["key"])].services == frozenset(scope)
+    else:
+        assert response.status_code == 400
+        assert any(error in m for m in response.json()["errors"]["services[0]"]), response.json()
+
+
+def test_a_deleted_services_adapters_leave_every_scope(alice, services):
+    Service.objects.create(workspace=default_workspace(), name="tuned", spec=LORA)
+    key = create(alice, services=["tuned:sql", "qwen"]).json()
+    assert ApiKey.objects.forget_service("tuned") == 1
+    assert alice.get(f"/api/v1/keys/{key['id']}").json()["services"] == ["qwen"]

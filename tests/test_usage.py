@@ -24,7 +24,7 @@ from controlplane.usage.dead_letter import DEAD_LETTER_PREFIX, DEAD_LETTER_TTL, 
 from controlplane.usage.flush import LOCK_KEY, flush_usage
 from controlplane.usage.models import UsageBatch, UsageRecord
 from controlplane.workspaces.models import Workspace
-from tests.api_support import member
+from tests.api_support import default_workspace, member
 
 pytestmark = pytest.mark.django_db
 
@@ -99,6 +99,20 @@ def test_a_flushed_minute_belongs_to_its_services_workspace_or_else_its_keys(sto
     owners = {(r.service, r.key_id): r.workspace for r in UsageRecord.objects.all()}
     assert owners == {("qwen", SERVICE_TOKEN_ID): team, ("deleted", key): team,
                       ("deleted", SERVICE_TOKEN_ID): None}  # fmt: skip
+
+
+def test_each_adapter_of_a_service_is_a_row_of_its_own(store):
+    Service.objects.create(workspace=default_workspace(), name="qwen", spec={"name": "qwen"})
+    count(store, MINUTE, "qwen", "k1", 10, 5)
+    count(store, MINUTE, "qwen:sql", "k1", 3, 2)  # contracts.usage.usage_model
+    count(store, MINUTE, "qwen:sql", "k1", 1, 1)
+    count(store, MINUTE, "qwen:chat", "k1", 4, 4)
+    count(store, MINUTE, "qwen:" + "x" * 65, "k1", 1, 1)  # no adapter has so long a name
+    assert flush_usage(store, (MINUTE + 1) * 60) == 1
+    found = {(r.service, r.adapter): (r.prompt_tokens, r.requests, r.workspace.name)
+             for r in UsageRecord.objects.all()}  # fmt: skip
+    assert found == {("qwen", ""): (10, 1, "default"), ("qwen", "sql"): (4, 2, "default"),
+                     ("qwen", "chat"): (4, 1, "default")}  # fmt: skip
 
 
 def test_the_current_minute_is_not_flushed(store):
@@ -367,6 +381,31 @@ def test_series_by_minute_and_day_and_filters(usage):
     tokens = staff.get("/api/v1/usage", {**RANGE, "key": SERVICE_TOKEN_ID}).json()["totals"]
     assert tokens["total_tokens"] == 10
     assert staff.get("/api/v1/usage", {**RANGE, "key": mine}).json()["totals"]["requests"] == 4
+
+
+def test_each_services_model_and_adapter_is_a_row_and_a_filter(usage):
+    alice, *_ = usage
+    a = Workspace.objects.get(name="a")
+    UsageRecord.objects.create(
+        minute=at(MINUTE),
+        service="qwen",
+        key_id="-",
+        adapter="sql",
+        prompt_tokens=7,
+        completion_tokens=3,
+        requests=2,
+        workspace=a,
+    )
+    body = alice.get("/api/v1/usage", RANGE).json()
+    assert [(m["service"], m["adapter"], m["requests"], m["total_tokens"])
+            for m in body["models"]] == [
+        ("llama", "", 2, 3), ("qwen", "", 2, 330), ("qwen", "sql", 2, 10),
+    ]  # fmt: skip
+    sql = alice.get("/api/v1/usage", {**RANGE, "adapter": "sql"}).json()["totals"]
+    base = alice.get("/api/v1/usage", {**RANGE, "service": "qwen", "adapter": "-"}).json()
+    assert (sql["total_tokens"], base["totals"]["total_tokens"]) == (10, 330)
+    bad = alice.get("/api/v1/usage", {**RANGE, "adapter": "a:b"})
+    assert bad.status_code == 400 and set(bad.json()["errors"]) == {"adapter"}
 
 
 def test_other_workspaces_usage_is_invisible(usage):

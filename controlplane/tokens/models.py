@@ -72,9 +72,11 @@ class ApiKeyQuerySet(models.QuerySet):
         is left with an empty scope: it reaches nothing.
         """
         changed = 0
+        adapters = name + ":"  # "<service>:<adapter>" entries go with their service
         for key in self.select_for_update().filter(services__isnull=False):
-            if name in key.services:
-                key.services = [service for service in key.services if service != name]
+            kept = [s for s in key.services if s != name and not s.startswith(adapters)]
+            if kept != key.services:
+                key.services = kept
                 key.save(update_fields=["services"])
                 changed += 1
         return changed

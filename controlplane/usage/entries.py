@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from contracts.usage import parse_field
+from contracts.usage import parse_field, split_model
 from controlplane.tokens.api.values import text
 
 # contracts.usage.KINDS -> UsageRecord columns
@@ -31,6 +31,7 @@ COLUMNS = {
 # This leaves room for that and keeps a row's sum far below a bigint column's 2**63.
 MAX_COUNT = 10**15
 MAX_SERVICE = 63  # UsageRecord.service
+MAX_ADAPTER = 64  # UsageRecord.adapter
 MAX_KEY_ID = 32  # UsageRecord.key_id
 MAX_HASH_NAME = 200  # UsageBatch.name, which names the flushing key
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -95,10 +96,16 @@ def sort_fields(fields: Mapping[Raw, Raw]) -> tuple[dict[tuple[str, str], Entry]
 
 
 def _entry_counts(service: str, key_id: str, values: dict[str, Raw]) -> dict[str, int]:
+    name, adapter = split_model(service)
     try:
-        text(service, MAX_SERVICE)
+        text(name, MAX_SERVICE)
     except ValueError as exc:
         raise ValueError(f"service name: {exc}") from None
+    try:
+        if adapter:
+            text(adapter, MAX_ADAPTER)
+    except ValueError as exc:
+        raise ValueError(f"adapter name: {exc}") from None
     try:
         text(key_id, MAX_KEY_ID)
     except ValueError as exc:

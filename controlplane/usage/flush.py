@@ -36,6 +36,7 @@ from contracts.usage import (
     flushing_key,
     is_flushing,
     minute_of,
+    split_model,
 )
 from controlplane.services.models import Service
 from controlplane.tokens.models import ApiKey
@@ -149,9 +150,12 @@ def _add_or_refuse(minute: datetime, service: str, key_id: str, entry: Entry) ->
     return None
 
 
-def _add(minute: datetime, service: str, key_id: str, counts: dict[str, int]) -> None:
-    """Add to the row, creating it first when the minute is new for this service and key."""
-    row = UsageRecord.objects.filter(minute=minute, service=service, key_id=key_id)
+def _add(minute: datetime, model: str, key_id: str, counts: dict[str, int]) -> None:
+    """Add to the row, creating it first when the minute is new for this service (or adapter
+    of it: contracts.usage.usage_model) and key."""
+    service, adapter = split_model(model)
+    row = UsageRecord.objects.filter(minute=minute, service=service, key_id=key_id,
+                                     adapter=adapter)  # fmt: skip
     increments = {column: F(column) + value for column, value in counts.items()}
     if row.update(**increments):
         return
@@ -159,8 +163,9 @@ def _add(minute: datetime, service: str, key_id: str, counts: dict[str, int]) ->
         with transaction.atomic():  # a savepoint: a lost race must not abort the whole minute
             workspace = _workspace_of(service, key_id)
             UsageRecord.objects.create(
-                minute=minute, service=service, key_id=key_id, workspace_id=workspace, **counts
-            )
+                minute=minute, service=service, key_id=key_id, adapter=adapter,
+                workspace_id=workspace, **counts,
+            )  # fmt: skip
     except IntegrityError:
         row.update(**increments)
 

@@ -10,6 +10,9 @@ class UsageRecord(models.Model):
     minute = models.DateTimeField(help_text="the minute's start, UTC")
     service = models.CharField(max_length=63)
     key_id = models.CharField(max_length=32, help_text="ApiKey.public_id, or '-'")
+    adapter = models.CharField(
+        max_length=64, blank=True, default="", help_text="the LoRA adapter called; '': the model"
+    )
     # The service's workspace when the minute was flushed (null: the service and the key were
     # both gone by then; staff still see the row).
     workspace = models.ForeignKey(
@@ -27,7 +30,8 @@ class UsageRecord(models.Model):
         # queries; a separate index on `minute` would only slow the flush down.
         constraints = [
             models.UniqueConstraint(
-                fields=["minute", "service", "key_id"], name="usage_one_row_per_minute"
+                fields=["minute", "service", "key_id", "adapter"],
+                name="usage_one_row_per_minute_and_adapter",
             )
         ]
         ordering = ["minute", "service", "key_id"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.routing import RoutedService, Snapshot
+from contracts.routing import RoutedKey, RoutedService, Snapshot
 from gateway.callers import Caller, callable_models, eas_adapter
 
 SERVICES = {
@@ -68,3 +68,30 @@ def test_models_list_adapters_under_their_base_and_the_snapshot_keeps_them():
     again = Snapshot.from_json(SNAPSHOT.to_json())
     assert again.services["assistant"].adapters == ("sql", "chat")
     assert again.services["plain"].adapters == ()
+
+
+SCOPES = [
+    # (key scope, service, adapter, allowed)
+    (None, "assistant", "", True),
+    (None, "assistant", "sql", True),
+    (frozenset({"assistant"}), "assistant", "chat", True),
+    (frozenset({"assistant:sql"}), "assistant", "sql", True),
+    (frozenset({"assistant:sql"}), "assistant", "chat", False),
+    (frozenset({"assistant:sql"}), "assistant", "", False),  # not the base model
+    (frozenset({"assistant:sql"}), "coder", "sql", False),
+    (frozenset({"coder"}), "assistant", "sql", False),
+]
+
+
+@pytest.mark.parametrize(("scope", "service", "adapter", "allowed"), SCOPES)
+def test_a_key_scoped_to_an_adapter_calls_that_adapter_alone(scope, service, adapter, allowed):
+    key = RoutedKey("k1", services=scope)
+    assert key.allows(service, 0.0, adapter) is allowed
+    assert key.reaches(service) is (scope is None or any(
+        s == service or s.startswith(service + ":") for s in scope))  # fmt: skip
+    assert not RoutedKey("k2", services=scope, expires_at=1.0).allows(service, 5.0, adapter)
+
+
+def test_models_list_only_the_adapters_a_key_may_call():
+    caller = Caller("k1", RoutedKey("k1", services=frozenset({"assistant:sql", "plain"})))
+    assert callable_models(SNAPSHOT, caller, 0.0) == [("tiny:sql", "tiny"), ("plain", "")]

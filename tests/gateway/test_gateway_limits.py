@@ -115,7 +115,10 @@ def test_service_requests_per_second_refused_beyond_the_limit_then_recovered(
     assert post(http, gateway, token, body).status_code == 200
     text = gateway.metrics()
     assert metric(text, "wharf_gateway_rejections_total", service=svc.name, reason="service_rps")
-    assert metric(text, "wharf_gateway_requests_total", service=svc.name, status="429") == 1
+    assert (
+        metric(text, "wharf_gateway_requests_total", service=svc.name, status="429", adapter="")
+        == 1
+    )
 
 
 def test_key_requests_per_minute_counted_in_headers_refused_then_recovered(

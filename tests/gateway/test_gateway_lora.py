@@ -13,16 +13,27 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from gateway_support import SECRET_KEY, Gateway, Gateways, assert_error, make_token, snapshot
+from gateway_support import (
+    SECRET_KEY,
+    Gateway,
+    Gateways,
+    assert_error,
+    make_token,
+    metric,
+    snapshot,
+    wait_until,
+)
 
 from contracts.engine_keys import engine_key
 from contracts.engines.vllm import lora_args
-from contracts.routing import RoutedInstance, RoutedService
+from contracts.routing import RoutedInstance, RoutedKey, RoutedService
 from contracts.spec import parse_spec
+from contracts.tokens import token_digest
 from tests import vllm_support
 from tests.vllm_support import VLLM_PYTHON, VLLM_VENV
 
 INSTANCE = "vllm-lora-0"
+SQL_KEY = "wak-scoped-to-the-sql-adapter-only-0123456789"
 SERVICE = "assistant"  # served as "tiny"
 PROMPT = "Hello world, the capital of"
 
@@ -61,15 +72,17 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def routed(engine: str, redis_url: str) -> Iterator[tuple[Gateway, str]]:
-    """A gateway routing the service, with its adapters, to the engine: (gateway, token)."""
+    """A gateway routing the service, with its adapters, to the engine, and an API key scoped
+    to its adapter sql (SQL_KEY): (gateway, the service's token)."""
     token, digest = make_token()
     svc = RoutedService(
         name=SERVICE, served_model_names=("tiny",), token_digests=frozenset([digest]),
         instances=(RoutedInstance(INSTANCE, engine),), rate_limit=0, adapters=("sql", "chat"),
     )  # fmt: skip
+    keys = {token_digest(SECRET_KEY, SQL_KEY): RoutedKey("k9", frozenset({f"{SERVICE}:sql"}))}
     gateways = Gateways(redis_url)
     try:
-        yield gateways.start(snapshot(1, svc)), token
+        yield gateways.start(snapshot(1, svc, keys=keys)), token
     finally:
         gateways.stop_all()
 
@@ -131,3 +144,39 @@ def test_models_lists_each_adapter_with_its_base_as_parent(routed):
     assert one.status_code == 200 and one.json()["parent"] == "tiny"
     missing = httpx.get(f"{gateway.url}/v1/models/tiny:nope", headers=auth, trust_env=False)
     assert_error(missing, 404, "invalid_request_error", "model_not_found", "model")
+
+
+def test_a_key_scoped_to_one_adapter_calls_that_one_alone(routed):
+    gateway, _ = routed
+    url, auth = f"{gateway.url}/v1/completions", {"Authorization": f"Bearer {SQL_KEY}"}
+    assert text(complete(url, "tiny:sql", auth))
+    for model in ("tiny:chat", "tiny"):  # OpenAI's answer: no such model for this key
+        assert_error(complete(url, model, auth), 404, "invalid_request_error",
+                     "model_not_found", "model")  # fmt: skip
+    listed = httpx.get(f"{gateway.url}/v1/models", headers=auth, trust_env=False).json()
+    assert [m["id"] for m in listed["data"]] == ["tiny:sql"]
+    eas = f"{gateway.url}/api/predict/{SERVICE}/v1/completions"
+    assert text(complete(eas, "sql", {"Authorization": SQL_KEY}))
+    refused = complete(eas, "chat", {"Authorization": SQL_KEY})
+    assert_error(refused, 403, "invalid_request_error", "key_not_allowed")
+
+
+def test_usage_and_metrics_count_each_adapter_on_its_own(routed):
+    gateway, token = routed
+    url, auth = f"{gateway.url}/v1/completions", {"Authorization": f"Bearer {token}"}
+    before = gateway.usage()
+    for model in ("tiny", "tiny:sql", "tiny:sql", "tiny:chat"):
+        text(complete(url, model, auth))
+
+    def requests(model: str) -> int:
+        key = (model, "-", "requests")
+        return gateway.usage().get(key, 0) - before.get(key, 0)
+
+    assert wait_until(lambda: (requests(SERVICE), requests(f"{SERVICE}:sql"),
+                               requests(f"{SERVICE}:chat")) == (1, 2, 1))  # fmt: skip
+    figures = gateway.metrics()
+    for adapter in ("", "sql", "chat"):
+        assert metric(figures, "wharf_gateway_requests_total", service=SERVICE, status="200",
+                      adapter=adapter) >= 1  # fmt: skip
+        assert metric(figures, "wharf_gateway_tokens_total", service=SERVICE, kind="completion",
+                      adapter=adapter) >= 12  # fmt: skip

@@ -190,7 +190,10 @@ def test_a_held_request_whose_client_leaves_is_dropped(
     # Gone from the count once the client left, long before the activation timeout.
     assert wait_until(lambda: private.held() == {}, 3)
     assert private.metric("wharf_gateway_held_requests", service=svc.name) == 0
-    assert private.metric("wharf_gateway_requests_total", service=svc.name, status="499") == 1
+    assert (
+        private.metric("wharf_gateway_requests_total", service=svc.name, status="499", adapter="")
+        == 1
+    )
 
 
 def test_a_service_without_scale_from_zero_gets_503_at_once(private: Private) -> None:

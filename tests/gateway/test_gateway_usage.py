@@ -77,8 +77,13 @@ def test_non_streamed_answer_counts_its_usage_per_key_and_service(
     assert 0 <= timings.get("ttft_ms", 0) <= timings.get("latency_ms", 0)
 
     text = gateway.metrics()
-    assert metric(text, "wharf_gateway_tokens_total", service=svc.name, kind="prompt") == 6
-    assert metric(text, "wharf_gateway_tokens_total", service=svc.name, kind="completion") == 8
+    assert (
+        metric(text, "wharf_gateway_tokens_total", service=svc.name, kind="prompt", adapter="") == 6
+    )
+    assert (
+        metric(text, "wharf_gateway_tokens_total", service=svc.name, kind="completion", adapter="")
+        == 8
+    )
 
 
 def test_stream_usage_is_asked_of_the_engine_and_kept_from_a_client_that_did_not_ask(
@@ -199,9 +204,12 @@ def test_metrics_count_requests_latency_first_bytes_and_redis_health(
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
     name = svc.name
-    assert metric(text, "wharf_gateway_requests_total", service=name, status="200") == 1
+    assert metric(text, "wharf_gateway_requests_total", service=name, status="200", adapter="") == 1
     assert metric(text, "wharf_gateway_request_duration_seconds_count", service=name) == 1
-    assert metric(text, "wharf_gateway_time_to_first_byte_seconds_count", service=name) == 1
+    assert (
+        metric(text, "wharf_gateway_time_to_first_byte_seconds_count", service=name, adapter="")
+        == 1
+    )
     assert metric(text, "wharf_gateway_redis_up") == 1
     assert metric(text, "wharf_gateway_snapshot_version") == 1
     assert 0 <= metric(text, "wharf_gateway_snapshot_age_seconds") < 10

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from contracts.routing import ADAPTER_SEPARATOR
+from contracts.spec import SpecError
+from contracts.spec_facts import adapter_names
+from contracts.spec_models import ADAPTER_NAME
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.tokens.api.errors import Invalid
@@ -14,8 +19,9 @@ from controlplane.tokens.api.values import echo, positive_int, text, timestamp
 LIMITS = ("rpm", "tpm", "max_concurrency")
 FIELDS = frozenset({"name", "services", "expires_at", "expires_in", *LIMITS})
 MAX_NAME = 100  # ApiKey.name
-MAX_SERVICE_NAME = 63  # Service.name
 MAX_SERVICES = 100  # services one key is scoped to; more is a key for every service (null)
+MAX_SERVICE_NAME = 63  # Service.name
+MAX_SCOPE_ENTRY = 128  # "<service>:<adapter>": a service name, ':' and an adapter name
 
 
 class OtherFieldError(ValueError):
@@ -45,15 +51,29 @@ def _services(value: Any, workspace) -> list[str] | None:
         )
     for index, name in enumerate(value):
         try:
-            text(name, MAX_SERVICE_NAME, "a service name")
+            text(name, MAX_SCOPE_ENTRY, "a service name, or 'service:adapter'")
+            service, separator, adapter = name.partition(ADAPTER_SEPARATOR)
+            text(service, MAX_SERVICE_NAME, "a service name")
+            if separator and not re.fullmatch(ADAPTER_NAME, adapter):
+                raise ValueError(f"{adapter!r} is no adapter name (letters, digits, '_', '.', '-')")
         except ValueError as exc:
             raise OtherFieldError(f"services[{index}]", str(exc)) from None
     names = list(dict.fromkeys(value))
     live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(workspace=workspace)
-    known = set(live.filter(name__in=names).values_list("name", flat=True))
-    unknown = [name for name in names if name not in known]
+    wanted = {name.partition(ADAPTER_SEPARATOR)[0] for name in names}
+    known = {s.name: s for s in live.filter(name__in=wanted)}
+    unknown = [name for name in names if name.partition(ADAPTER_SEPARATOR)[0] not in known]
     if unknown:  # another workspace's service is no more known than a missing one
         raise ValueError(f"no such service in workspace {workspace.name!r}: {', '.join(unknown)}")
+    for index, name in enumerate(value):
+        service, separator, adapter = name.partition(ADAPTER_SEPARATOR)
+        try:
+            has = adapter_names(known[service].parsed_spec()) if separator else ()
+        except SpecError:  # stored before a rule tightened: it serves no adapter now
+            has = ()
+        if separator and adapter not in has:
+            raise OtherFieldError(f"services[{index}]", f"service {service!r} has no adapter "
+                                  f"{adapter!r} (it has: {', '.join(has) or 'none'})")  # fmt: skip
     return names
 
 

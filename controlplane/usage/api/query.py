@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from contracts.spec_models import ADAPTER_NAME
 from contracts.usage import SERVICE_TOKEN_ID
 from controlplane.tokens.api.errors import Invalid
 from controlplane.tokens.api.negotiation import FORMAT
@@ -17,7 +18,9 @@ DEFAULT_GROUP = "hour"
 DEFAULT_RANGE = timedelta(days=1)
 MAX_POINTS = 10_000  # a month by the minute would be 43,200 points: ask for hours instead
 MAX_SERVICE_NAME = 63  # UsageRecord.service
-PARAMETERS = ("since", "until", "group", "service", "key", FORMAT)
+BASE = "-"  # ?adapter=- : the base model's calls
+PARAMETERS = ("since", "until", "group", "service", "key", "adapter", FORMAT)
+ADAPTER = re.compile(ADAPTER_NAME)
 # ApiKey.public_id (its pk is at most 10 digits) or the service tokens' id
 KEY_ID = re.compile(rf"k[0-9]{{1,10}}|{re.escape(SERVICE_TOKEN_ID)}")
 
@@ -29,6 +32,7 @@ class Query:
     group: str
     service: str | None
     key: str | None
+    adapter: str | None = None  # one LoRA adapter's calls; "-" the base model's
 
 
 def _time(params: Any, name: str, errors: dict[str, list[str]]) -> datetime | None:
@@ -72,6 +76,9 @@ def parse_query(params: Any, now: datetime) -> Query:
         errors["group"] = [f"more than {MAX_POINTS} {group}s from since to until; "
                            "group by a longer period or ask for a shorter range"]  # fmt: skip
     service, key = _service(params, errors), _key(params, errors)
+    adapter = params.get("adapter") or None
+    if adapter is not None and adapter != BASE and not ADAPTER.fullmatch(adapter):
+        errors["adapter"] = [f"an adapter name, or {BASE!r} for the base model's calls"]
     if errors:
         raise Invalid("query", errors)
-    return Query(since, until, group, service, key)
+    return Query(since, until, group, service, key, adapter)

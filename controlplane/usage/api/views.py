@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.tokens.api.negotiation import NamedFormatNegotiation
-from controlplane.usage.api.query import parse_query
+from controlplane.usage.api.query import BASE, parse_query
 from controlplane.usage.models import UsageRecord
 from controlplane.workspaces.access import in_workspace
 
@@ -54,7 +54,9 @@ class Usage(APIView):
         records = records.filter(
             Q(service=query.service) if query.service else Q(),
             Q(key_id=query.key) if query.key else Q(),
+            Q(adapter="" if query.adapter == BASE else query.adapter) if query.adapter else Q(),
         )
+        models = records.order_by().values("service", "adapter").annotate(**SUMS)
         series = (
             records.order_by()
             .annotate(time=Trunc("minute", query.group, tzinfo=UTC))
@@ -64,7 +66,9 @@ class Usage(APIView):
         )
         return Response({
             "since": query.since, "until": query.until, "group": query.group,
-            "service": query.service, "key": query.key,
+            "service": query.service, "key": query.key, "adapter": query.adapter,
             "totals": _with_total(records.aggregate(**SUMS)),
+            # One row per service's model and per LoRA adapter (adapter "": the base model).
+            "models": [_with_total(row) for row in models.order_by("service", "adapter")],
             "series": [_with_total(row) for row in series],
         })  # fmt: skip
