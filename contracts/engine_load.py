@@ -21,7 +21,9 @@ A sample, JSON::
      "spec_drafts": 0, "spec_draft_tokens": 0, "spec_accepted_tokens": 0}
 
 A field the engine does not report is left out. Rates (hit rate, TTFT, tokens/s) come from
-two samples' counters (``rates``).
+two samples' counters (``rates``). An engine serving LoRA adapters also has
+``wharf:engine:adapters:<instance>``: the adapters its requests use now, a JSON list, expiring
+after ``STALE`` seconds (the LoRA-aware routing in gateway.policies).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from typing import Any
 
 LATEST_PREFIX = "wharf:engine:latest:"
 SERIES_PREFIX = "wharf:engine:series:"
+# The LoRA adapters an engine's requests use now (its slots), JSON list, expiring after STALE.
+ADAPTERS_PREFIX = "wharf:engine:adapters:"
 INTERVAL = 2.0  # seconds between two scrapes of an instance
 STALE = 10  # seconds a latest sample counts (an int: SET ... EX takes no fraction)
 KEEP = 450  # samples in a series: 15 minutes at INTERVAL
@@ -51,6 +55,25 @@ def latest_key(instance: str) -> str:
 
 def series_key(instance: str) -> str:
     return SERIES_PREFIX + instance
+
+
+def adapters_key(instance: str) -> str:
+    return ADAPTERS_PREFIX + instance
+
+
+def encode_adapters(adapters: frozenset[str]) -> str:
+    return json.dumps(sorted(adapters))
+
+
+def decode_adapters(raw: str | bytes | None) -> frozenset[str]:
+    """The adapters of a kept list; none for a missing or malformed one (never raises)."""
+    try:
+        data = json.loads(raw) if raw is not None else []
+    except (ValueError, UnicodeDecodeError):
+        return frozenset()
+    if not isinstance(data, list):
+        return frozenset()
+    return frozenset(a for a in data if isinstance(a, str))
 
 
 def encode(sample: dict[str, float]) -> str:

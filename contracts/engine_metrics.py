@@ -45,6 +45,11 @@ NAMES: dict[str, tuple[str, ...]] = {
 }
 AVERAGED = frozenset({"kv_cache"})  # a fraction per engine: a sum over engines means nothing
 WANTED = frozenset(name for names in NAMES.values() for name in names)
+# vLLM's LoRA gauge: one label set per change of the adapters its running and waiting requests
+# use, valued with the time of that change; the newest says which are in its slots now.
+LORA_INFO = "vllm:lora_requests_info"
+LORA_LABELS = ("running_lora_adapters", "waiting_lora_adapters")
+MAX_ADAPTERS = 256
 
 
 class MetricsError(ValueError):
@@ -55,28 +60,40 @@ def parse(text: str, at: float) -> dict[str, float]:
     """The sample a /metrics page gives, scraped at `at` (unix seconds): "at" and every field
     of contracts.engine_load.FIELDS the page reports (the others left out). Raises
     MetricsError for text that is not the Prometheus format, never anything else."""
+    return read(text, at)[0]
+
+
+def read(text: str, at: float) -> tuple[dict[str, float], frozenset[str] | None]:
+    """parse's sample, and the LoRA adapters the engine's requests use now (vLLM's
+    lora_requests_info; None for an engine that reports no LoRA), in one pass."""
     if len(text) > MAX_TEXT:
         raise MetricsError(f"the metrics page is over {MAX_TEXT} characters")
-    values = _wanted_values(text)
+    values, adapters = _wanted_values(text)
     sample: dict[str, float] = {"at": at}
     for field, names in NAMES.items():
         found = next((values[name] for name in names if values.get(name)), None)
         if found:
             sample[field] = sum(found) / len(found) if field in AVERAGED else sum(found)
-    return sample
+    return sample, adapters
 
 
-def _wanted_values(text: str) -> dict[str, list[float]]:
-    """The finite values of the wanted samples, by sample name, one per label set."""
+def _wanted_values(text: str) -> tuple[dict[str, list[float]], frozenset[str] | None]:
+    """The finite values of the wanted samples, by sample name, one per label set; and the
+    adapters of the newest LoRA label set."""
     values: dict[str, list[float]] = defaultdict(list)
+    newest: tuple[float, frozenset[str]] | None = None
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name in WANTED and math.isfinite(sample.value):
                     values[sample.name].append(float(sample.value))
+                elif sample.name == LORA_INFO and (newest is None or sample.value > newest[0]):
+                    names = ",".join(sample.labels.get(label, "") for label in LORA_LABELS)
+                    used = frozenset(n for n in names.split(",") if n)
+                    newest = (sample.value, frozenset(sorted(used)[:MAX_ADAPTERS]))
     except (ValueError, TypeError, IndexError, KeyError) as exc:  # the parser's ways to fail
         raise MetricsError(f"not Prometheus text: {exc}") from None
-    return values
+    return values, (newest[1] if newest else None)
 
 
 def metrics_path(spec: ServiceSpec, role: str = "") -> str | None:

@@ -138,7 +138,7 @@ def _forward(
         strip_usage=strip_usage,
         arrived=arrived,
         policy=policy,
-        routing_key=routing_key(used, data, request.headers, service.session_header),
+        routing_key=routing_key(used, data, request.headers, service.session_header, adapter),
         prefill=prefill,
         form=form,
         keepalive=service.timeout,

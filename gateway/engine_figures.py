@@ -31,13 +31,18 @@ INTERVAL = 1.0
 
 
 def uses_engine_figures(service: RoutedService) -> bool:
-    """Whether any of the service's pools is ranked by kv_cache_load."""
+    """Whether any of the service's pools is ranked by kv_cache_load, or it serves LoRA
+    adapters (routed to engines that have them in a slot)."""
+    if service.adapters:
+        return True
     if service.pd is None:
         return service.routing == KV_CACHE_LOAD
     return KV_CACHE_LOAD in (service.pd.prefill_policy, service.pd.decode_policy)
 
 
-def figures_of(sample: dict[str, float] | None, now: float) -> EngineFigures | None:
+def figures_of(
+    sample: dict[str, float] | None, now: float, adapters: frozenset[str] = frozenset()
+) -> EngineFigures | None:
     """The figures of a decoded sample, or None when it is missing or older than STALE."""
     if sample is None or sample["at"] < now - engine_load.STALE:
         return None
@@ -46,6 +51,7 @@ def figures_of(sample: dict[str, float] | None, now: float) -> EngineFigures | N
         waiting=max(sample.get("waiting", 0.0), 0.0),
         running=max(sample.get("running", 0.0), 0.0),
         kv_cache=kv_cache,
+        adapters=adapters,
     )
 
 
@@ -90,11 +96,14 @@ class EngineFiguresReader:
         if not instances:
             self._balancer.figures = {}
             return
-        values = await self._client.mget([self._prefix + name for name in instances])
+        keys = [self._prefix + name for name in instances]
+        keys += [engine_load.adapters_key(name) for name in instances]
+        values = await self._client.mget(keys)
+        samples, adapters = values[: len(instances)], values[len(instances) :]
         now = time.time()
         figures: dict[str, EngineFigures] = {}
-        for (_name, url), raw in zip(instances.items(), values, strict=True):
-            found = figures_of(engine_load.decode(raw), now)
+        for (_name, url), raw, used in zip(instances.items(), samples, adapters, strict=True):
+            found = figures_of(engine_load.decode(raw), now, engine_load.decode_adapters(used))
             if found is not None:
                 figures[url] = found
         self._balancer.figures = figures

@@ -25,6 +25,9 @@ order after the first is the order failovers follow.
   engine's queue and KV-cache usage, plus this gateway's requests in flight (fresh, where the
   scraped figures are up to a few seconds old; see ``kv_score``). An instance without
   figures (a new one, or its scrape missing) counts by its requests in flight alone.
+- With a LoRA adapter called, whatever the policy: an instance whose engine has the adapter in
+  one of its slots (its requests use it now, by the engine's own metrics) is preferred within
+  the load bound (``resident``), as AIBrix's LoRA-aware routing does.
 - ``session``: requests with the same session id (a header, ``x-session-id`` by default) go
   to the same instance, chosen by rendezvous (highest random weight) hashing over the
   instances' names: adding or losing an instance moves only the sessions it gains or held.
@@ -84,6 +87,7 @@ class EngineFigures:
     waiting: float = 0.0  # requests waiting in the engine's queue
     running: float = 0.0  # requests the engine runs
     kv_cache: float = 0.0  # KV-cache usage, 0..1
+    adapters: frozenset[str] = frozenset()  # LoRA adapters its requests use now (its slots)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class RoutingKey:
 
     prompt: str | None = None
     session: str | None = None
+    adapter: str = ""  # the LoRA adapter called: an engine that has it in a slot is preferred
     _blocks: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def blocks(self, seed: str) -> tuple[int, ...]:
@@ -195,15 +200,39 @@ def rank(
     every block each url owns (PrefixTable.held). An unknown policy ranks as
     least_outstanding."""
     if policy == ROUND_ROBIN:
-        return sorted(candidates, key=lambda i: i.url in load.cooling)
-    if policy == KV_CACHE_LOAD:
-        return kv_cache_load(candidates, load)
-    ranked = least_outstanding(candidates, load)
-    if policy == PREFIX_CACHE and matched is not None:
-        return prefix_cache(ranked, load, matched, held or {})
-    if policy == SESSION and key is not None and key.session:
-        return session(ranked, load, key.session)
+        ranked = sorted(candidates, key=lambda i: i.url in load.cooling)
+    elif policy == KV_CACHE_LOAD:
+        ranked = kv_cache_load(candidates, load)
+    else:
+        ranked = least_outstanding(candidates, load)
+        if policy == PREFIX_CACHE and matched is not None:
+            ranked = prefix_cache(ranked, load, matched, held or {})
+        elif policy == SESSION and key is not None and key.session:
+            ranked = session(ranked, load, key.session)
+    if key is not None and key.adapter:
+        return resident(ranked, load, key.adapter)
     return ranked
+
+
+def resident(ranked: list[RoutedInstance], load: Load, adapter: str) -> list[RoutedInstance]:
+    """`ranked` with, unless its first already has it, the best ranked healthy instance whose
+    engine has `adapter` in a slot (its requests use it: vLLM's lora_requests_info) first,
+    within the load bound: an engine serving more adapters than it has slots (max_loras) swaps
+    one out to take another, and a request waits for that."""
+    healthy = [i for i in ranked if i.url not in load.cooling]
+    if not healthy or adapter in _adapters(load, ranked[0].url):
+        return ranked
+    least = min(load.requests(i.url) for i in healthy)
+    for instance in healthy:
+        has = adapter in _adapters(load, instance.url)
+        if has and within_bound(load.requests(instance.url), least):
+            return _first(ranked, instance)
+    return ranked
+
+
+def _adapters(load: Load, url: str) -> frozenset[str]:
+    figures = load.figures.get(url)
+    return figures.adapters if figures is not None else frozenset()
 
 
 def least_outstanding(candidates: Sequence[RoutedInstance], load: Load) -> list[RoutedInstance]:

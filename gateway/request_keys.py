@@ -27,14 +27,16 @@ def routing_key(
     data: dict[str, Any] | None,
     headers: Mapping[str, str],
     session_header: str,
+    adapter: str = "",
 ) -> RoutingKey | None:
-    """The key for the policies in `used` (a service's, and its prefill pool's); None when
-    none of them needs one or the request offers none."""
+    """The key for the policies in `used` (a service's, and its prefill pool's) and for the
+    LoRA `adapter` called; None when nothing needs one or the request offers none."""
     prompt = prompt_text(data) if PREFIX_CACHE in used and data is not None else None
     session = headers.get(session_header) if SESSION in used and session_header else None
-    if not prompt and not session:
+    if not prompt and not session and not adapter:
         return None
-    return RoutingKey(prompt=prompt or None, session=session[:_SESSION_CHARS] if session else None)
+    return RoutingKey(prompt=prompt or None, session=session[:_SESSION_CHARS] if session else None,
+                      adapter=adapter)  # fmt: skip
 
 
 class _Text:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from contracts import engine_load
-from contracts.engine_metrics import NAMES, MetricsError, metrics_path, parse
+from contracts.engine_metrics import NAMES, MetricsError, metrics_path, parse, read
 from contracts.spec import parse_spec
 
 ROOT = Path(__file__).parents[1]
@@ -92,6 +92,24 @@ def test_the_sample_round_trips_through_the_contract():
 )  # fmt: skip
 def test_reads_labelled_and_older_pages(lines, expected):
     assert parse("\n".join(lines) + "\n", 3.0) == {"at": 3.0, **expected}
+
+
+def test_the_adapters_in_use_are_the_newest_lora_label_sets():
+    lines = [
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="",'
+        'waiting_lora_adapters=""} 1.7e9',
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="sql,chat",'
+        'waiting_lora_adapters="extra"} 1.8e9',
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="old",'
+        'waiting_lora_adapters=""} 1.75e9',
+        "vllm:num_requests_running 2",
+    ]
+    sample, adapters = read("\n".join(lines) + "\n", 3.0)
+    assert sample == {"at": 3.0, "running": 2} and adapters == {"sql", "chat", "extra"}
+    idle = read('vllm:lora_requests_info{running_lora_adapters="",waiting_lora_adapters=""} 1\n',
+                0.0)  # fmt: skip
+    assert idle[1] == frozenset()  # LoRA on, nothing in use
+    assert read("vllm:num_requests_running 1\n", 0.0)[1] is None  # no LoRA at all
 
 
 def test_reads_a_page_with_type_lines_as_one_without():

@@ -141,6 +141,16 @@ def test_the_series_is_capped_at_keep(store):
                                                           "running": 1.0}  # fmt: skip
 
 
+def test_an_engine_serving_adapters_has_those_in_use_kept_beside_its_sample(store):
+    write(store, "lora-1", {"at": 1.0}, frozenset({"sql", "chat"}))
+    kept = store.get(engine_load.adapters_key("lora-1"))
+    assert engine_load.decode_adapters(kept) == {"sql", "chat"}
+    assert 0 < store.ttl(engine_load.adapters_key("lora-1")) <= engine_load.STALE
+    write(store, "plain-1", {"at": 1.0})  # no LoRA: nothing kept
+    assert store.get(engine_load.adapters_key("plain-1")) is None
+    assert engine_load.decode_adapters(b"{not json") == frozenset()
+
+
 @pytest.mark.django_db
 def test_only_this_nodes_ready_engines_with_a_metrics_page_are_read(vllm, store, redis_url):
     _instance(SPEC, "tiny-0", vllm, node="another-node")

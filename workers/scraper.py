@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 
 from contracts import engine_load
-from contracts.engine_metrics import MAX_TEXT, MetricsError, parse
+from contracts.engine_metrics import MAX_TEXT, MetricsError, read
 from controlplane.metrics.targets import MetricsPaths, Target, ready_targets
 from controlplane.services.models import Instance
 
@@ -96,8 +96,8 @@ class Scraper(threading.Thread):
         name = target.instance.name
         try:
             text = self._fetch(target.metrics_url)
-            sample = parse(text, time.time())
-            write(self.store, name, sample)
+            sample, adapters = read(text, time.time())
+            write(self.store, name, sample, adapters)
         except (httpx.HTTPError, MetricsError) as exc:
             self._warn(f"engine {name}", "instance %s: no engine metrics from %s: %s", name,
                        target.metrics_url, exc)  # fmt: skip
@@ -138,12 +138,19 @@ class Scraper(threading.Thread):
         log.warning(message, *args)
 
 
-def write(store: redis.Redis, instance: str, sample: dict[str, float]) -> None:
-    """The newest sample (it lasts STALE seconds) and the series, in one round trip."""
+def write(
+    store: redis.Redis, instance: str, sample: dict[str, float],
+    adapters: frozenset[str] | None = None,
+) -> None:  # fmt: skip
+    """The newest sample (it lasts STALE seconds), the series and, for an engine serving
+    LoRA adapters, the adapters it uses now, in one round trip."""
     raw = engine_load.encode(sample)
     series = engine_load.series_key(instance)
     pipe = store.pipeline(transaction=True)
     pipe.set(engine_load.latest_key(instance), raw, ex=engine_load.STALE)
+    if adapters is not None:
+        pipe.set(engine_load.adapters_key(instance), engine_load.encode_adapters(adapters),
+                 ex=engine_load.STALE)  # fmt: skip
     pipe.lpush(series, raw)
     pipe.ltrim(series, 0, engine_load.KEEP - 1)
     pipe.expire(series, engine_load.SERIES_TTL)

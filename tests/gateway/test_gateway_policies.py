@@ -345,3 +345,34 @@ def test_prompts_spread_evenly_over_the_caches_and_stay_where_they_went() -> Non
     for prompt in prompts:
         again = balancer.ranked("svc", ABC, policy=PREFIX_CACHE, key=RoutingKey(prompt + "?"))
         assert again[0] == homes[prompt]
+
+
+def sql(*adapters: str) -> EngineFigures:
+    return EngineFigures(adapters=frozenset(adapters))
+
+
+@pytest.mark.parametrize(
+    ("policy", "state", "expected"),
+    [
+        pytest.param(LEAST_OUTSTANDING, {"figures": {B: sql("sql")}}, "bac", id="resident-first"),
+        pytest.param(LEAST_OUTSTANDING, {"figures": {A: sql("sql"), B: sql("sql")}}, "abc",
+                     id="first-has-it"),
+        pytest.param(LEAST_OUTSTANDING, {"figures": {C: sql("chat")}}, "abc",
+                     id="nobody-has-it"),
+        pytest.param(LEAST_OUTSTANDING, {"figures": {C: sql("sql")}, "in_flight": {C: 4}},
+                     "cab", id="within-the-bound"),
+        pytest.param(LEAST_OUTSTANDING, {"figures": {C: sql("sql")}, "in_flight": {C: 5}},
+                     "abc", id="past-the-bound-load-wins"),
+        pytest.param(LEAST_OUTSTANDING, {"figures": {B: sql("sql")}, "cooling": (B,)}, "acb",
+                     id="cooling-never-preferred"),
+        pytest.param(KV_CACHE_LOAD, {"figures": {A: EngineFigures(waiting=1),
+                                                 C: EngineFigures(adapters=frozenset({"sql"}))}},
+                     "cba", id="any-policy"),
+        pytest.param(ROUND_ROBIN, {"figures": {C: sql("sql")}}, "cab", id="round-robin-too"),
+    ],
+)  # fmt: skip
+def test_an_engine_with_the_adapter_in_a_slot_is_preferred(
+    policy: str, state: dict[str, Any], expected: str
+) -> None:
+    key = RoutingKey(adapter="sql")
+    assert names(rank(policy, ABC, load(**state), key)) == expected

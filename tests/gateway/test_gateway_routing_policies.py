@@ -155,3 +155,40 @@ def test_prefill_leg_follows_the_prefill_policy(
         if f"{svc.name}-{n}" in engine.recorder.seen
     )
     assert len(prefill_legs) == 1 and sum(prefill_legs.values()) == 6, prefill_legs
+
+
+def test_an_adapter_goes_to_the_engine_that_has_it_in_a_slot(
+    start_gateway: Callable[..., Gateway],
+    engines: list[Engine],
+    figures: Callable[[RoutedInstance, dict[str, float]], None],
+    redis_url: str,
+) -> None:
+    routed = Routed(start_gateway, engines, adapters=("sql", "chat"))
+    client = redis.Redis.from_url(redis_url)
+
+    def resident(instance: RoutedInstance, *adapters: str) -> None:
+        figures(instance, {"running": 1})  # as a node's scraper writes them, side by side
+        used = engine_load.encode_adapters(frozenset(adapters))
+        client.set(engine_load.adapters_key(instance.name), used, ex=engine_load.STALE)
+
+    def answered(model: str, count: int) -> set[str]:
+        body = {"model": model, "prompt": "x", "max_tokens": 1}
+        headers = {"Authorization": f"Bearer {routed.token}"}
+        found = set()
+        for _ in range(count):
+            response = httpx.post(routed.gateway.url + "/v1/completions", json=body,
+                                  headers=headers, trust_env=False)  # fmt: skip
+            assert response.status_code == 200, response.text
+            found.add(response.headers["x-wharf-instance"])
+        return found
+
+    base = routed.service.served_model_names[0]
+    try:
+        resident(routed.a, "chat")
+        resident(routed.b, "sql")
+        assert wait_until(lambda: answered(f"{base}:sql", 4) == {routed.b.name}, 5)
+        assert answered(f"{base}:chat", 6) == {routed.a.name}
+        assert answered(base, 6) == {routed.a.name, routed.b.name}  # the base: in turn
+    finally:
+        client.delete(*(engine_load.adapters_key(i.name) for i in (routed.a, routed.b)))
+        client.close()
