@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -23,6 +24,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import PermissionDenied
 
+from contracts.spec_models import ADAPTER_NAME
 from controlplane.audit.actor import identify
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
@@ -86,7 +88,7 @@ def _service_workspace(request: HttpRequest, name: str):
     return service.workspace
 
 
-def _parse(body: bytes) -> tuple[str, dict] | JsonResponse:
+def _parse(body: bytes) -> tuple[str, dict, str] | JsonResponse:
     try:
         payload = json.loads(body or b"{}")
     except ValueError:
@@ -99,7 +101,10 @@ def _parse(body: bytes) -> tuple[str, dict] | JsonResponse:
     params = payload.get("body", {})
     if not isinstance(params, dict):
         return _error(400, "body must be a JSON object of request parameters")
-    return path, params
+    adapter = payload.get("adapter") or ""
+    if not isinstance(adapter, str) or (adapter and not re.fullmatch(ADAPTER_NAME, adapter)):
+        return _error(400, "adapter must be the name of one of the service's LoRA adapters")
+    return path, params, adapter
 
 
 @require_POST
@@ -110,15 +115,16 @@ async def test_call(request: HttpRequest, name: str) -> HttpResponse:
     parsed = _parse(request.body)
     if isinstance(parsed, JsonResponse):
         return parsed
-    path, params = parsed
+    path, params, adapter = parsed
     request.user = user  # resolved: the workspace checks below run in a thread
     workspace = await sync_to_async(_service_workspace)(request, name)
     if isinstance(workspace, JsonResponse):
         return workspace
     key, fresh = await _console_key(request, workspace)
-    # The service is picked by its name (the gateway maps it to the served model name), and
-    # usage is asked for so the panel can show token counts.
-    body = {**params, "model": name, "stream": True,
+    # The service is picked by its name (the gateway maps it to the served model name), an
+    # adapter as "<name>:<adapter>", and usage is asked for so the panel can show token counts.
+    model = f"{name}:{adapter}" if adapter else name
+    body = {**params, "model": model, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
     url = f"{settings.WHARF_GATEWAY_URL.rstrip('/')}/v1/{path}"
     client = httpx.AsyncClient(timeout=TIMEOUT, transport=TRANSPORT)

@@ -160,6 +160,35 @@ def test_llm_form_deploys_what_its_preview_shows(live_server, page, rest, broker
     }  # fmt: skip
 
 
+def test_llm_form_with_lora_adapters_deploys_what_its_preview_shows(live_server, page, rest,
+                                                                   broker):  # fmt: skip
+    open_deploy(page, live_server.url, "llm")
+    form = "#form-llm"
+    page.fill(f'{form} [name="name"]', "llm-lora")
+    page.select_option(f'{form} [name="llm.engine"]', "vllm-cpu")
+    page.fill(f'{form} [name="llm.model"]', "tiny-llama")
+    page.click("text=LoRA adapters")
+    page.fill(f'{form} [name="llm.lora.max_loras"]', "2")
+    for n, (adapter, model) in enumerate((("sql", "tiny-sql"), ("chat", "oss://bucket/chat/"))):
+        page.click("#add-adapter")
+        row = page.locator("#llm-adapters .pair").nth(n)
+        row.locator("[data-item=name] input").fill(adapter)
+        row.locator("[data-item=model] input").fill(model)
+    wait_preview(page, lambda t: "--lora-modules sql=/models/tiny-sql chat=" in t
+                 and "--max-loras 2" in t)  # fmt: skip
+
+    shown, stored = deployed(page, rest, broker, "llm-lora")
+    assert stored == shown == {
+        "name": "llm-lora",
+        "llm": {
+            "engine": "vllm-cpu", "model": "tiny-llama", "tensor_parallel_size": 1,
+            "lora": {"max_loras": 2, "adapters": [{"name": "sql", "model": "tiny-sql"},
+                                                  {"name": "chat", "model": "oss://bucket/chat/"}]},
+        },
+        "metadata": {"instance": 1},
+    }  # fmt: skip
+
+
 def test_llm_form_with_prefill_decode_deploys_what_its_preview_shows(
     live_server, page, rest, broker
 ):

@@ -256,6 +256,11 @@
     list.append(removable(SpecForm.row(list, schema, ["name", "value"])));
   }
 
+  function addAdapter() {
+    const list = $("#llm-adapters");
+    list.append(removable(SpecForm.row(list, schema, ["name", "model"])));
+  }
+
   // A mount: its path, its kind (the schema's storage sources) and the fields the template
   // lists for that kind.
   function addMount() {
@@ -308,6 +313,7 @@
     $("#add-option").addEventListener("click", () => addOption());
     $("#add-flag").addEventListener("click", () => addFlag());
     $("#add-env").addEventListener("click", addEnv);
+    $("#add-adapter").addEventListener("click", addAdapter);
     $("#add-mount").addEventListener("click", addMount);
   }
 

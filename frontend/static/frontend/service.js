@@ -34,6 +34,20 @@
     renderLogChoices();
     if (activeTab === "call") renderCall();
     if (activeTab === "logs" && $("#log-follow").checked) await loadLogs();
+    renderAdapterChoices();
+  }
+
+  // The online test's model choices: the service's model and each of its LoRA adapters.
+  function renderAdapterChoices() {
+    const select = $("#test-adapter");
+    const names = ((service.spec.llm && service.spec.llm.lora && service.spec.llm.lora.adapters)
+      || []).map((a) => a.name);
+    const have = [...select.options].slice(1).map((o) => o.value);
+    if (names.join() === have.join()) return;
+    const chosen = select.value;
+    select.replaceChildren(el("option", {value: ""}, "the service's model"),
+      ...names.map((n) => el("option", {value: n}, `${name}:${n}`)));
+    select.value = names.includes(chosen) ? chosen : "";
   }
 
   function gone() {
@@ -325,7 +339,7 @@
       const response = await fetch(`/console/services/${enc(name)}/test`, {
         method: "POST", credentials: "same-origin", signal: testAbort.signal,
         headers: {"Content-Type": "application/json", "X-CSRFToken": Wharf.csrfToken()},
-        body: JSON.stringify({path, body}),
+        body: JSON.stringify({path, body, adapter: form.adapter.value}),
       });
       if (!response.ok) {
         const text = await response.text();
@@ -428,6 +442,7 @@
     if (tab === "logs") loadLogs();
     if (tab === "call") renderCall();
     if (tab === "versions") loadVersions();
+    WharfAdapters.show(tab === "adapters");
     if (tab === "monitoring") {
       loadCharts();
       chartTimer = setInterval(loadCharts, 30000); // usage lands once a minute
