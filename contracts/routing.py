@@ -99,6 +99,10 @@ class RoutedService:
     scale_from_zero: bool = False
     adapters: tuple[str, ...] = ()  # LoRA adapters its engines serve
 
+    def answers_to(self, model: str) -> bool:
+        """Whether `model` names its base model: its own name or a served one."""
+        return model == self.name or model in self.served_model_names
+
     @property
     def model_names(self) -> tuple[str, ...]:
         """The names callers give its base model: the served ones, else its own."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 import secrets
 
+from contracts.routing import ADAPTER_SEPARATOR
+
 USAGE_PREFIX = "wharf:usage:"
 FLUSHING_SUFFIX = ":flushing"
 SERVICE_TOKEN_ID = "-"
@@ -34,9 +36,6 @@ def usage_key(epoch_seconds: float) -> str:
 
 def usage_field(service: str, key_id: str, kind: str) -> str:
     return f"{service}|{key_id}|{kind}"
-
-
-ADAPTER_SEPARATOR = ":"
 
 
 def usage_model(service: str, adapter: str = "") -> str:

@@ -137,9 +137,9 @@ def eas_adapter(service: RoutedService, model: object) -> str | None:
     adapters takes any model, as it always has."""
     if not service.adapters or not isinstance(model, str) or not model:
         return ""
-    if model == service.name or model in service.served_model_names:
+    if service.answers_to(model):
         return ""
     base, separator, adapter = model.rpartition(ADAPTER_SEPARATOR)
-    if separator and (base == service.name or base in service.served_model_names):
+    if separator and service.answers_to(base):
         model = adapter
     return model if model in service.adapters else None

@@ -64,3 +64,23 @@ def browser_context() -> Iterator[object]:
         finally:
             context.close()
             browser.close()
+
+
+@contextmanager
+def signed_in(url: str, username: str, password: str) -> Iterator[object]:
+    """A page of a fresh Chromium signed in to the console at `url` as `username`, on the
+    Services page. Afterwards the test thread's database connections are closed: queries made
+    while Playwright's event loop is set get connections of their own, which would keep the
+    test database from being dropped."""
+    from django.db import connections
+
+    with browser_context() as context:
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        page.goto(url + "/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit]")
+        page.wait_for_selector("h1:has-text('Services')")
+        yield page
+        connections.close_all()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 from django.utils import timezone
 
 from controlplane.services.choices import InstanceState
@@ -16,7 +15,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.usage.models import UsageRecord
 from launcher.stack import ROOT
 from tests.api_support import client_for, member
-from tests.browser.chromium import browser_context, require_browser
+from tests.browser.chromium import require_browser, signed_in
 
 SPEC = {
     "name": "tuned",
@@ -36,16 +35,8 @@ def page(live_server, transactional_db, monkeypatch):
 
     monkeypatch.setattr(intents, "reconcile_service", lambda name: None)  # no worker here
     member(get_user_model().objects.create_user("adapters-user", password=PASSWORD))
-    with browser_context() as context:
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", "adapters-user")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_selector("h1:has-text('Services')")
+    with signed_in(live_server.url, "adapters-user", PASSWORD) as page:
         yield page
-        connections.close_all()
 
 
 def states(page, adapter: str) -> str:

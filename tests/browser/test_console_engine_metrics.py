@@ -12,13 +12,12 @@ import time
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from contracts import engine_load
 from contracts.spec import parse_spec
 from controlplane.services.models import Instance, Service
 from tests.api_support import default_workspace, member
-from tests.browser.chromium import browser_context, require_browser
+from tests.browser.chromium import require_browser, signed_in
 from workers.scraper import write
 
 PASSWORD = "engine-metrics-test-password"
@@ -48,16 +47,8 @@ def page(live_server, transactional_db, store, monkeypatch):
             service=service, name=name, runtime="process", node="n1", state=state,
             url="http://127.0.0.1:1", spec_hash=parse_spec(SPEC).spec_hash(),
         )  # fmt: skip
-    with browser_context() as context:
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", "watcher")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_selector("h1:has-text('Services')")
+    with signed_in(live_server.url, "watcher", PASSWORD) as page:
         yield page
-        connections.close_all()
 
 
 def _scraped(store, now: float, running: float = 2) -> None:

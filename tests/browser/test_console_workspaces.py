@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from controlplane.services.models import Service
 from tests.api_support import client_for, member
-from tests.browser.chromium import browser_context, require_browser
+from tests.browser.chromium import require_browser, signed_in
 
 PASSWORD = "workspaces-test-password"
 
@@ -36,16 +35,8 @@ def page(live_server, transactional_db, monkeypatch):
         assert (
             api.post("/api/v1/services", spec(f"{workspace}-svc"), format="json").status_code == 201
         )
-    with browser_context() as context:
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", "two-hats")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_selector("h1:has-text('Services')")
+    with signed_in(live_server.url, "two-hats", PASSWORD) as page:
         yield page
-        connections.close_all()
 
 
 def listed(page) -> list[str]:

@@ -17,13 +17,12 @@ import json
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from contracts import reconcile
 from controlplane import intents
 from controlplane.services.models import Service
 from tests.api_support import client_for, member
-from tests.browser.chromium import browser_context, require_browser, require_editor
+from tests.browser.chromium import require_browser, require_editor, signed_in
 from tests.browser.deploy_page import (
     EDITOR_MODEL,
     deploy,
@@ -67,18 +66,8 @@ def page(live_server, transactional_db, monkeypatch, broker):
     # Django would take the test's own (synchronous) queries for calls from async code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     member(get_user_model().objects.create_user("forms-user", password=PASSWORD))
-    with browser_context() as context:
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", "forms-user")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_selector("h1:has-text('Services')")
+    with signed_in(live_server.url, "forms-user", PASSWORD) as page:
         yield page
-        # Queries made while that loop is set get a connection of their own; closed here, or
-        # it would keep the test database from being dropped.
-        connections.close_all()
 
 
 @pytest.fixture

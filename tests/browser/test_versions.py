@@ -9,12 +9,11 @@ import copy
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 
 from controlplane.services.models import Event, Service, ServiceVersion
 from launcher.stack import ROOT
 from tests.api_support import client_for, member
-from tests.browser.chromium import browser_context, require_browser
+from tests.browser.chromium import require_browser, signed_in
 
 SECRET = "SK-browser-secret"
 SPEC = {
@@ -50,18 +49,8 @@ def page(live_server, transactional_db, monkeypatch):
     # Django would take the test's own (synchronous) queries for calls from async code.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     member(get_user_model().objects.create_user("versions-user", password=PASSWORD))
-    with browser_context() as context:
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", "versions-user")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_selector("h1:has-text('Services')")
+    with signed_in(live_server.url, "versions-user", PASSWORD) as page:
         yield page
-        # Queries made while that loop is set get a connection of their own; closed here, or
-        # it would keep the test database from being dropped.
-        connections.close_all()
 
 
 def row(page, number: int):
