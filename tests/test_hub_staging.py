@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from contracts.hub_refs import HubRef, parse_hub_ref
 from tests.hub_fake import FakeHub
 from workers import hub as hubmod
 from workers.hub import (
@@ -23,8 +24,6 @@ from workers.hub import (
     MANIFEST,
     MODELSCOPE_ENDPOINT,
     HubError,
-    HubRef,
-    parse_hub_ref,
     resolve,
     serving_files,
     stage_hub,

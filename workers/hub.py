@@ -26,19 +26,18 @@ from urllib.parse import quote
 
 import httpx
 
+from contracts.hub_refs import COMMIT as _COMMIT
+from contracts.hub_refs import HubRef
+
 log = logging.getLogger(__name__)
 
 HF_ENDPOINT = "https://huggingface.co"
 MODELSCOPE_ENDPOINT = "https://www.modelscope.cn"
-DEFAULT_REVISIONS = {"hf": "main", "modelscope": "master"}
 MANIFEST = ".wharf-manifest.json"
 DOWNLOAD_ATTEMPTS = 5  # per file and stage, each one continuing where the one before stopped
 RETRY_DELAY = 2.0  # seconds before another attempt, times the attempts made
 DOWNLOAD_WORKERS = 4  # files downloading at once
 _TIMEOUT = httpx.Timeout(60.0, connect=10.0)
-_REPO = re.compile(r"\w(?:[\w.-]*\w)?/\w(?:[\w.-]*\w)?", re.ASCII)
-_REVISION = re.compile(r"(?!.*(\.\.|//))\w[\w./-]{0,199}(?<![/.])(?<!\.lock)", re.ASCII)
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 _FORMATS = ((".safetensors",), (".bin",), (".pt", ".pth"))  # weights, by preference
 _WEIGHTS = tuple(suffix for suffixes in _FORMATS for suffix in suffixes)
 _NOT_WEIGHTS = re.compile(r"(training_args|optimizer|scheduler|scaler|rng_state)")
@@ -48,33 +47,6 @@ _REFUSED = "the token given was refused or lacks access (of a gated model, accep
 
 class HubError(Exception):
     """Staging from a hub failed; the message says what to fix and never holds the token."""
-
-
-@dataclass(frozen=True)
-class HubRef:
-    """A repository on a hub, and a revision of it: a branch, a tag or a 40-hex commit."""
-
-    scheme: str  # "hf" or "modelscope"
-    repo: str  # "org/name"
-    revision: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.scheme}://{self.repo}"
-
-
-def parse_hub_ref(ref: str) -> HubRef:
-    """`hf://org/name[@revision]` or `modelscope://org/name[@revision]`; else ValueError."""
-    scheme, sep, rest = ref.partition("://")
-    if not sep or scheme not in DEFAULT_REVISIONS:
-        raise ValueError(f"{ref!r}: expected hf://org/name[@revision] or modelscope://org/name")
-    repo, at, revision = rest.partition("@")
-    if not _REPO.fullmatch(repo) or len(repo) > 96 or "--" in repo or ".." in repo:
-        raise ValueError(f"{ref!r}: the repository must be org/name, as the hub allows names")
-    revision = revision if at else DEFAULT_REVISIONS[scheme]
-    if not _REVISION.fullmatch(revision):
-        raise ValueError(f"{ref!r}: {revision!r} is neither a branch or tag name nor a commit")
-    return HubRef(scheme, repo, revision)
 
 
 def serving_files(paths: Iterable[str]) -> list[str]:
