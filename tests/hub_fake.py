@@ -1,8 +1,8 @@
 """A fake model hub for tests, on 127.0.0.1: Hugging Face Hub's API as the official client
 (huggingface_hub: model_info, list_repo_tree / list_repo_files, hf_hub_download,
-snapshot_download) and workers.hub use it, and ModelScope's model-file API as workers.hub uses
-it. Repositories, commits, branches, tags and access are set up by the test; every request is
-recorded (method, path, query, whether it carried a token, its Range).
+snapshot_download) uses it, and ModelScope's model-file API as workers.hub uses it. The test sets
+up repositories, commits, branches, tags and access; every request is recorded (method, path,
+query, whether it carried a token, its Range).
 
 Hugging Face:
 - GET /api/models/{repo}[/revision/{rev}][?blobs=true]: id, sha (the commit), private, gated,
@@ -10,9 +10,9 @@ Hugging Face:
 - GET /api/models/{repo}/tree/{rev}[/{path}][?recursive=true]: files (type, path, size, oid,
   lfs.oid/size/pointerSize) and directories, in one page.
 - HEAD|GET /{repo}/resolve/{rev}/{path}: X-Repo-Commit, ETag (git blob sha1; sha256 for LFS
-  files), Content-Length, Accept-Ranges, Range -> 206 with Content-Range. With `cdn=True`, LFS
-  files answer 302 to http://localhost:{port}/cdn/... (another origin, as a CDN is) with
-  X-Linked-Etag and X-Linked-Size, as the Hub does.
+  files), Content-Length, Accept-Ranges, Range -> 206 with Content-Range; no Xet headers, so the
+  client downloads over plain HTTP. With `cdn=True`, LFS files answer 302 to
+  http://localhost:{port}/cdn/... (another origin, as a CDN is) with X-Linked-Etag/-Size.
 - Errors as the Hub answers them, in X-Error-Code / X-Error-Message and a JSON body: a missing
   (or private, inaccessible) repository 401 RepoNotFound without a token, 404 with one; a missing
   revision 404 RevisionNotFound; a missing file 404 EntryNotFound; a gated repository's files
@@ -20,17 +20,16 @@ Hugging Face:
   Hub); an unknown token 401 "Invalid credentials in Authorization header", anywhere.
 
 ModelScope (answers {"Code": 200, "Data": ..., "Message", "RequestId", "Success": true}):
-- GET /api/v1/models/{repo}/revisions: Data.RevisionMap.Branches/Tags: Revision, CommitId,
-  CreatedAt.
+- GET /api/v1/models/{repo}/revisions: Data.RevisionMap.Branches/Tags: Revision, CommitId.
 - GET /api/v1/models/{repo}/repo/files?Revision=&Recursive=: Data.Files: Name, Path, Type
   (blob/tree), Size, Sha256, Revision, IsLFS.
 - HEAD|GET /api/v1/models/{repo}/repo?Revision=&FilePath=: the file, with Range.
 - The token as `Authorization: Bearer` or cookie m_session_id; no access: 401; a missing
   repository, revision or file: 404 with {"Code": 404, "Success": false, "Message"}.
 
-`cut(repo, path, n, m, ...)` makes the next GETs of that file stop at byte n, then m, ... and
-drop the connection (Content-Length promised the whole), as a broken download does;
-`outage(repo, path, 503, ...)` makes them answer those statuses instead.
+Faults: `cut(repo, path, n, m, ...)`: the next GETs of that file stop at byte n, then m, ... and
+drop the connection (Content-Length promised the whole); `outage(repo, path, 503, ...)`: the GETs
+after those answer these statuses; `api_outage(503, ...)`: so do the next API requests.
 """
 
 from __future__ import annotations
@@ -55,6 +54,7 @@ MS_REVISIONS = re.compile(rf"^/api/v1/models/{_REPO}/revisions$")
 MS_FILES = re.compile(rf"^/api/v1/models/{_REPO}/repo/files$")
 MS_FILE = re.compile(rf"^/api/v1/models/{_REPO}/repo$")
 INVALID_TOKEN = "Invalid credentials in Authorization header"
+API_ROUTES = (HF_INFO, HF_TREE, MS_REVISIONS, MS_FILES)
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -101,6 +101,7 @@ class FakeHub:
         self.requests: list[Seen] = []
         self.cuts: dict[tuple[str, str], list[int]] = {}
         self.outages: dict[tuple[str, str], list[int]] = {}
+        self.api_outages: list[int] = []
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -137,8 +138,13 @@ class FakeHub:
         self.cuts[(repo, path)] = sorted(offsets)
 
     def outage(self, repo: str, path: str, *statuses: int) -> None:
-        """The next GETs of `path` answer these statuses (502, 503, 429...), one each."""
+        """The next GETs of `path` (once its cuts are spent) answer these statuses (502, 503,
+        429...), one each."""
         self.outages[(repo, path)] = list(statuses)
+
+    def api_outage(self, *statuses: int) -> None:
+        """The next API requests (not file downloads) answer these statuses, one each."""
+        self.api_outages = list(statuses)
 
     # Inspecting ------------------------------------------------------------------------------
 
@@ -187,12 +193,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
         pass
-
-    def do_GET(self) -> None:
-        self.route()
-
-    def do_HEAD(self) -> None:
-        self.route()
 
     # Who is asking ---------------------------------------------------------------------------
 
@@ -266,10 +266,23 @@ class _Handler(BaseHTTPRequestHandler):
         ):
             if match := pattern.match(raw):
                 groups = {k: unquote(v) for k, v in match.groupdict().items() if v is not None}
-                handler(query=query, **groups)
+                if pattern not in API_ROUTES or not self.api_outage():
+                    handler(query=query, **groups)
                 return
         self.record()
         self.hf_error(404, None, "Not Found")
+
+    do_GET = do_HEAD = route  # noqa: N815 (the names http.server calls)
+
+    def api_outage(self) -> bool:
+        """Answer with the next API outage status, if one is due."""
+        with self.fake.lock:
+            status = self.fake.api_outages.pop(0) if self.fake.api_outages else None
+        if status is None:
+            return False
+        self.record()
+        self.send(status, b"upstream trouble", {"Content-Type": "text/plain"})
+        return True
 
     def access(self, repo: str, *, files: bool) -> tuple[Repo | None, str | None]:
         """The repository if this request may see it (its files if `files`), else the HF error
@@ -324,23 +337,11 @@ class _Handler(BaseHTTPRequestHandler):
                     sha = hashlib.sha256(data).hexdigest()
                     sibling["lfs"] = {"sha256": sha, "size": len(data), "pointerSize": 134}
             siblings.append(sibling)
-        now = "2024-01-01T00:00:00.000Z"
-        info = {
-            "_id": hashlib.sha1(repo.encode(), usedforsecurity=False).hexdigest()[:24],
-            "id": repo,
-            "modelId": repo,
-            "author": repo.split("/")[0],
-            "sha": commit,
-            "lastModified": now,
-            "createdAt": now,
-            "private": state.private,
-            "gated": "manual" if state.gated else False,
-            "disabled": False,
-            "downloads": 0,
-            "likes": 0,
-            "tags": [],
-            "siblings": siblings,
-        }
+        info: dict[str, Any] = {"id": repo, "modelId": repo, "author": repo.split("/")[0]}
+        info["_id"] = hashlib.sha1(repo.encode(), usedforsecurity=False).hexdigest()[:24]
+        info |= {"sha": commit, "private": state.private, "gated": state.gated and "manual"}
+        info |= dict.fromkeys(("lastModified", "createdAt"), "2024-01-01T00:00:00.000Z")
+        info |= {"disabled": False, "downloads": 0, "likes": 0, "tags": [], "siblings": siblings}
         self.send_json(200, info)
 
     def hf_tree(self, query: dict[str, str], repo: str, rev: str, path: str = "") -> None:
@@ -362,12 +363,8 @@ class _Handler(BaseHTTPRequestHandler):
                     oid = hashlib.sha1(folder.encode(), usedforsecurity=False).hexdigest()
                     entries[folder] = {"type": "directory", "oid": oid, "size": 0, "path": folder}
             if recursive or len(parts) == 1:
-                entry: dict[str, Any] = {
-                    "type": "file",
-                    "oid": git_blob_sha1(data),
-                    "size": len(data),
-                    "path": name,
-                }
+                entry: dict[str, Any] = {"type": "file", "oid": git_blob_sha1(data)}
+                entry |= {"size": len(data), "path": name}
                 if name.endswith(LFS_SUFFIXES):
                     sha = hashlib.sha256(data).hexdigest()
                     entry["lfs"] = {"oid": sha, "size": len(data), "pointerSize": 134}
@@ -387,23 +384,16 @@ class _Handler(BaseHTTPRequestHandler):
         if data is None:
             self.hf_error(404, "EntryNotFound", "Entry not found", **{"X-Repo-Commit": commit})
             return
-        headers = {"X-Repo-Commit": commit}
+        headers = {"X-Repo-Commit": commit, "ETag": f'"{git_blob_sha1(data)}"'}
         if path.endswith(LFS_SUFFIXES):
             sha = hashlib.sha256(data).hexdigest()
             if self.fake.cdn:
                 port = self.fake.url.rsplit(":", 1)[1]
-                location = f"http://localhost:{port}/cdn/{repo}/{commit}/{quote(path)}"
-                headers |= {
-                    "ETag": f'"{git_blob_sha1(data)}"',
-                    "X-Linked-Etag": f'"{sha}"',
-                    "X-Linked-Size": str(len(data)),
-                    "Location": location,
-                }
+                headers["Location"] = f"http://localhost:{port}/cdn/{repo}/{commit}/{quote(path)}"
+                headers |= {"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))}
                 self.send(302, b"", headers)
                 return
             headers["ETag"] = f'"{sha}"'
-        else:
-            headers["ETag"] = f'"{git_blob_sha1(data)}"'
         self.send_file(repo, path, data, headers)
 
     def cdn_file(self, query: dict[str, str], repo: str, rev: str, path: str) -> None:
@@ -430,21 +420,15 @@ class _Handler(BaseHTTPRequestHandler):
             due = self.fake.cuts.get((repo, path))
             if due and self.command == "GET" and due[0] > start:
                 cut = due.pop(0)
-            if self.fake.outages.get((repo, path)) and self.command == "GET":
+            elif self.fake.outages.get((repo, path)) and self.command == "GET":
                 outage = self.fake.outages[(repo, path)].pop(0)
         if outage is not None:
             self.send(outage, b"upstream trouble", {"Content-Type": "text/plain"})
             return
-        if cut is None:
-            self.send(status, body, headers)
-            return
-        self.send_response(status)
-        for name, value in (headers | {"Content-Length": str(len(body))}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body[: cut - start])
-        self.wfile.flush()
-        self.close_connection = True  # the rest never comes
+        if cut is not None:  # Content-Length promises the whole; the rest never comes
+            headers, body = headers | {"Content-Length": str(len(body))}, body[: cut - start]
+            self.close_connection = True
+        self.send(status, body, headers)
 
     # ModelScope ------------------------------------------------------------------------------
 
@@ -458,6 +442,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.ms_error(401, "Unauthorized: this model needs an access token with access")
         return state
 
+    def ms_commit(self, state: Repo, query: dict[str, str]) -> str | None:
+        """The commit of the query's Revision, or None once an error was sent."""
+        commit = state.commit_of(query.get("Revision", "master"))
+        if commit is None:
+            self.ms_error(404, f"revision {query.get('Revision')} not found")
+        return commit
+
     def ms_revisions(self, query: dict[str, str], repo: str) -> None:
         self.record()
         state = self.ms_repo(repo)
@@ -465,14 +456,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         def refs(names: dict[str, str]) -> list[dict[str, Any]]:
-            entries = [
-                {"Revision": n, "CommitId": c, "CreatedAt": 1700000000} for n, c in names.items()
-            ]
-            return (
-                entries
-                if self.fake.ms_commit_ids
-                else [{"Revision": e["Revision"]} for e in entries]
-            )
+            if not self.fake.ms_commit_ids:
+                return [{"Revision": name} for name in names]
+            when = {"CreatedAt": 1700000000}
+            return [{"Revision": n, "CommitId": c} | when for n, c in names.items()]
 
         self.ms_ok({"RevisionMap": {"Branches": refs(state.branches), "Tags": refs(state.tags)}})
 
@@ -481,31 +468,19 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.ms_repo(repo)
         if state is None:
             return
-        commit = state.commit_of(query.get("Revision", "master"))
+        commit = self.ms_commit(state, query)
         if commit is None:
-            self.ms_error(404, f"revision {query.get('Revision')} not found")
             return
         files: list[dict[str, Any]] = []
         folders: set[str] = set()
         for path, data in sorted(state.commits[commit].items()):
             folders.update("/".join(path.split("/")[:i]) for i in range(1, path.count("/") + 1))
-            files.append(
-                {
-                    "Name": path.rsplit("/", 1)[-1],
-                    "Path": path,
-                    "Type": "blob",
-                    "Size": len(data),
-                    "Sha256": hashlib.sha256(data).hexdigest(),
-                    "Revision": commit,
-                    "IsLFS": path.endswith(LFS_SUFFIXES),
-                    "CommittedDate": 1700000000,
-                }
-            )
-        trees: list[dict[str, Any]] = [
-            {"Name": f.rsplit("/", 1)[-1], "Path": f, "Type": "tree", "Size": 0}
-            for f in sorted(folders)
-        ]
-        self.ms_ok({"Files": trees + files})
+            name, size = path.rsplit("/", 1)[-1], len(data)
+            entry = {"Name": name, "Path": path, "Type": "blob", "Size": size, "Revision": commit}
+            entry |= {"Sha256": hashlib.sha256(data).hexdigest(), "CommittedDate": 1700000000}
+            files.append(entry | {"IsLFS": path.endswith(LFS_SUFFIXES)})
+        trees = [{"Name": f.rsplit("/", 1)[-1], "Path": f, "Type": "tree"} for f in sorted(folders)]
+        self.ms_ok({"Files": [tree | {"Size": 0} for tree in trees] + files})
 
     def ms_file(self, query: dict[str, str], repo: str) -> None:
         path = query.get("FilePath", "")
@@ -513,9 +488,8 @@ class _Handler(BaseHTTPRequestHandler):
         state = self.ms_repo(repo)
         if state is None:
             return
-        commit = state.commit_of(query.get("Revision", "master"))
+        commit = self.ms_commit(state, query)
         if commit is None:
-            self.ms_error(404, f"revision {query.get('Revision')} not found")
             return
         data = state.commits[commit].get(path)
         if data is None:

@@ -1,4 +1,5 @@
-"""workers/hub.py against tests/hub_fake.py, a fake Hugging Face Hub and ModelScope on loopback.
+"""workers/hub.py against tests/hub_fake.py, a fake Hugging Face Hub and ModelScope on loopback
+(hf:// through the official client, huggingface_hub).
 
 "Downloaded once" and "nothing downloaded" are proven by the fake's request log, not by what the
 client says it did. No database, no Redis, no network beyond 127.0.0.1.
@@ -9,12 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
+import socket
 import traceback
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import errors as hf_errors
 
 from contracts.hub_refs import HubRef, parse_hub_ref
 from tests.hub_fake import FakeHub
@@ -24,6 +30,7 @@ from workers.hub import (
     MANIFEST,
     MODELSCOPE_ENDPOINT,
     HubError,
+    HubUnreachable,
     resolve,
     serving_files,
     stage_hub,
@@ -31,7 +38,7 @@ from workers.hub import (
 
 TOKEN = "hf_SeCrEt_token_0123456789"
 SHARD = os.urandom(3_000_000)
-MODEL = {
+STAGED = {
     "config.json": b'{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}',
     "generation_config.json": b'{"do_sample": true}',
     "tokenizer.json": b'{"version": "1.0"}',
@@ -42,7 +49,8 @@ MODEL = {
     "model-00002-of-00002.safetensors": os.urandom(1_500_000),
     "model.safetensors.index.json": b'{"weight_map": {}}',
     "modeling_custom.py": b"class Custom: ...\n",
-    # never staged
+}
+NEVER_STAGED = {
     "README.md": b"# A model\n",
     ".gitattributes": b"*.safetensors filter=lfs\n",
     "logo.png": os.urandom(2_000),
@@ -53,26 +61,22 @@ MODEL = {
     "checkpoint-500/model.safetensors": os.urandom(1_000),
     "original/consolidated.00.pth": os.urandom(1_000),
 }
-SERVED = sorted(
-    [
-        "config.json",
-        "generation_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "special_tokens_map.json",
-        "tokenizer.model",
-        "model-00001-of-00002.safetensors",
-        "model-00002-of-00002.safetensors",
-        "model.safetensors.index.json",
-        "modeling_custom.py",
-    ]
-)
+MODEL = STAGED | NEVER_STAGED
+SERVED = sorted(STAGED)
 TOTAL = sum(len(MODEL[name]) for name in SERVED)
 
 
 @pytest.fixture(autouse=True)
-def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+def no_waiting_and_loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hubmod, "RETRY_DELAY", 0.0)
+    resolve_host = socket.getaddrinfo
+
+    def loopback(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in ("127.0.0.1", "localhost"):  # the client's telemetry, say
+            raise OSError(f"the test reached for {host}")
+        return resolve_host(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", loopback)
 
 
 @pytest.fixture
@@ -81,16 +85,12 @@ def fake() -> Iterator[FakeHub]:
         yield hub
 
 
-def hf(ref: str) -> HubRef:
-    return parse_hub_ref(ref)
-
-
-def staged_files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.name != MANIFEST}
+hf = parse_hub_ref
 
 
 def assert_model(folder: Path, files: dict[str, bytes] = MODEL) -> None:
-    assert staged_files(folder) == {name: files[name] for name in SERVED}
+    staged = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != MANIFEST}
+    assert staged == {name: files[name] for name in SERVED}
 
 
 def assert_token_nowhere(root: Path, *texts: str) -> None:
@@ -101,46 +101,28 @@ def assert_token_nowhere(root: Path, *texts: str) -> None:
             assert TOKEN.encode() not in path.read_bytes(), path
 
 
-# References ---------------------------------------------------------------------------------
-
-
 def test_references_parse_with_default_revisions() -> None:
-    assert parse_hub_ref("hf://meta-llama/Llama-3.1-8B") == HubRef(
-        "hf", "meta-llama/Llama-3.1-8B", "main"
-    )
-    assert parse_hub_ref("modelscope://Qwen/Qwen2.5-7B-Instruct") == HubRef(
-        "modelscope", "Qwen/Qwen2.5-7B-Instruct", "master"
-    )
+    llama = HubRef("hf", "meta-llama/Llama-3.1-8B", "main")
+    assert parse_hub_ref("hf://meta-llama/Llama-3.1-8B") == llama
+    ms = HubRef("modelscope", "Qwen/Qwen2.5-7B-Instruct", "master")
+    assert parse_hub_ref("modelscope://Qwen/Qwen2.5-7B-Instruct") == ms
     assert parse_hub_ref("hf://org/name@v1.0").revision == "v1.0"
     assert parse_hub_ref("hf://org/name@refs/pr/3").revision == "refs/pr/3"
     assert parse_hub_ref("hf://org/my_model.v2@" + "a" * 40).revision == "a" * 40
     assert parse_hub_ref("hf://org/name").name == "hf://org/name"
-    assert (HF_ENDPOINT, MODELSCOPE_ENDPOINT) == (
-        "https://huggingface.co",
-        "https://www.modelscope.cn",
-    )
+    assert HF_ENDPOINT == "https://huggingface.co"
+    assert MODELSCOPE_ENDPOINT == "https://www.modelscope.cn"
 
 
-@pytest.mark.parametrize(
-    "ref",
-    [
-        "org/name",
-        "s3://org/name",
-        "hf://name",
-        "hf://org/name/extra",
-        "hf://org/-name",
-        "hf://org/name.",
-        "hf://org/na--me",
-        "hf://org/na..me",
-        "hf://org/né",
-        "hf://org/name@",
-        "hf://org/name@a..b",
-        "hf://org/name@branch/",
-        "hf://org/name@-x",
-        "hf://org/name@with space",
-        "hf://" + "o" * 50 + "/" + "n" * 50,
-    ],
-)
+MALFORMED = [
+    *["org/name", "s3://org/name", "hf://name", "hf://org/name/extra", "hf://org/-name"],
+    *["hf://org/name.", "hf://org/na--me", "hf://org/na..me", "hf://org/né", "hf://org/name@"],
+    *["hf://org/name@a..b", "hf://org/name@branch/", "hf://org/name@-x"],
+    *["hf://org/name@with space", "hf://" + "o" * 50 + "/" + "n" * 50],
+]
+
+
+@pytest.mark.parametrize("ref", MALFORMED)
 def test_malformed_references_are_refused(ref: str) -> None:
     with pytest.raises(ValueError, match="expected|repository|branch or tag"):
         parse_hub_ref(ref)
@@ -152,16 +134,12 @@ def test_serving_files_prefer_one_weight_format() -> None:
     assert serving_files(bins + ["model.pt", "README.md"]) == bins[:3]
     mistral = ["params.json", "consolidated.safetensors", "model.safetensors", "tekken.json"]
     assert serving_files(mistral) == ["model.safetensors", "params.json", "tekken.json"]
-    assert serving_files(["consolidated.safetensors", "params.json"]) == [
-        "consolidated.safetensors",
-        "params.json",
-    ]
+    alone = ["consolidated.safetensors", "params.json"]
+    assert serving_files(alone) == alone
     lora = ["adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "README.md"]
     assert serving_files(lora) == ["adapter_config.json", "adapter_model.safetensors"]
-    assert serving_files(["config.json", "model.pth", "scheduler.pt"]) == [
-        "config.json",
-        "model.pth",
-    ]
+    pth = ["config.json", "model.pth"]
+    assert serving_files([*pth, "scheduler.pt"]) == pth
 
 
 # Staging from Hugging Face ------------------------------------------------------------------
@@ -175,6 +153,10 @@ def test_a_pinned_commit_is_staged_once_and_reused(fake: FakeHub, tmp_path: Path
     assert (folder, got) == (tmp_path / "hf" / "org" / "model" / commit, commit)
     assert_model(folder)
     assert sorted(s.file[1] for s in fake.downloads() if s.file) == SERVED
+    assert {s.file[1] for s in fake.requests if s.file} == set(SERVED)  # HEADs too
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["source"] == {"uri": f"hf://org/model@{commit}", "endpoint": fake.url}
+    assert manifest["objects"] == {name: {"size": len(MODEL[name])} for name in SERVED}
 
     before = len(fake.requests)
     assert stage_hub(ref, tmp_path, token=None, endpoint=fake.url) == (folder, commit)
@@ -182,11 +164,10 @@ def test_a_pinned_commit_is_staged_once_and_reused(fake: FakeHub, tmp_path: Path
     # The commit given as `commit=` is the same thing.
     assert stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url, commit=commit)
     assert len(fake.requests) == before
-    for name in SERVED:
-        assert len(fake.file_gets("org/model", name)) == 1
+    assert all(len(fake.file_gets("org/model", name)) == 1 for name in SERVED)
 
 
-def test_a_branch_resolves_to_its_commit_and_a_new_commit_to_a_new_folder(
+def test_a_branch_or_tag_resolves_to_its_commit_and_a_new_commit_to_a_new_folder(
     fake: FakeHub, tmp_path: Path
 ) -> None:
     first = fake.add_repo("org/model", MODEL)
@@ -206,31 +187,9 @@ def test_a_branch_resolves_to_its_commit_and_a_new_commit_to_a_new_folder(
     assert commit == second and new_folder.name == second
     assert_model(new_folder, changed)
     assert_model(folder)  # the old commit's folder stays as it was
-
-
-def test_a_tag(fake: FakeHub, tmp_path: Path) -> None:
-    first = fake.add_repo("org/model", MODEL)
-    fake.tag("org/model", "v1.0", first)
-    fake.commit("org/model", MODEL | {"config.json": b"{}"})
+    fake.tag("org/model", "v1.0", first)  # a tag, of the first commit
     assert resolve(hf("hf://org/model@v1.0"), None, fake.url) == first
-    folder, commit = stage_hub(hf("hf://org/model@v1.0"), tmp_path, token=None, endpoint=fake.url)
-    assert commit == first and folder.name == first
-    assert_model(folder)
-
-
-def test_only_serving_files_are_downloaded(fake: FakeHub, tmp_path: Path) -> None:
-    fake.add_repo("org/model", MODEL)
-    stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
-    fetched = {s.file[1] for s in fake.requests if s.file}
-    assert fetched == set(SERVED)
-    for never in ("README.md", ".gitattributes", "logo.png", "consolidated.pth", "optimizer.pt"):
-        assert never not in fetched
-
-
-def test_a_repository_without_weights_is_refused(fake: FakeHub, tmp_path: Path) -> None:
-    fake.add_repo("org/gguf", {"config.json": b"{}", "model-Q4_K_M.gguf": b"GGUF"})
-    with pytest.raises(HubError, match="no model weights"):
-        stage_hub(hf("hf://org/gguf"), tmp_path, token=None, endpoint=fake.url)
+    assert stage_hub(hf("hf://org/model@v1.0"), tmp_path, token=None, endpoint=fake.url)[1] == first
 
 
 def test_a_gated_model_needs_the_right_token(
@@ -259,62 +218,101 @@ def test_a_private_model_without_a_token_reads_as_missing(fake: FakeHub, tmp_pat
     fake.add_repo("org/private", MODEL, private=True, token=TOKEN)
     with pytest.raises(HubError) as caught:
         stage_hub(hf("hf://org/private"), tmp_path, token=None, endpoint=fake.url)
-    assert str(caught.value) == (
-        f"hf://org/private: no such repository on {fake.url}, "
-        "or it is private and no token was given"
-    )
+    said = f"hf://org/private: no such repository on {fake.url}, or it is private and no token"
+    assert str(caught.value) == f"{said} was given"
     folder, _ = stage_hub(hf("hf://org/private"), tmp_path, token=TOKEN, endpoint=fake.url)
     assert_model(folder)
     assert_token_nowhere(tmp_path, str(caught.value))
 
 
-def test_a_missing_repository_or_revision(fake: FakeHub, tmp_path: Path) -> None:
-    fake.add_repo("org/model", MODEL)
-    with pytest.raises(HubError, match=r"^hf://org/nothing: no such repository on http://"):
-        stage_hub(hf("hf://org/nothing"), tmp_path, token=None, endpoint=fake.url)
-    with pytest.raises(HubError, match=r"^hf://org/model: has no revision 'v9' on http://"):
-        stage_hub(hf("hf://org/model@v9"), tmp_path, token=None, endpoint=fake.url)
-    with pytest.raises(HubError, match="has no revision 'v9'"):
-        resolve(hf("hf://org/model@v9"), None, fake.url)
-    with pytest.raises(HubError, match=f"has no revision '{'b' * 40}'"):
-        stage_hub(hf("hf://org/model@" + "b" * 40), tmp_path, token=None, endpoint=fake.url)
-    assert not list(tmp_path.rglob("*.safetensors*"))
-
-
-def test_an_unreachable_hub(tmp_path: Path) -> None:
+def test_an_unreachable_hub_is_worth_trying_again(tmp_path: Path) -> None:
     with FakeHub() as gone:
         url = gone.url
-    with pytest.raises(HubError, match=f"^cannot reach {url}: "):
-        stage_hub(hf("hf://org/model"), tmp_path, token=TOKEN, endpoint=url)
+    for ref in ("hf://org/model", "modelscope://Qwen/Tiny"):
+        with pytest.raises(HubUnreachable, match=f"^cannot reach {url}: "):
+            stage_hub(parse_hub_ref(ref), tmp_path, token=TOKEN, endpoint=url)
+        with pytest.raises(HubUnreachable, match=f"^cannot reach {url}: "):
+            resolve(parse_hub_ref(ref), None, url)
 
 
-def test_a_dropped_download_continues_where_it_stopped(fake: FakeHub, tmp_path: Path) -> None:
+@pytest.mark.parametrize("scheme", ["hf", "modelscope"])
+def test_an_api_in_trouble_is_asked_again_then_unreachable(
+    fake: FakeHub, tmp_path: Path, scheme: str
+) -> None:
+    ref = parse_hub_ref(f"{scheme}://org/model")
+    commit = fake.add_repo("org/model", MODEL, branch=ref.revision)
+    fake.api_outage(*[503] * (hubmod.API_ATTEMPTS - 1))
+    assert resolve(ref, None, fake.url) == commit
+    fake.api_outage(*[502] * hubmod.API_ATTEMPTS)
+    with pytest.raises(HubUnreachable, match=r"^cannot reach .*HTTP 502"):
+        stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
+    assert not fake.downloads()
+
+
+def test_what_needs_a_change_is_a_hub_error_said_at_once(fake: FakeHub, tmp_path: Path) -> None:
+    """A missing repository or revision, no access, no weights: a plain HubError (not
+    HubUnreachable) that names the problem, after one request of each (no retries)."""
     fake.add_repo("org/model", MODEL)
-    fake.cut("org/model", "model-00001-of-00002.safetensors", 1_000_000)
-    folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
-    gets = fake.file_gets("org/model", "model-00001-of-00002.safetensors")
-    assert [g.range for g in gets] == [None, "bytes=1000000-"]
-    assert_model(folder)
+    fake.add_repo("org/gated", MODEL, gated=True, token=TOKEN)
+    fake.add_repo("org/gguf", {"config.json": b"{}", "model-Q4_K_M.gguf": b"GGUF"})
+    for ref, token, message in [
+        ("hf://org/nothing", None, r"^hf://org/nothing: no such repository on http://.*no token"),
+        ("hf://org/model@v9", None, r"^hf://org/model: has no revision 'v9' on http://"),
+        (f"hf://org/model@{'b' * 40}", None, f"has no revision '{'b' * 40}'"),
+        ("hf://org/gated", None, r"needs an access token \(llm.hub_token\) with access: none"),
+        ("hf://org/gated", "hf_wrong", "refused or lacks access"),
+        ("hf://org/gguf", None, "no model weights at the repository's top"),
+    ]:
+        fake.requests.clear()
+        with pytest.raises(HubError, match=message) as caught:
+            stage_hub(hf(ref), tmp_path, token=token, endpoint=fake.url)
+        assert not isinstance(caught.value, HubUnreachable), caught.value
+        asked = [(s.method, s.path) for s in fake.requests]
+        assert asked and len(set(asked)) == len(asked)
+    with pytest.raises(HubError, match="has no revision 'v9'"):
+        resolve(hf("hf://org/model@v9"), None, fake.url)
+    assert not list(tmp_path.rglob("*.safetensors"))  # no weights came
 
 
-def test_a_stage_that_gave_up_is_continued_by_the_next_one(
+def test_a_dropped_download_continues_from_its_last_whole_chunk(
     fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """hf_hub_download keeps what it read in whole chunks (10 MiB; 256 KiB here) and continues
+    from there with a Range request, within the one call."""
+    monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 256 * 1024)
+    fake.add_repo("org/model", MODEL)
+    shard = "model-00001-of-00002.safetensors"
+    fake.cut("org/model", shard, 1_000_000)
+    folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
+    assert [g.range for g in fake.file_gets("org/model", shard)] == [None, "bytes=786432-"]
+    assert_model(folder)
+
+
+def test_a_stage_that_gave_up_keeps_the_files_it_finished(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The granularity across stages is the file: the next stage asks nothing about the files
+    the last one finished, and starts the one it gave up on again."""
     monkeypatch.setattr(hubmod, "DOWNLOAD_ATTEMPTS", 2)
+    monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 100_000)
     commit = fake.add_repo("org/model", MODEL)
     shard = "model-00001-of-00002.safetensors"
-    fake.cut("org/model", shard, 1_000_000, 2_000_000)
-    with pytest.raises(HubError, match="^cannot reach .* stopped at 2000000 of 3000000 bytes"):
+    fake.cut("org/model", shard, 1_000_000)
+    fake.outage("org/model", shard, 503, 503)  # after the cut: the Range request, then again
+    with pytest.raises(HubUnreachable, match=f"^cannot reach .*{shard} of hf://org/model.*503"):
         stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
     assert not (tmp_path / "hf" / "org" / "model" / commit).exists()
+    first = {name: len(fake.file_gets("org/model", name)) for name in SERVED}
+    assert first["config.json"] == 1  # finished before the shard failed (results come in order)
 
+    asked = len(fake.requests)
     folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
-    ranges = [None, "bytes=1000000-", "bytes=2000000-"]
+    ranges = [None, "bytes=1000000-", None, None]
     assert [g.range for g in fake.file_gets("org/model", shard)] == ranges
-    for name in SERVED:  # what the first stage finished is kept
-        assert len(fake.file_gets("org/model", name)) == (3 if name == shard else 1)
+    again = {s.file[1] for s in fake.requests[asked:] if s.file}
+    assert again == {name for name in SERVED if first[name] == 0} | {shard}
     assert_model(folder)
-    assert not list(folder.parent.glob(".*.partial"))
+    assert not list(folder.parent.glob(".*.partial")) and not list(folder.rglob("*incomplete"))
 
 
 def test_a_hub_in_trouble_is_asked_again(fake: FakeHub, tmp_path: Path) -> None:
@@ -324,8 +322,9 @@ def test_a_hub_in_trouble_is_asked_again(fake: FakeHub, tmp_path: Path) -> None:
     folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
     assert_model(folder)
     assert len(fake.file_gets("org/model", "config.json")) == 3
+    assert len(fake.file_gets("org/model", "tokenizer.json")) == 2
     fake.outage("org/model", "config.json", *[503] * hubmod.DOWNLOAD_ATTEMPTS)
-    with pytest.raises(HubError, match=r"^cannot reach .*config.json.*\(HTTP 503\)"):
+    with pytest.raises(HubUnreachable, match=r"^cannot reach .*config.json.*\(HTTP 503\)"):
         stage_hub(hf("hf://org/model"), tmp_path / "other", token=None, endpoint=fake.url)
 
 
@@ -341,43 +340,25 @@ def test_a_damaged_folder_is_staged_again(fake: FakeHub, tmp_path: Path) -> None
 
 def test_progress_reaches_the_total(fake: FakeHub, tmp_path: Path) -> None:
     commit = fake.add_repo("org/model", MODEL)
-    calls: list[tuple[int, int]] = []
-    lock = threading.Lock()
-
-    def progress(done: int, total: int) -> None:
-        with lock:
-            calls.append((done, total))
-
-    stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url, progress=progress)
+    calls: list[tuple[int, int]] = []  # appended to from download threads
+    given = {"token": None, "endpoint": fake.url, "progress": lambda *c: calls.append(c)}
+    stage_hub(hf("hf://org/model"), tmp_path, **given)
     assert len(calls) >= 3 and calls[-1] == (TOTAL, TOTAL)
     assert all(total == TOTAL and 0 <= done <= TOTAL for done, total in calls)
     calls.clear()
-    stage_hub(
-        hf(f"hf://org/model@{commit}"), tmp_path, token=None, endpoint=fake.url, progress=progress
-    )
+    stage_hub(hf(f"hf://org/model@{commit}"), tmp_path, **given)
     assert calls == [(TOTAL, TOTAL)]
 
 
 def test_concurrent_stagings_of_one_commit_download_once(fake: FakeHub, tmp_path: Path) -> None:
     fake.add_repo("org/model", MODEL)
-    results: list[tuple[Path, str]] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            results.append(stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors and len(set(results)) == 1
-    assert_model(results[0][0])
-    for name in SERVED:
-        assert len(fake.file_gets("org/model", name)) == 1
+    ref = hf("hf://org/model")
+    with ThreadPoolExecutor(3) as pool:
+        runs = [pool.submit(stage_hub, ref, tmp_path, token=None, endpoint=fake.url) for _ in "abc"]
+        results = {run.result() for run in runs}
+    assert len(results) == 1
+    assert_model(results.pop()[0])
+    assert all(len(fake.file_gets("org/model", name)) == 1 for name in SERVED)
 
 
 def test_the_token_is_not_sent_to_a_cdn(tmp_path: Path) -> None:
@@ -460,65 +441,38 @@ def test_modelscope_revisions_without_commit_ids(fake: FakeHub, tmp_path: Path) 
 def test_modelscope_download_continues_where_it_stopped(fake: FakeHub, tmp_path: Path) -> None:
     fake.add_repo("Qwen/Tiny", MODEL, branch="master")
     fake.cut("Qwen/Tiny", "model-00002-of-00002.safetensors", 700_000)
-    folder, _ = stage_hub(
-        parse_hub_ref("modelscope://Qwen/Tiny"), tmp_path, token=None, endpoint=fake.url
-    )
+    ms_ref = parse_hub_ref("modelscope://Qwen/Tiny")
+    folder, _ = stage_hub(ms_ref, tmp_path, token=None, endpoint=fake.url)
     gets = fake.file_gets("Qwen/Tiny", "model-00002-of-00002.safetensors")
     assert [g.range for g in gets] == [None, "bytes=700000-"]
     assert_model(folder)
-
-
-# The fake speaks the official client's protocol ---------------------------------------------
+    fake.outage("Qwen/Tiny", "config.json", *[503] * hubmod.DOWNLOAD_ATTEMPTS)
+    with pytest.raises(HubUnreachable, match=r"config.json of modelscope://Qwen/Tiny \(HTTP 503;"):
+        stage_hub(ms_ref, tmp_path / "other", token=None, endpoint=fake.url)
+    assert len(fake.file_gets("Qwen/Tiny", "config.json")) == 1 + hubmod.DOWNLOAD_ATTEMPTS
 
 
 def test_the_fake_serves_huggingface_hub(
     fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    hf_hub = pytest.importorskip("huggingface_hub")
-    from huggingface_hub import constants, errors
-
-    # No agent-registry fetch from huggingface.co, no token file: nothing beyond the fake.
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    """The fake speaks the official client's protocol, also where workers.hub does not use it:
+    listings, the client's own cache, snapshots."""
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     commit = fake.add_repo("org/model", MODEL)
     fake.add_repo("org/gated", MODEL, gated=True, token=TOKEN)
-    api = hf_hub.HfApi(endpoint=fake.url, token=False)
-
-    info = api.model_info("org/model", files_metadata=True)
-    assert info.sha == commit
-    assert {s.rfilename: s.size for s in info.siblings or []} == {
-        k: len(v) for k, v in MODEL.items()
-    }
-    assert sorted(api.list_repo_files("org/model")) == sorted(MODEL)
-
-    cache = tmp_path / "hf-cache"
-    path = hf_hub.hf_hub_download(
-        "org/model", "tokenizer.model", cache_dir=cache, endpoint=fake.url, token=False
-    )
+    listed = HfApi(endpoint=fake.url, token=False).list_repo_files("org/model")
+    assert sorted(listed) == sorted(MODEL)
+    download = {"cache_dir": tmp_path / "hf-cache", "endpoint": fake.url}
+    path = hf_hub_download("org/model", "tokenizer.model", token=False, **download)
     assert Path(path).read_bytes() == MODEL["tokenizer.model"]
-    snapshot = hf_hub.snapshot_download(
-        "org/model",
-        cache_dir=cache,
-        endpoint=fake.url,
-        token=False,
-        allow_patterns=["*.json", "*.safetensors"],
-    )
+    patterns = ["*.json", "*.safetensors"]
+    snapshot = snapshot_download("org/model", token=False, allow_patterns=patterns, **download)
     assert Path(snapshot).name == commit
     assert (Path(snapshot) / "model-00001-of-00002.safetensors").read_bytes() == SHARD
-
-    download = {"cache_dir": cache, "endpoint": fake.url}
-    with pytest.raises(errors.GatedRepoError):
-        hf_hub.hf_hub_download("org/gated", "config.json", token=False, **download)
-    gated = hf_hub.hf_hub_download("org/gated", "config.json", token=TOKEN, **download)
+    gated = hf_hub_download("org/gated", "config.json", token=TOKEN, **download)
     assert Path(gated).read_bytes() == MODEL["config.json"]
-    with pytest.raises(errors.RepositoryNotFoundError):
-        api.model_info("org/nothing")
-    with pytest.raises(errors.RevisionNotFoundError):
-        api.model_info("org/model", revision="v9")
-    with pytest.raises(errors.RevisionNotFoundError):
-        hf_hub.hf_hub_download("org/model", "config.json", revision="v9", token=False, **download)
-    with pytest.raises(errors.EntryNotFoundError):
-        hf_hub.hf_hub_download("org/model", "nothing.json", token=False, **download)
+    with pytest.raises(hf_errors.EntryNotFoundError):
+        hf_hub_download("org/model", "nothing.json", token=False, **download)
     authorized = {(s.method, s.path) for s in fake.requests if s.authorized}
     assert authorized == {(m, "/org/gated/resolve/main/config.json") for m in ("HEAD", "GET")}
     assert_token_nowhere(tmp_path)
@@ -527,18 +481,18 @@ def test_the_fake_serves_huggingface_hub(
 def test_workers_hub_leaves_the_hf_home_alone(
     fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
-    monkeypatch.setenv("HOME", str(home))
+    """No token from HF_TOKEN or a token file, nothing read or written under HF_HOME (the hub
+    cache, Xet's, the telemetry registry); the folder holds the model and the manifest only."""
+    home = tmp_path / "hf-home"
+    for name in ("HF_HOME", "HF_HUB_CACHE", "HF_XET_CACHE", "AGENT_HARNESSES_PATH"):
+        monkeypatch.setattr(hf_constants, name, str(home / name))
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
+    (tmp_path / "token").write_text("hf_from_a_token_file")
     monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     fake.add_repo("org/model", MODEL)
-    stage_hub(hf("hf://org/model"), tmp_path / "cache", token=None, endpoint=fake.url)
-    assert not home.exists()
-    assert not any(s.authorized for s in fake.requests)
-
-
-def test_manifest_names_the_commit(fake: FakeHub, tmp_path: Path) -> None:
-    commit = fake.add_repo("org/model", MODEL)
-    folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
-    manifest = json.loads((folder / MANIFEST).read_text())
-    assert manifest["source"] == {"uri": f"hf://org/model@{commit}", "endpoint": fake.url}
-    assert manifest["objects"] == {name: {"size": len(MODEL[name])} for name in SERVED}
+    folder, _ = stage_hub(hf("hf://org/model"), tmp_path / "cache", token=None, endpoint=fake.url)
+    assert not home.exists() and not (tmp_path / "home").exists()
+    assert fake.requests and not any(s.authorized for s in fake.requests)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*SERVED, MANIFEST])
+    assert hf_constants.HF_HUB_DISABLE_TELEMETRY and hf_constants.HF_HUB_DISABLE_XET

@@ -1,10 +1,36 @@
 """Stage models from Hugging Face Hub (`hf://org/name[@revision]`) and ModelScope
-(`modelscope://org/name[@revision]`) into `cache_root/<scheme>/<org>/<name>/<commit>/`, over their
-HTTP APIs with httpx (no hub SDK: huggingface_hub reads HF_* and ~/.cache/huggingface). A commit
-folder is built in `.<commit>.partial/` and renamed into place, so one that exists is complete; a
-failed stage leaves it to the next, which continues it with Range requests (as a stage does when
-a connection drops). Stagings of a commit serialise on `<commit>.lock`. The token goes to the
-endpoint only (httpx drops it on a redirect to another host), never to a log, error or file."""
+(`modelscope://org/name[@revision]`) into `cache_root/<scheme>/<org>/<name>/<commit>/`: the serving
+files only (`serving_files`). A commit folder is built in `.<commit>.partial/` and renamed into
+place with its `.wharf-manifest.json`, so one that exists is complete (and, at a known commit, is
+served without any request); stagings of a commit serialise on `<commit>.lock`.
+
+Hugging Face goes through its official client, huggingface_hub: `HfApi.model_info(files_metadata=
+True)` for the commit and the files' sizes, then `hf_hub_download(local_dir=<partial folder>)` per
+file, at the commit. Wharf passes the endpoint and the token explicitly, `token=False` when it has
+none, so HF_ENDPOINT, HF_TOKEN and a token stored by `hf auth login` are never used. The client
+keeps its bookkeeping in `<partial>/.cache/huggingface/` (removed once the folder is complete), and
+`cache_dir` points there too, so ~/.cache/huggingface (HF_HOME) is neither read nor written. It
+reads its other HF_* variables once, at import; this module turns off, for the whole process, its
+telemetry (an agent registry fetched from huggingface.co whatever the endpoint, and cached under
+HF_HOME) and Xet (hf_xet keeps a chunk cache and logs under HF_HOME): files come over plain HTTP
+from /resolve or its CDN. HF_HUB_OFFLINE still blocks it (a HubError says so); HF_HUB_ETAG_TIMEOUT
+and HF_HUB_DOWNLOAD_TIMEOUT still apply. It prints no progress bar (ours is a tqdm that forwards
+bytes to `progress`); its warnings go to logging.
+
+What resumes, for Hugging Face: across stages, whole files. A file a stage finished stays in the
+partial folder and the next stage takes it without a request. Within one `hf_hub_download` call, a
+connection that drops mid-file is continued with a Range request from its last whole chunk (10
+MiB), while bytes keep coming; but a file that call gives up on (an HTTP error, or the process
+dies) starts again from its first byte: the client writes into a temporary file of its own,
+deleted on failure (after a crash, left until the folder is complete).
+
+ModelScope has no Hugging Face-compatible API and its SDK is large, so it is spoken to over its
+HTTP API with httpx, and resumes to the byte: `<file>.incomplete` is continued with Range requests,
+by the next attempt or the next stage.
+
+HubUnreachable (a HubError) means: try again later (no connection, timeouts, HTTP 5xx/408/429 after
+the retries); any other HubError needs a change (the reference, the token, access to the model).
+The token goes to the endpoint only (not to a CDN it redirects to), never to a log, error, file."""
 
 from __future__ import annotations
 
@@ -19,22 +45,30 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Any, TypeVar
 
 import httpx
+import httpx2
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import errors as hf_errors
+from tqdm import tqdm
 
 from contracts.hub_refs import COMMIT as _COMMIT
 from contracts.hub_refs import HubRef
 
 log = logging.getLogger(__name__)
 
+hf_constants.HF_HUB_DISABLE_TELEMETRY = True  # read when called, not only at import
+hf_constants.HF_HUB_DISABLE_XET = True
+
 HF_ENDPOINT = "https://huggingface.co"
 MODELSCOPE_ENDPOINT = "https://www.modelscope.cn"
 MANIFEST = ".wharf-manifest.json"
-DOWNLOAD_ATTEMPTS = 5  # per file and stage, each one continuing where the one before stopped
+DOWNLOAD_ATTEMPTS = 5  # per file and stage
+API_ATTEMPTS = 3  # per metadata request
 RETRY_DELAY = 2.0  # seconds before another attempt, times the attempts made
 DOWNLOAD_WORKERS = 4  # files downloading at once
 _TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -43,10 +77,16 @@ _WEIGHTS = tuple(suffix for suffixes in _FORMATS for suffix in suffixes)
 _NOT_WEIGHTS = re.compile(r"(training_args|optimizer|scheduler|scaler|rng_state)")
 _SMALL = (".json", ".model", ".tiktoken", ".jinja", ".py", "merges.txt", "vocab.txt")
 _REFUSED = "the token given was refused or lacks access (of a gated model, accept its terms)"
+_T = TypeVar("_T")
 
 
 class HubError(Exception):
     """Staging from a hub failed; the message says what to fix and never holds the token."""
+
+
+class HubUnreachable(HubError):  # noqa: N818 (the name the callers know)
+    """The hub could not be reached, timed out or was in trouble (HTTP 5xx/408/429) after the
+    retries: back off and stage again; nothing needs to change."""
 
 
 def serving_files(paths: Iterable[str]) -> list[str]:
@@ -64,77 +104,278 @@ def serving_files(paths: Iterable[str]) -> list[str]:
     return sorted(small + index + weights)
 
 
+def _transient(status: int) -> bool:
+    return status >= 500 or status in (408, 429)
+
+
+def _again(call: Callable[[], _T], attempts: int) -> _T:
+    """`call()`, made again after a pause while it raises HubUnreachable: `attempts` in all."""
+    attempt = 1
+    while True:
+        try:
+            return call()
+        except HubUnreachable as exc:
+            if attempt >= attempts:
+                raise
+            log.warning("%s; trying again", exc)
+            time.sleep(RETRY_DELAY * attempt)
+            attempt += 1
+
+
+class _FileProgress:
+    """The bytes of one file counted in a stage's progress."""
+
+    def __init__(self, stage: _Stage) -> None:
+        self.stage, self.count = stage, 0
+
+    def add(self, amount: int) -> None:
+        self.count += amount
+        self.stage.add(amount)
+
+    def set(self, count: int) -> None:
+        self.add(count - self.count)
+
+
+class _Bar(tqdm):  # type: ignore[misc]  # tqdm has no types
+    """What huggingface_hub takes for a progress bar: shows nothing, forwards bytes to `sink`."""
+
+    sink: Callable[[int], None]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **(kwargs | {"disable": True}))
+
+    def update(self, n: float | None = 1) -> bool | None:
+        self.sink(int(n or 0))
+        return None
+
+
 @dataclass(frozen=True)
 class _Hub:
-    """A client for one repository on one hub."""
+    """One repository on one hub: its listing, and the download of one of its files."""
 
     ref: HubRef
     endpoint: str
+    token: str | None = field(repr=False)
+
+    def no_repo(self) -> HubError:
+        why = "the token given has no access" if self.token else "no token was given"
+        return HubError(
+            f"{self.ref.name}: no such repository on {self.endpoint}, or it is private and {why}"
+        )
+
+    def no_access(self) -> HubError:
+        why = _REFUSED if self.token else "none was given"
+        return HubError(f"{self.ref.name} needs an access token (llm.hub_token) with access: {why}")
+
+    def no_revision(self, revision: str | None = None) -> HubError:
+        revision = revision or self.ref.revision
+        return HubError(f"{self.ref.name}: has no revision '{revision}' on {self.endpoint}")
+
+    def no_file(self) -> HubError:
+        return HubError(
+            f"{self.ref.name}: a file listed at that commit is missing on {self.endpoint}"
+        )
+
+    def unreachable(self, why: str, file: str = "") -> HubUnreachable:
+        what = f"{file} of {self.ref.name} ({why})" if file else why
+        return HubUnreachable(f"cannot reach {self.endpoint}: {what}")
+
+    def checked(self, sha: object) -> str:
+        if not isinstance(sha, str) or not _COMMIT.fullmatch(sha):
+            raise HubError(f"{self.ref.name}: {self.endpoint} did not say which commit it is at")
+        return sha
+
+    def listing(self, commit: str | None) -> tuple[str, dict[str, int]]:
+        """`commit` (default: the one the revision is at now) and its files' sizes by path."""
+        raise NotImplementedError
+
+    def fetch(self, name: str, size: int, stage: _Stage, progress: _FileProgress) -> None:
+        """One attempt at file `name` into the stage's partial folder; HubError if it fails."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _HuggingFace(_Hub):
+    """Hugging Face Hub, through huggingface_hub."""
+
+    def error(self, exc: Exception, file: str = "") -> HubError | None:
+        """Ours for one of huggingface_hub's errors (None: not one it raises for a hub's answer),
+        built here, not from the client's text; `file`: the one being fetched."""
+        while isinstance(exc, hf_errors.LocalEntryNotFoundError) and exc.__cause__:
+            if not isinstance(cause := exc.__cause__, Exception):
+                break
+            exc = cause  # why the file is neither on the hub nor here
+        for_file = f" for {file}" if file else ""
+        if isinstance(exc, hf_errors.OfflineModeIsEnabled):
+            return HubError(f"{self.ref.name}: HF_HUB_OFFLINE is set on this node; unset it")
+        if isinstance(exc, hf_errors.GatedRepoError):  # a RepositoryNotFoundError too
+            return self.no_access()
+        if isinstance(exc, hf_errors.RepositoryNotFoundError):
+            return self.no_repo()
+        if isinstance(exc, hf_errors.RevisionNotFoundError):
+            return self.no_revision()
+        if isinstance(exc, hf_errors.EntryNotFoundError):
+            return self.no_file()
+        if isinstance(exc, hf_errors.HfHubHTTPError):
+            status = exc.response.status_code
+            if _transient(status):
+                return self.unreachable(f"HTTP {status}", file)
+            if status in (401, 403):
+                return self.no_access()
+            return HubError(f"{self.ref.name}: {self.endpoint} answered HTTP {status}{for_file}")
+        if isinstance(exc, httpx2.UnsupportedProtocol):
+            return HubError(f"cannot reach {self.endpoint}: not an http(s) URL")
+        if isinstance(exc, httpx2.TransportError):
+            return self.unreachable(f"{type(exc).__name__}: {exc}", file)
+        if isinstance(exc, hf_errors.FileMetadataError):
+            return HubError(
+                f"{self.ref.name}: {self.endpoint} answered{for_file} not as a hub does"
+            )
+        if isinstance(exc, OSError) and exc.errno is None and file:  # fewer bytes than promised
+            return self.unreachable("it came short", file)
+        return None  # a full disk, say: raised as it is
+
+    def listing(self, commit: str | None) -> tuple[str, dict[str, int]]:
+        api = HfApi(endpoint=self.endpoint, token=self.token or False)
+        revision = commit or self.ref.revision
+        try:
+            info = api.model_info(self.ref.repo, revision=revision, files_metadata=True, timeout=60)
+        except Exception as exc:
+            if (error := self.error(exc)) is None:
+                raise
+            raise error from exc
+        sha = self.checked(info.sha)
+        return sha, {s.rfilename: s.size or 0 for s in info.siblings or []}
+
+    def fetch(self, name: str, size: int, stage: _Stage, progress: _FileProgress) -> None:
+        """`hf_hub_download`: a file there already (at this commit, by its metadata) is taken
+        without a request; one that the call does not finish is gone."""
+        progress.set(0)
+        bar = type("_FileBar", (_Bar,), {"sink": staticmethod(progress.add)})
+        try:
+            hf_hub_download(
+                self.ref.repo,
+                name,
+                revision=stage.commit,
+                local_dir=stage.partial,
+                cache_dir=stage.partial / ".cache" / "huggingface",
+                endpoint=self.endpoint,
+                token=self.token or False,
+                tqdm_class=bar,
+            )
+        except Exception as exc:
+            progress.set(0)
+            if (error := self.error(exc, name)) is None:
+                raise
+            raise error from exc
+        if (got := _size(stage.partial / name)) != size:
+            progress.set(0)
+            (stage.partial / name).unlink()
+            raise HubError(f"{self.ref.name}: {name} came with {got} bytes, not {size}")
+
+
+@dataclass(frozen=True)
+class _ModelScope(_Hub):
+    """ModelScope, over its HTTP API."""
+
     client: httpx.Client
-    has_token: bool
 
     def fail(self, response: httpx.Response, missing: str) -> HubError:
-        """The error for a failed answer; `missing`: what a bare 404 means (repo/revision/file)."""
-        code, status = response.headers.get("X-Error-Code", ""), response.status_code
-        name, where, bare_404 = self.ref.name, self.endpoint, status == 404 and not code
-        if code == "RevisionNotFound" or (bare_404 and missing == "revision"):
-            return HubError(f"{name}: has no revision '{self.ref.revision}' on {where}")
-        if code == "EntryNotFound" or (bare_404 and missing == "file"):
-            return HubError(f"{name}: a file listed at that commit is missing on {where}")
-        if code == "RepoNotFound" or status == 404:
-            why = "the token given has no access" if self.has_token else "no token was given"
-            return HubError(f"{name}: no such repository on {where}, or it is private and {why}")
-        if code == "GatedRepo" or status in (401, 403):
-            why = _REFUSED if self.has_token else "none was given"
-            return HubError(f"{name} needs an access token (llm.hub_token) with access: {why}")
-        return HubError(f"{name}: {where} answered HTTP {status}")
+        """The error for a failed answer; `missing`: what a 404 means (repo/revision/file)."""
+        status = response.status_code
+        if _transient(status):
+            return self.unreachable(f"HTTP {status}")
+        if status == 404:
+            return {"revision": self.no_revision, "file": self.no_file}.get(missing, self.no_repo)()
+        if status in (401, 403):
+            return self.no_access()
+        return HubError(f"{self.ref.name}: {self.endpoint} answered HTTP {status}")
 
     def api(self, path: str, missing: str, params: dict[str, str] | None = None) -> Any:
-        """The JSON object at `endpoint + path` (of ModelScope's, its Data); else HubError."""
+        """The Data of the JSON object at `endpoint + path`; else HubError."""
         try:
             response = self.client.get(self.endpoint + path, params=params)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
             raise HubError(f"cannot reach {self.endpoint}: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise self.unreachable(f"{type(exc).__name__}: {exc}") from exc
         if not response.is_success:
             raise self.fail(response, missing)
         says = ""
         with contextlib.suppress(ValueError):
             body = response.json()
-            if isinstance(body, dict) and (self.ref.scheme == "hf" or body.get("Code") == 200):
-                return body if self.ref.scheme == "hf" else body.get("Data") or {}
+            if isinstance(body, dict) and body.get("Code") == 200:
+                return body.get("Data") or {}
             says = f" {body['Message']!r}" if isinstance(body, dict) and "Message" in body else ""
         raise HubError(f"{self.ref.name}: {self.endpoint} answered{says}, not as a hub does")
 
     def listing(self, commit: str | None) -> tuple[str, dict[str, int]]:
-        """`commit` (default: the one the revision is at now) and its files' sizes by path."""
         repo, revision = self.ref.repo, commit or self.ref.revision
-        if self.ref.scheme == "hf":  # blobs=true: the sizes too
-            path = f"/api/models/{repo}/revision/{quote(revision, safe='')}"
-            info = self.api(path, "revision", {"blobs": "true"})
-            sha, entries = info.get("sha"), info.get("siblings") or []
-        else:  # the revisions first: they also tell a repository that is not there
-            refs = self.api(f"/api/v1/models/{repo}/revisions", "repo").get("RevisionMap") or {}
-            refs = {e["Revision"]: e.get("CommitId") for k in refs for e in refs[k] or []}
-            if commit is None and revision not in refs:
-                raise HubError(f"{self.ref.name}: has no revision '{revision}' on {self.endpoint}")
-            sha = commit or refs[revision]
-        if not isinstance(sha, str) or not _COMMIT.fullmatch(sha):
-            raise HubError(f"{self.ref.name}: {self.endpoint} did not say which commit it is at")
-        if self.ref.scheme == "hf":
-            return sha, {e["rfilename"]: e.get("size") or 0 for e in entries}
+        # The revisions first: they also tell a repository that is not there.
+        refs = self.api(f"/api/v1/models/{repo}/revisions", "repo").get("RevisionMap") or {}
+        refs = {e["Revision"]: e.get("CommitId") for k in refs for e in refs[k] or []}
+        if commit is None and revision not in refs:
+            raise self.no_revision(revision)
+        sha = self.checked(commit or refs[revision])
         query = {"Revision": sha, "Recursive": "True"}
         entries = self.api(f"/api/v1/models/{repo}/repo/files", "revision", query).get("Files")
         return sha, {e["Path"]: e.get("Size") or 0 for e in entries or [] if e["Type"] != "tree"}
 
+    def fetch(self, name: str, size: int, stage: _Stage, progress: _FileProgress) -> None:
+        """Continue `<name>.incomplete` where an earlier attempt or stage left it (a Range
+        request), check its size, and rename it."""
+        target, part = stage.partial / name, stage.partial / f"{name}.incomplete"
+        progress.set(min(_size(target) or _size(part), size))
+        if target.exists():
+            return
+        if _size(part) < size:
+            try:
+                self.get(name, stage.commit, part, progress)
+            except httpx.HTTPError as exc:
+                stopped = f"{exc}; it stopped at {_size(part)} of {size} bytes"
+                raise self.unreachable(stopped, name) from exc
+        if (got := _size(part)) != size:
+            progress.set(0)
+            part.unlink()
+            raise HubError(f"{self.ref.name}: {name} came with {got} bytes, not {size}")
+        os.replace(part, target)
+
+    def get(self, name: str, commit: str, part: Path, progress: _FileProgress) -> None:
+        """One GET of the rest of a file into `part`: a Range request when some of it is there."""
+        have = _size(part)
+        headers = {"Accept-Encoding": "identity"} | ({"Range": f"bytes={have}-"} if have else {})
+        url = f"{self.endpoint}/api/v1/models/{self.ref.repo}/repo"
+        query = {"Revision": commit, "FilePath": name}
+        with self.client.stream("GET", url, params=query, headers=headers) as response:
+            if _transient(response.status_code):
+                raise httpx.TransportError(f"HTTP {response.status_code}")  # worth another go
+            if not response.is_success:
+                raise self.fail(response, "file")
+            if have and response.status_code != 206:  # the whole file came: start over
+                progress.set(0)
+                have = 0
+            with part.open("ab" if have else "wb") as out:
+                for chunk in response.iter_bytes():
+                    out.write(chunk)
+                    progress.add(len(chunk))
+                os.fsync(out.fileno())
+
 
 @contextlib.contextmanager
 def _hub(ref: HubRef, token: str | None, endpoint: str) -> Iterator[_Hub]:
-    headers = {"User-Agent": "wharf"} | ({"Authorization": f"Bearer {token}"} if token else {})
     endpoint = endpoint.rstrip("/")
+    if ref.scheme == "hf":
+        yield _HuggingFace(ref, endpoint, token)
+        return
+    headers = {"User-Agent": "wharf"} | ({"Authorization": f"Bearer {token}"} if token else {})
     with httpx.Client(headers=headers, timeout=_TIMEOUT, follow_redirects=True) as client:
-        if token and ref.scheme == "modelscope":  # its older API reads the token as a cookie
+        if token:  # its older API reads the token as a cookie
             client.cookies.set("m_session_id", token, domain=httpx.URL(endpoint).host)
-        yield _Hub(ref, endpoint, client, bool(token))
+        yield _ModelScope(ref, endpoint, token, client)
+
+
+def _listing(hub: _Hub, commit: str | None) -> tuple[str, dict[str, int]]:
+    return _again(lambda: hub.listing(commit), API_ATTEMPTS)
 
 
 def resolve(ref: HubRef, token: str | None, endpoint: str) -> str:
@@ -142,7 +383,7 @@ def resolve(ref: HubRef, token: str | None, endpoint: str) -> str:
     if _COMMIT.fullmatch(ref.revision):
         return ref.revision
     with _hub(ref, token, endpoint) as hub:
-        return hub.listing(None)[0]
+        return _listing(hub, None)[0]
 
 
 def _size(path: Path) -> int:
@@ -174,12 +415,18 @@ class _Stage:
                 self.report(self.done, self.total)
 
     def build(self, files: dict[str, int]) -> None:
-        """Download `files` into the partial folder, add the manifest, rename it into place."""
+        """Download `files` into the partial folder, drop anything else there (the client's
+        bookkeeping, leftovers), add the manifest, rename it into place."""
         shutil.rmtree(self.folder, ignore_errors=True)  # damaged since it was staged, if there
         self.partial.mkdir(exist_ok=True)
         log.info("staging %s@%s: %d bytes", self.hub.ref.name, self.commit, self.total)
         with ThreadPoolExecutor(DOWNLOAD_WORKERS) as pool:  # a failure cancels those not begun
             list(pool.map(self.download, files, files.values()))
+        for entry in self.partial.iterdir():
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            elif entry.name not in files:
+                entry.unlink()
         source = {"uri": f"{self.hub.ref.name}@{self.commit}", "endpoint": self.hub.endpoint}
         objects = {name: {"size": size} for name, size in files.items()}
         manifest = {"version": 1, "source": source, "objects": objects}
@@ -187,48 +434,10 @@ class _Stage:
         os.rename(self.partial, self.folder)
 
     def download(self, name: str, size: int) -> None:
-        """Fetch file `name` unless it is there, continuing what an earlier attempt or stage
-        left with a Range request; check its size."""
-        hub, target, part = self.hub, self.partial / name, self.partial / f"{name}.incomplete"
-        self.add(min(_size(target) or _size(part), size))  # what earlier stages left
-        url = f"{hub.endpoint}/{hub.ref.repo}/resolve/{self.commit}/{quote(name)}"
-        query = {"Revision": self.commit, "FilePath": name} if hub.ref.scheme != "hf" else None
-        url = f"{hub.endpoint}/api/v1/models/{hub.ref.repo}/repo" if query else url
-        for attempt in range(1, DOWNLOAD_ATTEMPTS + 1):
-            if target.exists() or (part.exists() and _size(part) >= size):
-                break
-            try:
-                self.fetch(url, query, part)
-            except httpx.HTTPError as exc:
-                where = f"{name} of {hub.ref.name} stopped at {_size(part)} of {size} bytes ({exc})"
-                if attempt == DOWNLOAD_ATTEMPTS:
-                    raise HubError(f"cannot reach {hub.endpoint}: {where}; stage again") from exc
-                log.warning("%s; continuing", where)
-                time.sleep(RETRY_DELAY * attempt)
-        if not target.exists() and (got := _size(part)) != size:
-            self.add(-min(got, size))
-            part.unlink()
-            raise HubError(f"{hub.ref.name}: {name} came with {got} bytes, not {size}")
-        if not target.exists():
-            os.replace(part, target)
-
-    def fetch(self, url: str, query: dict[str, str] | None, part: Path) -> None:
-        """One GET of the rest of a file into `part`: a Range request when some of it is there."""
-        have = _size(part)
-        headers = {"Accept-Encoding": "identity"} | ({"Range": f"bytes={have}-"} if have else {})
-        with self.hub.client.stream("GET", url, params=query, headers=headers) as response:
-            if response.status_code >= 500 or response.status_code == 429:
-                raise httpx.TransportError(f"HTTP {response.status_code}")  # worth another go
-            if not response.is_success:
-                raise self.hub.fail(response, "file")
-            if have and response.status_code != 206:  # the whole file came: start over
-                self.add(-have)
-                have = 0
-            with part.open("ab" if have else "wb") as out:
-                for chunk in response.iter_bytes():
-                    out.write(chunk)
-                    self.add(len(chunk))
-                os.fsync(out.fileno())
+        """File `name`, in up to DOWNLOAD_ATTEMPTS attempts while the hub is unreachable."""
+        progress = _FileProgress(self)
+        _again(lambda: self.hub.fetch(name, size, self, progress), DOWNLOAD_ATTEMPTS)
+        progress.set(size)
 
 
 def stage_hub(
@@ -244,7 +453,7 @@ def stage_hub(
     `cache_root/<scheme>/<org>/<name>/<commit>`; return (that folder, the commit). A complete
     folder is returned as it is (with a known commit, without a request); a stager of the same
     commit is waited for. `progress(bytes_done, bytes_total)` is called from download threads
-    as bytes arrive, and with the total at the end. Raises HubError."""
+    as bytes arrive, and with the total at the end. Raises HubError (HubUnreachable: retry)."""
     if commit is not None and not _COMMIT.fullmatch(commit):
         raise ValueError(f"{commit!r} is not a 40-hex commit")
     repo_dir = Path(cache_root) / ref.scheme / ref.repo
@@ -252,7 +461,7 @@ def stage_hub(
     total = _complete(repo_dir / commit) if commit else None
     if total is None or commit is None:
         with _hub(ref, token, endpoint) as hub:
-            commit, listing = hub.listing(commit)
+            commit, listing = _listing(hub, commit)
             files = {name: listing[name] for name in serving_files(listing)}
             if not any(name.endswith(_WEIGHTS) for name in files):
                 raise HubError(f"{ref.name}@{commit}: no model weights at the repository's top")
