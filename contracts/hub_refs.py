@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 
 DEFAULT_REVISIONS = {"hf": "main", "modelscope": "master"}
+# Where each hub is unless the operator names a mirror (WHARF_HF_ENDPOINT, ...).
+ENDPOINTS = {"hf": "https://huggingface.co", "modelscope": "https://www.modelscope.cn"}
 HUB_SCHEMES = tuple(DEFAULT_REVISIONS)
 _REPO = re.compile(r"\w(?:[\w.-]*\w)?/\w(?:[\w.-]*\w)?", re.ASCII)
 _REVISION = re.compile(r"(?!.*(\.\.|//))\w[\w./-]{0,199}(?<![/.])(?<!\.lock)", re.ASCII)

@@ -257,8 +257,14 @@ class Llm(_Strict):
     model: str | None = Field(
         default=None,
         description="A model-store name (tiny-llama, org/model), an absolute path in the "
-        "container, or an oss://, obs:// or s3:// URI staged onto the node.",
+        "container, an oss://, obs:// or s3:// URI, or a hub reference "
+        "(hf://org/name[@revision], modelscope://org/name[@revision]) staged onto the node.",
     )
+    hub_token: str | None = Field(
+        default=None, min_length=1, max_length=512, json_schema_extra={"format": "password"},
+        description="An access token for the hub models of this spec (private or gated "
+        "repositories); stored sealed, never shown again, never given to the engine.",
+    )  # fmt: skip
     served_model_name: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9][\w./:-]{0,127}$",
         description="The name callers put in model; none: the service name.",
@@ -361,7 +367,8 @@ class ServiceSpec(_Strict):
         """Changes whenever anything that shapes an instance changes. Instance counts do not
         shape an instance: scaling adds or removes instances and leaves the others alone; nor
         do rolling_strategy, health_check and the grace period, applied to running instances,
-        nor dockerAuth (only a pull uses it), nor the autoscaler and the routing policy.
+        nor dockerAuth (only a pull uses it), nor llm.hub_token (only staging does), nor the
+        autoscaler and the routing policy.
         metadata.resource does (instances move); unset, it leaves earlier hashes as they were,
         and so does an rpc section left empty once the routing policy is set aside (one whose
         fields were all null rolls its instances once, on the upgrade that added this), and
@@ -370,6 +377,8 @@ class ServiceSpec(_Strict):
         data = self.model_dump(
             mode="json", exclude={"rolling_strategy", "health_check", "dockerAuth", "autoscaler"}
         )
+        if data.get("llm"):  # only staging uses it: a new token is used by the next staging
+            del data["llm"]["hub_token"]
         for key in ("instance", "termination_grace_period"):
             data["metadata"].pop(key, None)
         if data["metadata"]["resource"] is None:

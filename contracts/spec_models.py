@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from contracts.hub_refs import HUB_SCHEMES, parse_hub_ref
 from contracts.spec_fleet import _Strict
 
 # A model in the node's model store: `tiny-llama` or `org/model`; never `..`.
@@ -28,23 +29,30 @@ RUNTIME_LORA_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
 
 
 def model_reference(value: str) -> str:
-    """A model in the node's model store, an absolute path in the container, or an
-    object-storage URI that the worker stages into the node's cache."""
+    """A model in the node's model store, an absolute path in the container, an
+    object-storage URI or a hub reference (hf://, modelscope://) that the worker stages into
+    the node's cache."""
     if value.startswith("/"):
         if ".." in value.split("/"):
             raise ValueError("a model path must not contain '..'")
         return value
     scheme, sep, _ = value.partition("://")
+    if sep and scheme in HUB_SCHEMES:
+        parse_hub_ref(value)  # its ValueError says what is wrong
+        return value
     if sep:
         if scheme not in OBJECT_STORAGE_SCHEMES:
-            raise ValueError(f"unknown storage scheme {scheme!r}; use oss://, obs:// or s3://")
+            raise ValueError(
+                f"unknown scheme {scheme!r}; use oss://, obs://, s3://, hf:// or modelscope://"
+            )
         if not OBJECT_URI.fullmatch(value):
             raise ValueError(f"an object-storage model looks like {scheme}://bucket/prefix/")
         return value
     if not MODEL_STORE_NAME.fullmatch(value) or ".." in value:
         raise ValueError(
             "give a model in the node's model store (e.g. 'tiny-llama'), an absolute path "
-            "inside the container, or an oss://, obs:// or s3:// URI"
+            "inside the container, an oss://, obs:// or s3:// URI, or a hub reference "
+            "(hf://org/name[@revision], modelscope://org/name[@revision])"
         )
     return value
 
@@ -78,7 +86,8 @@ class Adapter(_Strict):
     )
     model: str = Field(
         description="Where the adapter's weights are, as llm.model takes them: a model-store "
-        "name, an absolute path in the container, or an oss://, obs:// or s3:// URI.",
+        "name, an absolute path in the container, an oss://, obs:// or s3:// URI, or "
+        "hf://org/name[@revision] / modelscope://org/name[@revision].",
     )
 
     @field_validator("name")

@@ -4,6 +4,7 @@ prefill/decode roles, mounts), checked by contracts.spec.parse_spec after the sc
 from __future__ import annotations
 
 from contracts import spec_facts
+from contracts.hub_refs import is_hub_ref
 from contracts.spec import GPU_ENGINES, PD_ENGINES, ROLES, Llm, ServiceSpec
 from contracts.spec_scaling import Autoscaler
 
@@ -89,6 +90,9 @@ def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
         errors["containers[0].command"] = ["the custom engine runs the given image and command"]
     if llm.lora is not None:
         errors.update(_lora_checks(spec))
+    if llm.hub_token and not any(is_hub_ref(r) for _, r in spec_facts.model_refs(spec)):
+        errors["llm.hub_token"] = ["no model of this spec is on a hub (hf://, modelscope://); "
+                                   "remove the token"]  # fmt: skip
     if llm.pd is not None:
         errors.update(_pd_checks(llm))
         return errors

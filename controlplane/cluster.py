@@ -26,7 +26,9 @@ def kube_settings() -> names.KubeSettings:
         health_timeout_s=settings.WHARF_HEALTH_TIMEOUT,
         shared_kv_claim=settings.WHARF_K8S_KV_CLAIM,
         storage_secret=settings.WHARF_K8S_STORAGE_SECRET,
-    )
+        hub_endpoints=(("hf", settings.WHARF_HF_ENDPOINT),
+                       ("modelscope", settings.WHARF_MODELSCOPE_ENDPOINT)),
+    )  # fmt: skip
 
 
 def cluster_errors(spec: ServiceSpec) -> dict[str, list[str]]:

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlparse
 
 from contracts import log_format
 from contracts.env import envbool, envint, envrange, envstr, secret
+from contracts.hub_refs import ENDPOINTS
 from contracts.version import VERSION
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -253,8 +254,13 @@ WHARF_K8S_KV_CLAIM = envstr("WHARF_K8S_KV_CLAIM", "")
 WHARF_K8S_STORAGE_SECRET = envstr("WHARF_K8S_STORAGE_SECRET", "")
 WHARF_MODEL_DIR = Path(envstr("WHARF_MODEL_DIR", str(WHARF_HOME / "models"))).resolve()
 WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
-# Object-storage models staged on this node (keyed by endpoint, bucket and prefix).
+# Object-storage models staged on this node (keyed by endpoint, bucket and prefix), and hub
+# models (in its hub/ folder, by hub, repository and commit).
 WHARF_CACHE_DIR = Path(envstr("WHARF_CACHE_DIR", str(WHARF_HOME / "cache"))).resolve()
+# The hubs hf:// and modelscope:// models are staged from: a mirror's address where nodes sit
+# behind one (https://hf-mirror.com, an internal proxy).
+WHARF_HF_ENDPOINT = envstr("WHARF_HF_ENDPOINT", ENDPOINTS["hf"])
+WHARF_MODELSCOPE_ENDPOINT = envstr("WHARF_MODELSCOPE_ENDPOINT", ENDPOINTS["modelscope"])
 WHARF_VLLM_VENV = Path(
     envstr("WHARF_VLLM_VENV", str(Path.home() / ".cache" / "wharf" / "vllm-cpu-venv"))
 )

@@ -58,7 +58,7 @@ def test_adding_and_removing_an_adapter_is_a_version_that_restarts_nothing(
 
 BAD = [
     ({"name": "a:b", "model": "x"}, "name", "no ':'"),
-    ({"name": "chat", "model": "ftp://x/y"}, "model", "unknown storage scheme"),
+    ({"name": "chat", "model": "ftp://x/y"}, "model", "unknown scheme"),
     ({"name": "chat"}, "model", "is required"),
     ({"name": "chat", "model": "x", "scale": 2}, "scale", "does not support this field"),
     ({"name": "assistant", "model": "x"}, "name", "names the base model"),

@@ -24,15 +24,19 @@ def node(settings, tmp_path):
     return tmp_path
 
 
+def NO_FETCH(ref: str):  # noqa: N802 (a constant's name)
+    raise AssertionError(f"{ref} is not in object storage or on a hub")
+
+
 def test_a_store_adapter_is_linked_into_the_services_folder_once(node):
     folder = adapters.adapters_dir("assistant")
     adapter = Adapter(name="sql", model="tiny-sql")
-    adapters.provide(adapter, folder)
+    adapters.provide(adapter, folder, NO_FETCH)
     placed = folder / adapter_folder("sql", "tiny-sql")
     source = node / "models" / "tiny-sql" / "adapter_config.json"
     assert os.path.samefile(placed / "adapter_config.json", source)  # a hard link, no copy
     assert oct(placed.stat().st_mode & 0o777) == "0o755"
-    adapters.provide(adapter, folder)  # again: nothing to do
+    adapters.provide(adapter, folder, NO_FETCH)  # again: nothing to do
     assert [p.name for p in folder.iterdir()] == [placed.name]
     # The same name from elsewhere is a folder of its own: engines switch on their next sync.
     assert adapter_folder("sql", "tiny-sql") != adapter_folder("sql", "s3://b/sql/")
@@ -43,8 +47,10 @@ def test_a_store_adapter_is_linked_into_the_services_folder_once(node):
 def test_what_the_node_cannot_provide_says_why(node):
     folder = adapters.adapters_dir("assistant")
     with pytest.raises(adapters.AdapterError, match="'nope' is not in this node's model store"):
-        adapters.provide(Adapter(name="x", model="nope"), folder)
-    adapters.provide(Adapter(name="x", model="/mnt/adapters/x"), folder)  # a mount's: as is
+        adapters.provide(Adapter(name="x", model="nope"), folder, NO_FETCH)
+    adapters.provide(
+        Adapter(name="x", model="/mnt/adapters/x"), folder, NO_FETCH
+    )  # a mount's: as is
     assert not folder.exists() or not any(folder.iterdir())
 
 

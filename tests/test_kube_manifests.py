@@ -569,3 +569,31 @@ def test_each_source_is_staged_once_with_the_spec_entrys_endpoint_and_keys():
     assert volume(objs, "/extra")[0]["subPath"] == "0"
     assert volume(objs, "/models/oss/bk/m")[0]["subPath"] == "0"  # the same folder, twice
     assert volume(objs, "/models/s3/dr/draft")[0]["subPath"] == "1"
+
+
+def test_a_hub_model_is_staged_at_its_versions_commit_with_the_token_kept_from_the_engine():
+    commit = "3" * 40
+    settings = KubeSettings(hub_endpoints=(("hf", "https://hf-mirror.example"),))
+    data = spec_with(llm={"model": "hf://Qwen/Qwen2.5-0.5B@main", "hub_token": "hf_kube_secret"})
+    spec = parse_spec(data)
+    objs = render(spec.name, spec, 1, {"": 1}, settings, OWNER, keys_for({"": 1}),
+                  hub_commits={"hf://Qwen/Qwen2.5-0.5B@main": commit})  # fmt: skip
+    (stager,) = pod(objs)["initContainers"]
+    assert stager["args"][3:] == ["--into", "/staged/0", "--endpoint", "https://hf-mirror.example",
+                                  "--commit", commit, "hf://Qwen/Qwen2.5-0.5B@main"]  # fmt: skip
+    assert stager["env"] == [{"name": "WHARF_HUB_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": "chat-secrets", "key": "hub-token"}}}]  # fmt: skip
+    assert secret_values(objs[0])["hub-token"] == "hf_kube_secret"
+    target = "/models/hf/Qwen/Qwen2.5-0.5B@main"
+    assert engine(objs)["args"][engine(objs)["args"].index("--model") + 1] == target
+    assert volume(objs, target)[0]["subPath"] == "0"
+    # The engine gets neither the token nor a reference to it.
+    assert "hf_kube_secret" not in json.dumps(deployment(objs))
+    assert "hub-token" not in json.dumps(engine(objs))
+    for version in VERSIONS:
+        kubernetes_validate.validate(deployment(objs), version, strict=True)
+    # Without a token, no Secret entry and no variable; without a recorded commit, no --commit.
+    data["llm"].pop("hub_token")
+    (plain,) = pod(objects(data))["initContainers"]
+    assert "env" not in plain and "--commit" not in plain["args"]
+    assert "hub-token" not in secret_values(objects(data)[0])

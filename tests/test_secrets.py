@@ -7,6 +7,7 @@ SPEC = {
                                      "access_key_secret": "hunter2"}},
         {"mount_path": "/dev/shm", "empty_dir": {"medium": "memory"}},
     ],
+    "llm": {"engine": "vllm-cpu", "model": "hf://org/private", "hub_token": "hf_secret"},
 }  # fmt: skip
 
 
@@ -14,7 +15,9 @@ def test_redact_hides_every_secret_and_leaves_the_original_alone():
     shown = redact(SPEC)
     assert shown["storage"][0]["oss"]["access_key_secret"] == REDACTED
     assert shown["storage"][0]["oss"]["access_key_id"] == "id"
+    assert shown["llm"]["hub_token"] == REDACTED
     assert SPEC["storage"][0]["oss"]["access_key_secret"] == "hunter2"
+    assert "hf_secret" not in str(shown) and "hunter2" not in str(shown)
 
 
 def test_putting_back_a_redacted_spec_keeps_the_stored_secret():
@@ -31,3 +34,11 @@ def test_redacted_secret_for_a_new_path_is_dropped():
     new = redact(SPEC)
     new["storage"][0]["oss"]["path"] = "oss://b/other/"
     assert "access_key_secret" not in keep_secrets(new, SPEC)["storage"][0]["oss"]
+
+
+def test_the_hub_token_is_kept_replaced_or_dropped_like_the_other_secrets():
+    new = redact(SPEC)
+    new["llm"]["hub_token"] = "hf_new"
+    assert keep_secrets(new, SPEC)["llm"]["hub_token"] == "hf_new"
+    first = {**redact(SPEC), "llm": {**redact(SPEC)["llm"]}}
+    assert "hub_token" not in keep_secrets(first, {"name": "s"})["llm"]  # nothing stored

@@ -144,3 +144,20 @@ def test_the_gateway_checks_tokens_with_the_token_key(monkeypatch):
     monkeypatch.delenv("WHARF_SECRET_KEY")
     with pytest.raises(ConfigError, match="WHARF_TOKEN_KEY"):
         load_settings()
+
+
+def test_the_hub_token_is_sealed_and_never_shown():
+    api = client_for("dev")
+    token = "hf_at_rest_31c7"
+    llm = {"engine": "vllm-cpu", "model": "hf://org/private@main", "hub_token": token}
+    spec = {"name": "hubbed", "metadata": {"instance": 0}, "llm": llm}
+    created = api.post("/api/v1/services", spec, format="json")
+    assert created.status_code == 201, created.content
+    assert token not in created.content.decode() and token not in raw_rows()
+    assert Service.objects.get(name="hubbed").parsed_spec().llm.hub_token == token
+    for path in ("/api/v1/services/hubbed", "/api/v1/services/hubbed/versions"):
+        assert token not in api.get(path).content.decode()
+    spec["llm"]["model"] = "tiny-llama"  # the token then serves nothing: refused, named
+    refused = api.put("/api/v1/services/hubbed", spec, format="json")
+    assert refused.status_code == 400 and "llm.hub_token" in refused.json()["errors"]
+    assert token not in refused.content.decode()

@@ -52,7 +52,7 @@ BAD = [
                              served_model_name="tiny-chat"),
      "llm.lora.adapters[0].name", "names the base model"),
     ("a model that is no model", spec(lora={"adapters": [{"name": "a", "model": "ftp://x"}]}),
-     "llm.lora.adapters[0].model", "unknown storage scheme"),
+     "llm.lora.adapters[0].model", "unknown scheme"),
     ("a rank vLLM has not", spec(lora={"adapters": [], "max_rank": 12}), "llm.lora.max_rank",
      "8, 16, 32"),
     ("an unknown field", spec(lora={"adapters": [], "max_cpu_loras": 4}),

@@ -11,6 +11,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.hub_fake import FakeHub
+from tests.hub_models import tiny_files
 from tests.moto_support import KEY_ID, SECRET, Moto
 from workers.object_store import MANIFEST
 
@@ -81,3 +83,27 @@ def test_a_failure_says_what_to_fix_and_leaves_no_folder(moto, tmp_path):
     assert "no-such-bucket-here" in done.stderr and "does not exist" in done.stderr
     assert not (tmp_path / "0").exists()
     assert SECRET not in done.stdout + done.stderr
+
+
+def test_stages_a_hub_model_at_the_commit_it_is_given(tmp_path):
+    token = "hf_stage_cli_secret"
+    with FakeHub() as fake:
+        first = fake.add_repo("wharf/tiny", tiny_files(), private=True, token=token)
+        fake.commit("wharf/tiny", {**tiny_files(), "config.json": b"{}"})  # main moves on
+
+        def run(ref: str, into: Path, *extra: str) -> subprocess.CompletedProcess:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("WHARF_", "HF_"))}
+            env.update(PYTHONPATH=str(ROOT), WHARF_HUB_TOKEN=token, WHARF_HF_ENDPOINT=fake.url)
+            return subprocess.run(
+                [sys.executable, "-m", "workers.stage", "--into", str(into), *extra, ref],
+                cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+
+        done = run("hf://wharf/tiny", tmp_path / "0", "--commit", first)
+        assert done.returncode == 0, done.stderr
+        assert tree(tmp_path / "0") == tiny_files()  # the commit given, not where main is now
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["0"]  # its hub cache is gone
+        assert "100%" in done.stdout and token not in done.stdout + done.stderr
+        missing = run("hf://wharf/missing", tmp_path / "1")
+        assert missing.returncode == 1 and "no such repository" in missing.stderr
+        assert token not in missing.stdout + missing.stderr

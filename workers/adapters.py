@@ -3,7 +3,7 @@ engines kept loaded with what the service's spec lists, without a restart.
 
 The folder (`adapters_dir`: <WHARF_HOME>/adapters/<service>) holds one subfolder per adapter,
 named for the adapter and where it comes from (contracts.engines.models.adapter_folder),
-filled from the node's model store or its object-storage cache by hard links (a copy across
+filled from the node's model store or its cache (object storage, hubs) by hard links (a copy across
 file systems). Engines see the whole folder (a container at /adapters), so an adapter the node
 adds is readable by an engine that started before it.
 
@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,14 +36,18 @@ from django.conf import settings
 
 from contracts.engine_keys import engine_key
 from contracts.engines.models import adapter_folder, locate_adapter
+from contracts.hub_refs import is_hub_ref
 from contracts.spec import RUNTIME_LORA_ENGINES, ServiceSpec
 from contracts.spec_models import Adapter
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance
 from controlplane.services.routing import publish_snapshot
+from workers.hub import HubError
+from workers.hub_pins import VersionPins
 from workers.object_store import StagingError, source_from_env
-from workers.runtimes import ObservedInstance, Runtime
+from workers.provisioning import stage_hub_model
+from workers.runtimes import InstanceError, ObservedInstance, Runtime
 from workers.storage import stage
 
 log = logging.getLogger(__name__)
@@ -71,23 +76,18 @@ class AdapterError(Exception):
     """An adapter this node cannot provide: the message says why."""
 
 
-def provide(adapter: Adapter, folder: Path, staged: dict[str, str] | None = None) -> None:
+def provide(adapter: Adapter, folder: Path, fetch: Callable[[str], Path]) -> None:
     """Put `adapter` in the service's folder (nothing for an absolute path, which a mount
-    provides): from object storage (`staged` where it is already in the node's cache), or
-    from the model store. Raises AdapterError."""
+    provides): from object storage or a hub (`fetch(ref)`: its folder in the node's cache),
+    or from the model store. Raises AdapterError."""
     ref = adapter.model
     if ref.startswith("/"):
         return
     target = folder / adapter_folder(adapter.name, ref)
     if target.is_dir():
         return
-    if "://" in ref and staged and ref in staged:
-        source = Path(staged[ref])
-    elif "://" in ref:
-        try:
-            source = stage(source_from_env(ref), settings.WHARF_CACHE_DIR)
-        except StagingError as exc:
-            raise AdapterError(str(exc)) from None
+    if "://" in ref:
+        source = fetch(ref)
     else:
         source = settings.WHARF_MODEL_DIR / ref
         if not source.is_dir():
@@ -148,9 +148,10 @@ def sync(row: Instance, found: ObservedInstance, runtime: Runtime) -> set[str]:
             log.warning("adapters of %s: cannot read what its engine loaded: %s", row.name, exc)
             return set()
         wanted = {}
+        fetch = _fetcher(row, spec)
         for adapter in spec.llm.lora.adapters:
             try:
-                provide(adapter, folder)
+                provide(adapter, folder, fetch)
             except AdapterError as exc:
                 failed[adapter.name] = str(exc)
                 continue
@@ -178,6 +179,21 @@ def sync(row: Instance, found: ObservedInstance, runtime: Runtime) -> set[str]:
         publish_snapshot()
         return {row.service.name}
     return set()
+
+
+def _fetcher(row: Instance, spec: ServiceSpec) -> Callable[[str], Path]:
+    """Where an adapter from object storage or a hub is in the node's cache, staging it."""
+    pins = VersionPins(row.service, row.spec_hash)
+
+    def fetch(ref: str) -> Path:
+        try:
+            if is_hub_ref(ref):
+                return stage_hub_model(ref, spec, pins, settings.WHARF_CACHE_DIR)
+            return stage(source_from_env(ref), settings.WHARF_CACHE_DIR)
+        except (StagingError, InstanceError, HubError) as exc:
+            raise AdapterError(str(exc)) from None
+
+    return fetch
 
 
 def _loaded(engine: httpx.Client) -> dict[str, str]:

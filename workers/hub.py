@@ -57,15 +57,15 @@ from huggingface_hub import errors as hf_errors
 from tqdm import tqdm
 
 from contracts.hub_refs import COMMIT as _COMMIT
-from contracts.hub_refs import HubRef
+from contracts.hub_refs import ENDPOINTS, HubRef
 
 log = logging.getLogger(__name__)
 
 hf_constants.HF_HUB_DISABLE_TELEMETRY = True  # read when called, not only at import
 hf_constants.HF_HUB_DISABLE_XET = True
 
-HF_ENDPOINT = "https://huggingface.co"
-MODELSCOPE_ENDPOINT = "https://www.modelscope.cn"
+HF_ENDPOINT = ENDPOINTS["hf"]
+MODELSCOPE_ENDPOINT = ENDPOINTS["modelscope"]
 MANIFEST = ".wharf-manifest.json"
 DOWNLOAD_ATTEMPTS = 5  # per file and stage
 API_ATTEMPTS = 3  # per metadata request

@@ -17,6 +17,7 @@ from contracts.version import VERSION
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import parse_labels
 from workers import devices
+from workers.hub_cache import cached_repositories
 from workers.storage import cached_sources
 
 log = logging.getLogger(__name__)
@@ -39,12 +40,14 @@ def engine_images(runtime) -> list[str]:
 
 
 def local_models() -> list[str]:
-    """Model-store names and staged sources' cache keys on this node (at most MAX_IMAGES)."""
+    """Model-store names, staged sources' cache keys and hub repositories (hf://org/name)
+    on this node (at most MAX_IMAGES)."""
     try:
         store = sorted(p.name for p in settings.WHARF_MODEL_DIR.iterdir() if p.is_dir())
     except OSError:  # no model store on this node
         store = []
-    return (store + sorted(cached_sources(settings.WHARF_CACHE_DIR)))[:MAX_IMAGES]
+    cached = sorted(cached_sources(settings.WHARF_CACHE_DIR))
+    return (store + cached + cached_repositories(settings.WHARF_CACHE_DIR))[:MAX_IMAGES]
 
 
 def inventory(runtime) -> dict:

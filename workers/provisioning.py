@@ -4,14 +4,22 @@ cards. Kept apart from the reconciler so its rules are readable (and testable) o
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from django.conf import settings
+
+from contracts.hub_refs import is_hub_ref, parse_hub_ref
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import model_refs
+from workers import hub
+from workers.hub_cache import HUB_FOLDER
+from workers.hub_pins import VersionPins
 from workers.object_store import ObjectSource, StagingError, source_from_env
 from workers.runtimes.base import InstanceError
+from workers.runtimes.pulls import size_text
 from workers.storage import stage
 
 GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
@@ -29,15 +37,21 @@ def object_sources(spec: ServiceSpec) -> list[ObjectSource]:
                 )
             )
     for _, ref in model_refs(spec):
-        if "://" in ref:
+        if "://" in ref and not is_hub_ref(ref):
             sources.append(source_from_env(ref))
     return sources
 
 
+def hub_models(spec: ServiceSpec) -> list[str]:
+    """The spec's models on a hub (hf://, modelscope://), each once, in model_refs' order."""
+    return list(dict.fromkeys(ref for _, ref in model_refs(spec) if is_hub_ref(ref)))
+
+
 def stage_models(
-    spec: ServiceSpec, cache_root: Path, report: Callable[[str], None]
+    spec: ServiceSpec, cache_root: Path, report: Callable[[str], None], pins: VersionPins
 ) -> dict[str, str]:
-    """Stage every object-storage source; {uri: host directory}. Raises InstanceError."""
+    """Stage every object-storage source and hub model; {uri: host directory}. Raises
+    InstanceError for what the user must fix, HubUnreachable for what may pass."""
     staged: dict[str, str] = {}
     for source in object_sources(spec):
         if source.uri in staged:
@@ -48,7 +62,57 @@ def stage_models(
         except StagingError as exc:
             raise InstanceError(str(exc)) from None
         staged[source.uri] = str(path)
+    for ref in hub_models(spec):
+        staged[ref] = str(stage_hub_model(ref, spec, pins, cache_root, report))
     return staged
+
+
+def stage_hub_model(
+    ref: str, spec: ServiceSpec, pins: VersionPins, cache_root: Path,
+    report: Callable[[str], None] = lambda _: None,
+) -> Path:  # fmt: skip
+    """Stage hub model `ref` at the commit its version records (see hub_commit) into
+    `cache_root/hub`; its folder. Raises InstanceError for what the user must fix (no such
+    repository or revision, no access), HubUnreachable for what may pass (the hub down)."""
+    parsed = parse_hub_ref(ref)
+    token = spec.llm.hub_token if spec.llm else None
+    commit = hub_commit(ref, spec, pins, report)
+    report(f"staging {ref}")
+    try:
+        folder, _ = hub.stage_hub(
+            parsed, cache_root / HUB_FOLDER, token=token, endpoint=hub_endpoint(parsed.scheme),
+            commit=commit, progress=_throttled(ref, report),
+        )  # fmt: skip
+        os.utime(folder)  # used now: the prune keeps a repository's most recently used commit
+    except hub.HubUnreachable:
+        raise
+    except hub.HubError as exc:
+        raise InstanceError(str(exc)) from None
+    return folder
+
+
+def hub_commit(
+    ref: str, spec: ServiceSpec, pins: VersionPins, report: Callable[[str], None] = lambda _: None
+) -> str:
+    """The commit hub model `ref` is served at: the one its version records, else the one its
+    revision is at now, which is then recorded (unless another node was first). Raises
+    InstanceError, HubUnreachable as stage_hub_model."""
+    parsed = parse_hub_ref(ref)
+    commit = parsed.revision if parsed.pinned else pins.recorded(ref)
+    try:
+        if commit is None:
+            report(f"resolving {ref}")
+            token = spec.llm.hub_token if spec.llm else None
+            commit = hub.resolve(parsed, token, hub_endpoint(parsed.scheme))
+    except hub.HubUnreachable:
+        raise
+    except hub.HubError as exc:
+        raise InstanceError(str(exc)) from None
+    return pins.record(ref, commit)
+
+
+def hub_endpoint(scheme: str) -> str:
+    return settings.WHARF_HF_ENDPOINT if scheme == "hf" else settings.WHARF_MODELSCOPE_ENDPOINT
 
 
 def _throttled(uri: str, report: Callable[[str], None]) -> Callable[[int, int], None]:
@@ -59,7 +123,7 @@ def _throttled(uri: str, report: Callable[[str], None]) -> Callable[[int, int], 
         if now - last[0] >= 1.0 or done >= total:
             last[0] = now
             percent = 100 * done // total if total else 100
-            report(f"staging {uri}: {percent}% of {total / 1e9:.2f} GB")
+            report(f"staging {uri}: {size_text(done)} of {size_text(total)} ({percent}%)")
 
     return progress
 

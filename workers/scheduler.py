@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from contracts import spec_facts
 from contracts.allocation import decode_allocation, encode_allocation
+from contracts.hub_refs import is_hub_ref, parse_hub_ref
 from contracts.spec import ServiceSpec, SpecError
 from contracts.spec_facts import card_need
 from controlplane.nodes.models import Node
@@ -240,11 +241,13 @@ def _need(service: str, spec: ServiceSpec, role: str) -> placement.Need:
 
 
 def _model_key(spec: ServiceSpec) -> str:
-    """How a node's inventory names the spec's model: its model-store name, or the cache key
-    of its object-storage source."""
+    """How a node's inventory names the spec's model: its model-store name, the cache key
+    of its object-storage source, or its hub repository (hf://org/name)."""
     model = (spec.llm.model or "") if spec.llm else ""
     if "://" not in model:
         return model
+    if is_hub_ref(model):
+        return parse_hub_ref(model).name
     try:
         return storage.cache_key(object_store.source_from_env(model))
     except Exception:  # an odd URI: no preference, staging reports it

@@ -1,8 +1,13 @@
-"""`python -m workers.stage`: copy one OSS / OBS / S3 model folder into a given folder, with the
-nodes' own staging code (workers.storage) and without a database: the init container of a
-Kubernetes pod runs it (contracts.kube.pod_template) to fill the folder its engine mounts.
+"""`python -m workers.stage`: copy one OSS / OBS / S3 model folder, or a hub model, into a given
+folder, with the nodes' own staging code (workers.storage, workers.hub) and without a
+database: the init container of a Kubernetes pod runs it (contracts.kube.pod_template) to fill
+the folder its engine mounts.
 
     python -m workers.stage --into /staged/0 [--endpoint URL] oss://bucket/prefix/
+    python -m workers.stage --into /staged/1 [--endpoint URL] [--commit SHA] hf://org/name@main
+
+A hub model's token comes from WHARF_HUB_TOKEN (the service's Secret), its endpoint from
+`--endpoint`, else WHARF_HF_ENDPOINT / WHARF_MODELSCOPE_ENDPOINT, else the hub's own.
 
 Endpoint, credentials, addressing style and region come from the environment as on a node
 (WHARF_<SCHEME>_ENDPOINT, _ACCESS_KEY_ID, _ACCESS_KEY_SECRET, _ADDRESSING_STYLE, _REGION; see
@@ -22,6 +27,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from contracts.hub_refs import ENDPOINTS, is_hub_ref, parse_hub_ref
+from workers import hub
 from workers.object_store import ObjectSource, StagingError, source_from_env
 from workers.storage import cache_key, stage
 
@@ -53,6 +60,30 @@ def stage_into(
     return into
 
 
+def stage_hub_into(
+    ref: str, into: Path, endpoint: str | None, commit: str | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:  # fmt: skip
+    """Stage hub model `ref` (at `commit`, else where its revision is now) into the folder
+    `into`, through a hub cache beside it that a failed run leaves for the next to continue
+    and a finished one removes. Raises HubError."""
+    if into.is_dir():  # an earlier run in the same pod finished
+        return into
+    parsed = parse_hub_ref(ref)
+    endpoint = endpoint or os.environ.get(f"WHARF_{parsed.scheme.upper()}_ENDPOINT")
+    cache = into.parent / f".{into.name}.hub"
+    folder, _ = hub.stage_hub(
+        parsed, cache, token=os.environ.get("WHARF_HUB_TOKEN") or None,
+        endpoint=endpoint or ENDPOINTS[parsed.scheme], commit=commit, progress=progress,
+    )  # fmt: skip
+    try:
+        os.rename(folder, into)
+    except OSError as exc:
+        raise hub.HubError(f"cannot write {into}: {exc}") from exc
+    shutil.rmtree(cache, ignore_errors=True)
+    return into
+
+
 def printer(uri: str, every: float = 1.0) -> Callable[[int, int], None]:
     """A progress callback that prints a line at most every `every` seconds, and at the end."""
     last = [float("-inf")]
@@ -70,17 +101,24 @@ def printer(uri: str, every: float = 1.0) -> Callable[[int, int], None]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m workers.stage",
-        description="Copy an OSS/OBS/S3 folder into a local folder (a pod's model volume).",
+        description="Copy an OSS/OBS/S3 folder or a hub model into a local folder (a pod's "
+        "model volume).",
     )
     parser.add_argument("--into", required=True, type=Path, help="the folder to create")
     parser.add_argument("--endpoint", help="the store's endpoint; else WHARF_<SCHEME>_ENDPOINT")
-    parser.add_argument("uri", help="oss://bucket/prefix/, obs://bucket/prefix/ or s3://...")
+    parser.add_argument("--commit", help="a hub model's commit (its version records it)")
+    parser.add_argument("uri", help="oss://bucket/prefix/, obs://…, s3://…, hf://org/name[@rev] "
+                        "or modelscope://org/name[@rev]")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     try:
-        source = source_from_env(args.uri, args.endpoint)
-        folder = stage_into(source, args.into, printer(args.uri))
-    except StagingError as exc:
+        if is_hub_ref(args.uri):
+            folder = stage_hub_into(args.uri, args.into, args.endpoint, args.commit,
+                                    printer(args.uri))  # fmt: skip
+        else:
+            folder = stage_into(source_from_env(args.uri, args.endpoint), args.into,
+                                printer(args.uri))  # fmt: skip
+    except (StagingError, hub.HubError, ValueError) as exc:
         print(f"staging {args.uri} failed: {exc}", file=sys.stderr)
         return 1
     print(f"staged {args.uri} into {folder}", flush=True)

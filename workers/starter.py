@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -24,6 +25,7 @@ from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
 from workers import adapters, devices, provisioning
+from workers.hub_pins import VersionPins
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,8 @@ def start_instance(
         Instance.objects.filter(pk=row.pk).update(message=progress[:200])
 
     try:
-        staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report)
+        pins = VersionPins(service, row.spec_hash)
+        staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report, pins)
         provisioning.check_model_store(spec, settings.WHARF_MODEL_DIR)
         _, indexes = decode_allocation(row.devices) if row.devices else ("", ())
         placement = replace(
@@ -102,7 +105,7 @@ def _with_adapters(placement: Placement, spec: ServiceSpec, staged: dict[str, st
     folder.mkdir(parents=True, exist_ok=True)  # mounted whole, also before it holds any
     for adapter in spec.llm.lora.adapters:
         try:
-            adapters.provide(adapter, folder, staged)
+            adapters.provide(adapter, folder, lambda ref: Path(staged[ref]))
         except adapters.AdapterError as exc:
             raise InstanceError(f"adapter {adapter.name}: {exc}") from None
     return replace(placement, adapters_dir=str(folder))

@@ -9,7 +9,7 @@ from contracts import reconcile
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
 from controlplane.usage import flush
-from workers import storage
+from workers import hub_cache, storage
 from workers.celery import app
 from workers.fleet import FleetSettings
 from workers.locks import client, leased
@@ -130,6 +130,7 @@ def prune_model_cache() -> list[str]:
     if in_use is None:
         return []
     removed = storage.prune(settings.WHARF_CACHE_DIR, in_use)
+    removed += hub_cache.prune(settings.WHARF_CACHE_DIR, in_use)
     if removed:
         log.info(
             "model cache: removed %d version(s) no instance uses: %s",

@@ -24,6 +24,7 @@ from contracts.engines import render as render_plan
 from contracts.kube import names, rank_tables
 from contracts.kube.names import KubeSettings
 from contracts.kube.pod_template import (
+    HUB_TOKEN,
     ManifestError,
     PodNames,
     StagedSource,
@@ -75,17 +76,21 @@ def render(
     owner: Owner,
     engine_keys: dict[str, str],
     tables: dict[str, str] | None = None,
+    hub_commits: dict[str, str] | None = None,
 ) -> list[dict]:
     """Every object of `service` but its root, for `replicas` pods per role (each role's
     `engine_keys` entry is its pods' engine key; `tables` the rank tables' data as the pods
-    are, where the spec has them). Raises ManifestError for what the cluster cannot run."""
+    are, where the spec has them; `hub_commits` the commits its version records for its hub
+    models). Raises ManifestError for what the cluster cannot run."""
     spec_hash = spec.spec_hash()
-    staged = staged_sources(spec)
+    staged = staged_sources(spec, hub_commits)
     placements = {role: pod_placement(spec, role, staged, engine_keys[role]) for role in replicas}
     plans = {role: render_plan(spec, placement) for role, placement in placements.items()}
     pull = pull_secret_name(service) if spec.dockerAuth else ""
     meta = _Meta(service, version, settings, owner)
-    objects = [_secret(meta, engine_keys, replicas, staged)]
+    objects = [
+        _secret(meta, engine_keys, replicas, staged, spec.llm.hub_token if spec.llm else None)
+    ]
     if spec.dockerAuth:
         objects.append(_pull_secret(meta, pull, spec.dockerAuth, plans.values()))
     files = rank_tables.config_map_name(service)
@@ -141,9 +146,15 @@ class _Meta:
 
 
 def _secret(
-    meta: _Meta, engine_keys: dict[str, str], replicas: dict[str, int], staged: list[StagedSource]
+    meta: _Meta,
+    engine_keys: dict[str, str],
+    replicas: dict[str, int],
+    staged: list[StagedSource],
+    hub_token: str | None,
 ) -> dict:
     data = {engine_key_entry(role): engine_keys[role] for role in replicas}
+    if hub_token:  # read by the init containers that stage hub models, never by an engine
+        data[HUB_TOKEN] = hub_token
     for n, source in enumerate(staged):
         if source.access_key_id and source.access_key_secret:
             data[credential_key(n, "id")] = source.access_key_id

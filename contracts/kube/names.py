@@ -103,3 +103,5 @@ class KubeSettings:
     # _ACCESS_KEY_SECRET for staging OSS/OBS/S3 models whose spec entry carries no
     # credentials, as the workers' environment does on nodes ("": none).
     storage_secret: str = ""  # WHARF_K8S_STORAGE_SECRET
+    # Where the init containers stage hf:// and modelscope:// models from.
+    hub_endpoints: tuple[tuple[str, str], ...] = ()  # WHARF_HF_ENDPOINT, WHARF_MODELSCOPE_...

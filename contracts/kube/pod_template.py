@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from contracts.engines.pd import pd_connector, side_port, tensor_parallel_size
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import DRIVER_FILES
+from contracts.hub_refs import is_hub_ref
 from contracts.kube import rank_tables
 from contracts.kube.names import KubeSettings
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
@@ -53,7 +54,8 @@ class ManifestError(ValueError):
 
 @dataclass(frozen=True)
 class StagedSource:
-    """An object-storage folder a pod stages, where, and with what (from the spec)."""
+    """An object-storage folder or hub model a pod stages, where, and with what (from the
+    spec; a hub model's commit from its version)."""
 
     uri: str
     folder: str  # /staged/<n>
@@ -61,16 +63,19 @@ class StagedSource:
     endpoint: str | None = None
     access_key_id: str | None = None
     access_key_secret: str | None = field(default=None, repr=False)
+    commit: str | None = None  # a hub model's, as its version records it
 
     @property
     def scheme(self) -> str:
         return self.uri.partition("://")[0]
 
 
-def staged_sources(spec: ServiceSpec) -> list[StagedSource]:
-    """Every object-storage folder the spec reads, once each, in the nodes' order (storage
-    entries, then the models: contracts.spec_facts.model_refs, as
-    workers.provisioning.object_sources)."""
+def staged_sources(
+    spec: ServiceSpec, hub_commits: dict[str, str] | None = None
+) -> list[StagedSource]:
+    """Every object-storage folder and hub model the spec reads, once each, in the nodes'
+    order (storage entries, then the models: contracts.spec_facts.model_refs, as
+    workers.provisioning stages them); hub models at their `hub_commits`."""
     found: dict[str, StagedSource] = {}
 
     def add(uri: str, where: str, store=None) -> None:
@@ -80,6 +85,7 @@ def staged_sources(spec: ServiceSpec) -> list[StagedSource]:
                 store.endpoint if store else None,
                 store.access_key_id if store else None,
                 store.access_key_secret if store else None,
+                (hub_commits or {}).get(uri),
             )  # fmt: skip
 
     for i, entry in enumerate(spec.storage):
@@ -314,12 +320,18 @@ def probes(spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings) -> di
 SAFE = {"allowPrivilegeEscalation": False, "privileged": False}
 
 
-def stager(source: StagedSource, n: int, settings: KubeSettings, secret: str) -> dict:
+def stager(
+    source: StagedSource, n: int, settings: KubeSettings, secret: str, hub_token: bool = False
+) -> dict:
     """The init container that stages `source` into its folder. Credentials the spec gives
-    come from the service's Secret, the rest from the operator's (storage_secret)."""
+    come from the service's Secret, the rest from the operator's (storage_secret); a hub
+    model is staged at its recorded commit, with the spec's token (`hub_token`: it has one)."""
     args = ["python", "-m", "workers.stage", "--into", source.folder]
-    if source.endpoint:
-        args += ["--endpoint", source.endpoint]
+    endpoint = source.endpoint or dict(settings.hub_endpoints).get(source.scheme)
+    if endpoint:
+        args += ["--endpoint", endpoint]
+    if source.commit:
+        args += ["--commit", source.commit]
     container: dict = {
         "name": f"stage-{n}", "image": settings.stager_image,
         "args": [literal(arg) for arg in (*args, source.uri)],
@@ -333,9 +345,16 @@ def stager(source: StagedSource, n: int, settings: KubeSettings, secret: str) ->
              "valueFrom": {"secretKeyRef": {"name": secret, "key": credential_key(n, part)}}}
             for part in ("id", "secret")
         ]  # fmt: skip
+    if hub_token and is_hub_ref(source.uri):
+        reference = {"secretKeyRef": {"name": secret, "key": HUB_TOKEN}}
+        container["env"] = [{"name": HUB_TOKEN_ENV, "valueFrom": reference}]
     if settings.storage_secret:
         container["envFrom"] = [{"secretRef": {"name": settings.storage_secret}}]
     return container
+
+
+HUB_TOKEN = "hub-token"  # the spec's llm.hub_token in the service's Secret
+HUB_TOKEN_ENV = "WHARF_HUB_TOKEN"  # where `python -m workers.stage` reads it
 
 
 def rank_table_waiter(settings: KubeSettings) -> dict:
@@ -404,7 +423,8 @@ def pod_spec(
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
     }  # fmt: skip
-    init = [stager(source, n, settings, refs.secret) for n, source in enumerate(staged)]
+    token = bool(spec.llm and spec.llm.hub_token)
+    init = [stager(source, n, settings, refs.secret, token) for n, source in enumerate(staged)]
     if rank_tables.enabled(spec):
         init.append(rank_table_waiter(settings))
     if init:

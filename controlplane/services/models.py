@@ -58,6 +58,10 @@ class ServiceVersion(models.Model):
     spec = models.JSONField()
     spec_hash = models.CharField(max_length=16)
     note = models.CharField(max_length=200, blank=True)  # "created", "updated", "rollback to 3"
+    # The commit each hub model of the spec (hf://, modelscope://) was staged at: {ref: commit},
+    # recorded when a node first resolves the revision (workers.hub_pins), so that every
+    # instance of this version, on any node and later, serves the same bytes.
+    hub_commits = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

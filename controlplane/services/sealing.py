@@ -1,8 +1,8 @@
-"""The secrets in stored specs (object-storage `access_key_secret`s, `dockerAuth`) are
-encrypted at rest: sealed before a spec reaches the database, unsealed only where a spec is
-used (Service.parsed_spec, the API's checks). Fernet, with a key of Wharf's own
-(WHARF_SECRETS_KEY; earlier keys in WHARF_SECRETS_KEY_PREVIOUS still open what they sealed,
-and `manage.py rotate_secrets` seals everything again with the current one).
+"""The secrets in stored specs (object-storage `access_key_secret`s, `dockerAuth`, the hub
+token `llm.hub_token`) are encrypted at rest: sealed before a spec reaches the database,
+unsealed only where a spec is used (Service.parsed_spec, the API's checks). Fernet, with a
+key of Wharf's own (WHARF_SECRETS_KEY; earlier keys in WHARF_SECRETS_KEY_PREVIOUS still open
+what they sealed, and `manage.py rotate_secrets` seals everything again with the current one).
 
 A sealed value is a string, `wharf-sealed:v1:<Fernet token>`, in the secret's own place, so a
 sealed spec has the shape of the spec and the API's redaction and keep-on-update work on it
@@ -17,7 +17,7 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 
-from controlplane.services.secrets import SECRET_FIELDS, TOP_SECRETS, object_stores
+from controlplane.services.secrets import secret_places
 
 PREFIX = "wharf-sealed:v1:"
 
@@ -38,9 +38,7 @@ def is_sealed(value: Any) -> bool:
 def _each_secret(spec: Any, change: Callable[[str], str]) -> Any:
     """A copy of the spec with `change` applied to every secret that is a string."""
     out = copy.deepcopy(spec)
-    places = [(out, TOP_SECRETS)] if isinstance(out, dict) else []
-    places += [(store, SECRET_FIELDS) for store in object_stores(out)]
-    for container, names in places:
+    for container, names in secret_places(out):
         for name in names:
             if isinstance(container.get(name), str) and container[name]:
                 container[name] = change(container[name])

@@ -6,7 +6,9 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Max
 
-from contracts.spec import parse_spec
+from contracts.hub_refs import is_hub_ref
+from contracts.spec import ServiceSpec, parse_spec
+from contracts.spec_facts import model_refs
 from controlplane.services.models import Service, ServiceVersion
 from controlplane.services.sealing import unseal
 
@@ -18,13 +20,29 @@ def record_version(service: Service, spec: dict, note: str) -> ServiceVersion:
         raise RuntimeError("record_version must run in the transaction that writes the spec")
     list(Service.objects.select_for_update().filter(pk=service.pk).values_list("pk", flat=True))
     last = service.versions.aggregate(last=Max("number"))["last"] or 0
+    parsed = parse_spec(unseal(spec))
+    spec_hash = parsed.spec_hash()
     return ServiceVersion.objects.create(
         service=service,
         number=last + 1,
         spec=spec,
-        spec_hash=parse_spec(unseal(spec)).spec_hash(),
+        spec_hash=spec_hash,
         note=note[:200],
+        hub_commits=_kept_commits(service, parsed, spec_hash),
     )
+
+
+def _kept_commits(service: Service, spec: ServiceSpec, spec_hash: str) -> dict[str, str]:
+    """The hub commits a new version keeps: of each hub model it still names, the commit its
+    previous version (or, first, an earlier one of the same hash: a rollback) served, so
+    that an update does not move a model to a newer commit unasked."""
+    refs = {ref for _, ref in model_refs(spec) if is_hub_ref(ref)}
+    if not refs:
+        return {}
+    previous = service.versions.order_by("-number").first()
+    same = service.versions.filter(spec_hash=spec_hash).order_by("-number").first()
+    kept = {**(previous.hub_commits if previous else {}), **(same.hub_commits if same else {})}
+    return {ref: commit for ref, commit in kept.items() if ref in refs}
 
 
 def current_number(service: Service) -> int | None:

@@ -19,7 +19,9 @@ import redis
 from django.contrib.auth import get_user_model
 
 from contracts import reconcile
+from contracts.spec import REDACTED
 from controlplane import intents
+from controlplane.nodes.models import Node
 from controlplane.services.models import Service
 from tests.api_support import client_for, member
 from tests.browser.chromium import require_browser, require_editor, signed_in
@@ -312,3 +314,36 @@ def test_json_editor_without_monaco_is_a_text_area_that_deploys(live_server, pag
     wait_preview(page, lambda t: t == "exec python3 -m http.server $PORT")
     shown, stored = deployed(page, rest, broker, "json-text")
     assert stored == shown and stored["metadata"] == {"instance": 2, "cpu": 0.5}
+
+
+def test_llm_form_picks_a_hub_model_and_its_token_is_typed_not_shown(live_server, page, rest,
+                                                                   broker):  # fmt: skip
+    staff = get_user_model().objects.get(username="forms-user")
+    staff.is_staff = True  # the nodes' models are listed to those who may list nodes
+    staff.save()
+    Node.objects.create(name="n1", address="127.0.0.1", cached_models=[
+        "tiny-llama", "hf://wharf/tiny", "s3-bucket-models-0123456789abcdef"])  # fmt: skip
+    open_deploy(page, live_server.url, "llm")
+    form = "#form-llm"
+    token_field = page.locator(f'{form} [data-field="llm.hub_token"]')
+    page.fill(f'{form} [name="name"]', "llm-hub")
+    page.select_option(f'{form} [name="llm.engine"]', "vllm-cpu")
+    page.fill(f'{form} [name="llm.model"]', "tiny-llama")
+    assert token_field.is_hidden()  # no hub model: no token to give
+    choices = page.locator("#model-choices option")
+    choices.filter(has_text="staged on a node").wait_for(state="attached")
+    values = choices.evaluate_all("options => options.map(o => o.value)")
+    assert values[:2] == ["hf://wharf/tiny", "tiny-llama"]  # the nodes' models, no cache keys
+    assert {"hf://", "modelscope://", "oss://"} <= set(values)
+    assert page.get_attribute(f'{form} [name="llm.model"]', "list") == "model-choices"
+    page.fill(f'{form} [name="llm.model"]', "hf://wharf/tiny@main")
+    token_field.wait_for(state="visible")
+    assert page.get_attribute(f'{form} [name="llm.hub_token"]', "type") == "password"
+    page.fill(f'{form} [name="llm.hub_token"]', "hf_form_secret_77")
+    wait_preview(page, lambda t: "--model /models/hf/wharf/tiny@main" in t)
+
+    shown, stored = deployed(page, rest, broker, "llm-hub")
+    assert shown["llm"]["hub_token"] == "hf_form_secret_77"
+    assert stored["llm"] == {"engine": "vllm-cpu", "model": "hf://wharf/tiny@main",
+                             "hub_token": REDACTED, "tensor_parallel_size": 1}  # fmt: skip
+    assert Service.objects.get(name="llm-hub").parsed_spec().llm.hub_token == "hf_form_secret_77"

@@ -108,3 +108,19 @@ def test_versions_tab_lists_rolls_back_and_shows_refusals(live_server, page, rec
         full_page=True,
         style=STATIC_FOR_SHOTS,
     )
+
+
+def test_a_versions_hub_commits_are_shown(live_server, page, reconciles):
+    api = client_for("versions-hub")
+    spec = {"name": "hubbed", "llm": {"engine": "vllm-cpu", "model": "hf://org/model",
+                                      "hub_token": "hf_versions_secret"}}  # fmt: skip
+    assert api.post("/api/v1/services", spec, format="json").status_code == 201
+    commit = "0123456789ab" + "c" * 28
+    ServiceVersion.objects.filter(service__name="hubbed").update(
+        hub_commits={"hf://org/model": commit}
+    )
+    page.goto(f"{live_server.url}/services/hubbed/#versions")
+    row(page, 1).locator(".badge:has-text('current')").wait_for()
+    shown = row(page, 1).locator(f"div[title='{commit}']")
+    assert shown.inner_text() == "hf://org/model at 0123456789ab"
+    assert "hf_versions_secret" not in page.content()

@@ -26,14 +26,18 @@ from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
-from workers import planning
+from workers import planning, provisioning
+from workers.hub import HubUnreachable
+from workers.hub_pins import VersionPins
 from workers.kube import observe
 from workers.kube.api import Cluster
+from workers.runtimes.base import InstanceError
 from workers.scheduler import finish_deletion, save_status
 
 log = logging.getLogger(__name__)
 RUNTIME = "kubernetes"
 MOVING = 2.0  # seconds to the next pass while pods start, roll or terminate
+HUB_RETRY = 30.0  # seconds to the next pass while a hub cannot be reached
 
 
 def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | None:
@@ -58,6 +62,9 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
             replicas = dict.fromkeys(replicas, 0)
         try:
             wanted, tables = _apply(service, spec, replicas, cluster, kube)
+        except HubUnreachable as exc:  # may pass: what runs stays, the next pass tries again
+            record_once(service, "HubUnreachable", str(exc))
+            return HUB_RETRY
         except manifests.ManifestError as exc:  # the spec asks what the cluster cannot give
             spec, error = None, str(exc)
             record_once(service, "CannotRunOnCluster", error)
@@ -89,12 +96,28 @@ def _apply(
     owner = manifests.Owner(root["metadata"]["name"], root["metadata"]["uid"])
     secret = settings.WHARF_TOKEN_KEY.encode()
     keys = {r: engine_key(secret, names.engine_key_name(service.name, r)) for r in replicas}
+    commits = _hub_commits(service, spec)
     rendered = manifests.render(service.name, spec, version, replicas, kube, owner, keys,
-                                tables.data if tables else None)  # fmt: skip
+                                tables.data if tables else None, commits)  # fmt: skip
     for obj in rendered:
         cluster.apply(obj)
     deployments = {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
     return deployments, tables.waiting if tables else ""
+
+
+def _hub_commits(service: Service, spec: ServiceSpec) -> dict[str, str]:
+    """The commit of each hub model of the spec, which its pods stage: as the version records
+    it, else resolved here and recorded. Raises ManifestError for what the user must fix,
+    HubUnreachable for what may pass."""
+    pins = VersionPins(service, spec.spec_hash())
+    where = {ref: field for field, ref in reversed(spec_facts.model_refs(spec))}
+    commits = {}
+    for ref in provisioning.hub_models(spec):
+        try:
+            commits[ref] = provisioning.hub_commit(ref, spec, pins)
+        except InstanceError as exc:
+            raise manifests.ManifestError(where[ref], str(exc)) from None
+    return commits
 
 
 def _delete(service: Service, cluster: Cluster) -> float | None:

@@ -85,7 +85,7 @@ class VersionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ServiceVersion
-        fields = ["number", "created_at", "note", "spec_hash", "current", "spec"]
+        fields = ["number", "created_at", "note", "spec_hash", "current", "hub_commits", "spec"]
 
     def get_spec(self, version: ServiceVersion) -> dict:
         return redact(version.spec)

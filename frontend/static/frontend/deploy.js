@@ -361,6 +361,7 @@
       SpecForm.render(customForm, schema);
       wireForms();
       applyEngine();
+      ModelPicker.attach(llmForm); // its nodes' models arrive when they do
     } catch (err) {
       // The JSON editor needs no schema to deploy; the forms cannot be drawn without it.
       showGeneral(`The spec's schema did not load (${err.message}); the forms need it. ` +

@@ -179,7 +179,8 @@
     body.replaceChildren(...versions.map((v) => el("tr", {dataset: {version: v.number}},
       el("td.name.nowrap", `v${v.number}`, v.current ? [" ", el("span.badge.ready", "current")] : null),
       el("td.nowrap", when(v.created_at)),
-      el("td.message", v.note),
+      el("td.message", v.note, Object.entries(v.hub_commits || {}).map(([model, commit]) =>
+        el("div.muted", {title: commit}, `${model} at ${commit.slice(0, 12)}`))),
       el("td.endpoint", v.spec_hash),
       el("td.right", v.current || !config.rights.includes("write") ? null : el("button.btn.small",
         {onclick: () => rollBack(v.number), dataset: {rollback: v.number}}, "Roll back")))));

@@ -34,8 +34,11 @@ const SpecForm = (() => {
           return el("textarea.mono", {name, rows: 3, placeholder, required: f.required}, value);
         }
         return el("input", {name, value, placeholder, required: f.required, spellcheck: false});
-      default:
-        return el("input", {name, value, placeholder, required: f.required, spellcheck: false});
+      default: {
+        const secret = f.format === "password"; // never shown again: typed, not echoed
+        return el("input", {name, value, placeholder, required: f.required, spellcheck: false,
+          type: secret ? "password" : "text", autocomplete: secret ? "new-password" : "off"});
+      }
     }
   }
 

@@ -71,6 +71,7 @@ const SpecSchema = (() => {
       minLength: type.minLength,
       maxLength: type.maxLength,
       pattern: type.pattern,
+      format: declared.format ?? type.format,
       default: "default" in declared ? declared.default : type.default,
       description: declared.description ?? type.description,
       title: declared.title ?? type.title,

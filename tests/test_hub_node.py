@@ -1,0 +1,131 @@
+"""Hub models on a node (real database, a local fake hub the official client talks to): the
+first staging of a version resolves its revision and records the commit in the version; later
+stagings, on this node or another, serve that commit; an update keeps it; what the user must
+fix (no such repository, no access, no such revision) is an InstanceError naming it, what may
+pass (the hub down) is HubUnreachable; the token is in no message, event or API answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.services.models import Event, Service, ServiceVersion
+from tests.api_support import client_for
+from tests.hub_fake import FakeHub
+from tests.hub_models import tiny_files
+from workers import hub, node, provisioning, scheduler
+from workers.hub_pins import VersionPins
+from workers.runtimes.base import InstanceError
+
+pytestmark = pytest.mark.django_db
+TOKEN = "hf_node_secret_5d1e"
+REF = "hf://wharf/tiny"
+
+
+@pytest.fixture
+def fake(settings, monkeypatch) -> Iterator[FakeHub]:
+    monkeypatch.setattr(hub, "RETRY_DELAY", 0.0)
+    with FakeHub() as fake:
+        settings.WHARF_HF_ENDPOINT = settings.WHARF_MODELSCOPE_ENDPOINT = fake.url
+        fake.add_repo("wharf/tiny", tiny_files(), private=True, token=TOKEN)
+        yield fake
+
+
+def deploy(model: str = REF, token: str | None = TOKEN, name: str = "hubbed") -> Service:
+    llm = {"engine": "vllm-cpu", "model": model} | ({"hub_token": token} if token else {})
+    created = client_for(f"dev-{name}").post(
+        "/api/v1/services", {"name": name, "metadata": {"instance": 1}, "llm": llm}, format="json"
+    )
+    assert created.status_code == 201, created.content
+    return Service.objects.get(name=name)
+
+
+def stage(service: Service, cache: Path, reports: list[str] | None = None) -> Path:
+    spec = service.parsed_spec()
+    pins = VersionPins(service, spec.spec_hash())
+    report = reports.append if reports is not None else (lambda _: None)
+    return Path(provisioning.stage_models(spec, cache, report, pins)[spec.llm.model])
+
+
+def test_a_revision_is_resolved_once_recorded_in_its_version_and_served_everywhere(fake, tmp_path):
+    service = deploy()
+    first = fake.repos["wharf/tiny"].branches["main"]
+    reports: list[str] = []
+    folder = stage(service, tmp_path / "node-a", reports)
+    assert folder.name == first and json.loads((folder / "config.json").read_text())
+    assert ServiceVersion.objects.get(service=service).hub_commits == {REF: first}
+    resolved = Event.objects.get(service=service, reason="HubModelResolved")
+    assert first in resolved.message and "version 1" in resolved.message
+    assert reports[:2] == [f"resolving {REF}", f"staging {REF}"]
+    assert reports[-1] == f"staging {REF}: 2.8 MB of 2.8 MB (100%)"  # bytes done of total
+    fetched = len(fake.downloads())
+    assert fetched == len(tiny_files())
+
+    # The branch moves on; this node reuses its copy, another node stages the recorded commit.
+    fake.commit("wharf/tiny", {**tiny_files(), "config.json": b"{}"})
+    assert stage(service, tmp_path / "node-a") == folder
+    assert len(fake.downloads()) == fetched  # staged once per node, reused
+    other = stage(service, tmp_path / "node-b")
+    assert (
+        other.name == first and (other / "config.json").read_bytes() == tiny_files()["config.json"]
+    )
+
+    # An update keeps the commit while it names the same model, and the API shows it.
+    api = client_for("updater")
+    spec = api.get("/api/v1/services/hubbed").json()["spec"]
+    spec["llm"]["max_model_len"] = 256
+    assert api.put("/api/v1/services/hubbed", spec, format="json").status_code == 200
+    versions = api.get("/api/v1/services/hubbed/versions").json()
+    listed = versions["results"] if isinstance(versions, dict) else versions
+    assert [v["hub_commits"] for v in listed] == [{REF: first}, {REF: first}]
+    assert TOKEN not in json.dumps(versions)
+    service.refresh_from_db()
+    assert stage(service, tmp_path / "node-a").name == first
+
+
+def test_two_nodes_resolving_at_once_serve_the_first_ones_commit(fake):
+    service = deploy()
+    pins = VersionPins(service, service.parsed_spec().spec_hash())
+    assert pins.record(REF, "a" * 40) == "a" * 40
+    assert pins.record(REF, "b" * 40) == "a" * 40  # the second finds the first's
+    assert pins.recorded(REF) == "a" * 40
+
+
+CASES = [
+    ("no such repository", "hf://wharf/missing", TOKEN, hub.HubError, "no such repository"),
+    ("no token for a private one", REF, None, hub.HubError, "no such repository"),
+    ("a wrong token", REF, "hf_wrong_token_0000", hub.HubError, ""),
+    ("no such revision", f"{REF}@v9", TOKEN, hub.HubError, "has no revision 'v9'"),
+]
+
+
+@pytest.mark.parametrize(("case", "model", "token", "kind", "words"), CASES,
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_what_the_user_must_fix_is_an_instance_error_naming_it(fake, tmp_path, case, model,
+                                                               token, kind, words):  # fmt: skip
+    service = deploy(model, token)
+    with pytest.raises(InstanceError) as failed:
+        stage(service, tmp_path)
+    assert words in str(failed.value) and "wharf/" in str(failed.value)
+    assert TOKEN not in str(failed.value) and "hf_wrong_token" not in str(failed.value)
+    assert not ServiceVersion.objects.get(service=service).hub_commits
+
+
+def test_a_hub_that_is_down_may_pass_and_is_not_the_users_to_fix(fake, settings, tmp_path):
+    service = deploy()
+    settings.WHARF_HF_ENDPOINT = "http://127.0.0.1:9"  # nothing listens there
+    with pytest.raises(hub.HubUnreachable) as down:
+        stage(service, tmp_path)
+    assert "127.0.0.1:9" in str(down.value) and TOKEN not in str(down.value)
+
+
+def test_placement_prefers_a_node_that_holds_the_repository(fake, settings, tmp_path):
+    settings.WHARF_CACHE_DIR, settings.WHARF_MODEL_DIR = tmp_path / "cache", tmp_path / "models"
+    service = deploy(f"{REF}@main")
+    assert REF not in node.local_models()
+    stage(service, settings.WHARF_CACHE_DIR)
+    assert REF in node.local_models()  # what the node's inventory reports
+    assert scheduler._model_key(service.parsed_spec()) == REF  # what placement looks for
