@@ -189,7 +189,9 @@ def logging_config(
     if not access_log:
         loggers[ACCESS_LOGGER]["handlers"] = []
     # One line per request from these clients would drown everything else.
-    loggers.update({name: {"level": "WARNING"} for name in ("httpx", "httpcore")})
+    loggers.update(
+        {name: {"level": "WARNING"} for name in ("httpx", "httpcore", "httpx2", "httpcore2")}
+    )
     return {
         "version": 1,
         "disable_existing_loggers": False,
