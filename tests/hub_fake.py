@@ -1,8 +1,9 @@
-"""A fake model hub for tests, on 127.0.0.1: Hugging Face Hub's API as the official client
+"""A fake model hub for tests, on 127.0.0.1: Hugging Face Hub's API as its official client
 (huggingface_hub: model_info, list_repo_tree / list_repo_files, hf_hub_download,
-snapshot_download) uses it, and ModelScope's model-file API as workers.hub uses it. The test sets
-up repositories, commits, branches, tags and access; every request is recorded (method, path,
-query, whether it carried a token, its Range).
+snapshot_download) uses it, and ModelScope's legacy /api/v1 as its official client uses it
+(modelscope_hub: list_repo_revisions, list_repo_files, download_file). The test sets up
+repositories, commits, branches, tags and access; every request is recorded (method, path, query,
+whether it carried a token, its Range).
 
 Hugging Face:
 - GET /api/models/{repo}[/revision/{rev}][?blobs=true]: id, sha (the commit), private, gated,
@@ -21,11 +22,13 @@ Hugging Face:
 
 ModelScope (answers {"Code": 200, "Data": ..., "Message", "RequestId", "Success": true}):
 - GET /api/v1/models/{repo}/revisions: Data.RevisionMap.Branches/Tags: Revision, CommitId.
-- GET /api/v1/models/{repo}/repo/files?Revision=&Recursive=: Data.Files: Name, Path, Type
-  (blob/tree), Size, Sha256, Revision, IsLFS.
-- HEAD|GET /api/v1/models/{repo}/repo?Revision=&FilePath=: the file, with Range.
+- GET /api/v1/models/{repo}/repo/files?Revision=&Recursive=True|False: Data.Files: Name, Path,
+  Type (blob/tree), Size, Sha256, Revision, IsLFS (not recursive: the top level only).
+- GET /api/v1/models/{repo}/repo?Revision=&FilePath=: the file, with Range (with `cdn=True`, LFS
+  files answer 302 to the CDN, as ModelScope's do to its storage).
 - The token as `Authorization: Bearer` or cookie m_session_id; no access: 401; a missing
   repository, revision or file: 404 with {"Code": 404, "Success": false, "Message"}.
+- GET /api/v1/repos/internalAccelerationInfo (the client's probe for Alibaba Cloud): 404.
 
 Faults: `cut(repo, path, n, m, ...)`: the next GETs of that file stop at byte n, then m, ... and
 drop the connection (Content-Length promised the whole); `outage(repo, path, 503, ...)`: the GETs
@@ -106,7 +109,6 @@ class FakeHub:
         self.server: ThreadingHTTPServer | None = None
 
     # Setting up ------------------------------------------------------------------------------
-
     def add_repo(
         self,
         repo: str,
@@ -147,7 +149,6 @@ class FakeHub:
         self.api_outages = list(statuses)
 
     # Inspecting ------------------------------------------------------------------------------
-
     def file_gets(self, repo: str, path: str) -> list[Seen]:
         """The GETs of one file's content, in order (HF resolve, its CDN, ModelScope)."""
         return [s for s in self.requests if s.method == "GET" and s.file == (repo, path)]
@@ -162,7 +163,6 @@ class FakeHub:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     # Serving ---------------------------------------------------------------------------------
-
     def start(self) -> FakeHub:
         hub = self
 
@@ -195,7 +195,6 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # Who is asking ---------------------------------------------------------------------------
-
     def token(self) -> str | None:
         auth = self.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
@@ -223,7 +222,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.fake.requests.append(seen)
 
     # Answering -------------------------------------------------------------------------------
-
     def send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         for name, value in (headers or {}).items():
@@ -251,7 +249,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_json(200, body | {"RequestId": uuid.uuid4().hex})
 
     # Routing ---------------------------------------------------------------------------------
-
     def route(self) -> None:
         raw = urlsplit(self.path).path
         query = dict(parse_qsl(urlsplit(self.path).query))
@@ -388,13 +385,16 @@ class _Handler(BaseHTTPRequestHandler):
         if path.endswith(LFS_SUFFIXES):
             sha = hashlib.sha256(data).hexdigest()
             if self.fake.cdn:
-                port = self.fake.url.rsplit(":", 1)[1]
-                headers["Location"] = f"http://localhost:{port}/cdn/{repo}/{commit}/{quote(path)}"
-                headers |= {"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))}
-                self.send(302, b"", headers)
+                linked = {"X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data))}
+                self.to_cdn(repo, commit, path, headers | linked)
                 return
             headers["ETag"] = f'"{sha}"'
         self.send_file(repo, path, data, headers)
+
+    def to_cdn(self, repo: str, commit: str, path: str, headers: dict[str, str]) -> None:
+        port = self.fake.url.rsplit(":", 1)[1]
+        location = f"http://localhost:{port}/cdn/{repo}/{commit}/{quote(path)}"
+        self.send(302, b"", headers | {"Location": location})
 
     def cdn_file(self, query: dict[str, str], repo: str, rev: str, path: str) -> None:
         """A CDN: signed URLs, no token needed (and none should come)."""
@@ -431,7 +431,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send(status, body, headers)
 
     # ModelScope ------------------------------------------------------------------------------
-
     def ms_repo(self, repo: str) -> Repo | None:
         """The repository if this request may see it, else None once an error was sent."""
         state, why = self.access(repo, files=True)
@@ -442,12 +441,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self.ms_error(401, "Unauthorized: this model needs an access token with access")
         return state
 
-    def ms_commit(self, state: Repo, query: dict[str, str]) -> str | None:
-        """The commit of the query's Revision, or None once an error was sent."""
-        commit = state.commit_of(query.get("Revision", "master"))
-        if commit is None:
+    def ms_at(self, repo: str, query: dict[str, str]) -> tuple[Repo, str] | None:
+        """The repository and the commit of the query's Revision, or None once an error was
+        sent."""
+        state = self.ms_repo(repo)
+        commit = state.commit_of(query.get("Revision", "master")) if state else None
+        if state and commit is None:
             self.ms_error(404, f"revision {query.get('Revision')} not found")
-        return commit
+        return (state, commit) if state and commit else None
 
     def ms_revisions(self, query: dict[str, str], repo: str) -> None:
         self.record()
@@ -465,34 +466,34 @@ class _Handler(BaseHTTPRequestHandler):
 
     def ms_files(self, query: dict[str, str], repo: str) -> None:
         self.record()
-        state = self.ms_repo(repo)
-        if state is None:
+        if (found := self.ms_at(repo, query)) is None:
             return
-        commit = self.ms_commit(state, query)
-        if commit is None:
-            return
+        state, commit = found
         files: list[dict[str, Any]] = []
         folders: set[str] = set()
+        deep = query.get("Recursive", "").lower() == "true"
         for path, data in sorted(state.commits[commit].items()):
             folders.update("/".join(path.split("/")[:i]) for i in range(1, path.count("/") + 1))
+            if "/" in path and not deep:
+                continue
             name, size = path.rsplit("/", 1)[-1], len(data)
             entry = {"Name": name, "Path": path, "Type": "blob", "Size": size, "Revision": commit}
             entry |= {"Sha256": hashlib.sha256(data).hexdigest(), "CommittedDate": 1700000000}
             files.append(entry | {"IsLFS": path.endswith(LFS_SUFFIXES)})
+        folders = {f for f in folders if deep or "/" not in f}
         trees = [{"Name": f.rsplit("/", 1)[-1], "Path": f, "Type": "tree"} for f in sorted(folders)]
         self.ms_ok({"Files": [tree | {"Size": 0} for tree in trees] + files})
 
     def ms_file(self, query: dict[str, str], repo: str) -> None:
         path = query.get("FilePath", "")
         self.record(file=(repo, path))
-        state = self.ms_repo(repo)
-        if state is None:
+        if (found := self.ms_at(repo, query)) is None:
             return
-        commit = self.ms_commit(state, query)
-        if commit is None:
-            return
+        state, commit = found
         data = state.commits[commit].get(path)
         if data is None:
             self.ms_error(404, f"file {path} not found")
-            return
-        self.send_file(repo, path, data, {})
+        elif self.fake.cdn and path.endswith(LFS_SUFFIXES):
+            self.to_cdn(repo, commit, path, {})
+        else:
+            self.send_file(repo, path, data, {})

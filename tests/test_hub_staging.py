@@ -1,5 +1,5 @@
-"""workers/hub.py against tests/hub_fake.py, a fake Hugging Face Hub and ModelScope on loopback
-(hf:// through the official client, huggingface_hub).
+"""workers/hub.py against tests/hub_fake.py, a fake Hugging Face Hub and ModelScope on loopback,
+through their official clients (huggingface_hub; modelscope_hub, workers/hub_modelscope.py).
 
 "Downloaded once" and "nothing downloaded" are proven by the fake's request log, not by what the
 client says it did. No database, no Redis, no network beyond 127.0.0.1.
@@ -21,6 +21,10 @@ import pytest
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
+from modelscope_hub import HubConfig, _legacy_api
+from modelscope_hub import _download as ms_download
+from modelscope_hub import constants as ms_constants
+from urllib3.util.retry import Retry
 
 from contracts.hub_refs import HubRef, parse_hub_ref
 from tests.hub_fake import FakeHub
@@ -31,6 +35,7 @@ from workers.hub import (
     MODELSCOPE_ENDPOINT,
     HubError,
     HubUnreachable,
+    _size,
     resolve,
     serving_files,
     stage_hub,
@@ -69,6 +74,8 @@ TOTAL = sum(len(MODEL[name]) for name in SERVED)
 @pytest.fixture(autouse=True)
 def no_waiting_and_loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hubmod, "RETRY_DELAY", 0.0)
+    monkeypatch.setattr(Retry, "get_backoff_time", lambda self: 0.0)  # modelscope_hub's waits
+    monkeypatch.setattr(_legacy_api, "REPO_TREE_PAGE_RETRY_MAX_DELAY_SECONDS", 0)
     resolve_host = socket.getaddrinfo
 
     def loopback(host: Any, *args: Any, **kwargs: Any) -> Any:
@@ -86,6 +93,14 @@ def fake() -> Iterator[FakeHub]:
 
 
 hf = parse_hub_ref
+SCHEMES = pytest.mark.parametrize("scheme", ["hf", "modelscope"])
+ASKS = 1 + ms_download.DOWNLOAD_RETRY_TIMES  # GETs of a file by modelscope_hub, per call
+
+
+def on(fake: FakeHub, scheme: str, files: dict[str, bytes] = MODEL) -> tuple[HubRef, str]:
+    """org/model on the fake, one commit on the scheme's default branch: its reference, commit."""
+    ref = parse_hub_ref(f"{scheme}://org/model")
+    return ref, fake.add_repo("org/model", files, branch=ref.revision)
 
 
 def assert_model(folder: Path, files: dict[str, bytes] = MODEL) -> None:
@@ -142,38 +157,41 @@ def test_serving_files_prefer_one_weight_format() -> None:
     assert serving_files([*pth, "scheduler.pt"]) == pth
 
 
-# Staging from Hugging Face ------------------------------------------------------------------
+# Staging (from both hubs, then from each) --------------------------------------------------
 
 
-def test_a_pinned_commit_is_staged_once_and_reused(fake: FakeHub, tmp_path: Path) -> None:
-    commit = fake.add_repo("org/model", MODEL)
-    ref = hf(f"hf://org/model@{commit}")
-
+@SCHEMES
+def test_a_pinned_commit_is_staged_once_and_reused(
+    fake: FakeHub, tmp_path: Path, scheme: str
+) -> None:
+    branch, commit = on(fake, scheme)
+    ref = hf(f"{branch.name}@{commit}")
     folder, got = stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
-    assert (folder, got) == (tmp_path / "hf" / "org" / "model" / commit, commit)
+    assert (folder, got) == (tmp_path / scheme / "org" / "model" / commit, commit)
     assert_model(folder)
     assert sorted(s.file[1] for s in fake.downloads() if s.file) == SERVED
     assert {s.file[1] for s in fake.requests if s.file} == set(SERVED)  # HEADs too
+    if scheme == "modelscope":  # the top level listed, the files fetched, at the commit
+        asked = {(s.query["Revision"], s.query.get("Recursive")) for s in fake.requests if s.query}
+        assert asked == {(commit, "False"), (commit, None)}
     manifest = json.loads((folder / MANIFEST).read_text())
-    assert manifest["source"] == {"uri": f"hf://org/model@{commit}", "endpoint": fake.url}
+    assert manifest["source"] == {"uri": f"{branch.name}@{commit}", "endpoint": fake.url}
     assert manifest["objects"] == {name: {"size": len(MODEL[name])} for name in SERVED}
-
     before = len(fake.requests)
     assert stage_hub(ref, tmp_path, token=None, endpoint=fake.url) == (folder, commit)
     assert len(fake.requests) == before  # a complete pinned commit needs no request at all
     # The commit given as `commit=` is the same thing.
-    assert stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url, commit=commit)
+    assert stage_hub(branch, tmp_path, token=None, endpoint=fake.url, commit=commit)
     assert len(fake.requests) == before
     assert all(len(fake.file_gets("org/model", name)) == 1 for name in SERVED)
 
 
+@SCHEMES
 def test_a_branch_or_tag_resolves_to_its_commit_and_a_new_commit_to_a_new_folder(
-    fake: FakeHub, tmp_path: Path
+    fake: FakeHub, tmp_path: Path, scheme: str
 ) -> None:
-    first = fake.add_repo("org/model", MODEL)
-    ref = hf("hf://org/model")
+    ref, first = on(fake, scheme)
     assert resolve(ref, None, fake.url) == first
-
     folder, commit = stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
     assert commit == first and folder.name == first
     downloads = len(fake.downloads())
@@ -181,15 +199,18 @@ def test_a_branch_or_tag_resolves_to_its_commit_and_a_new_commit_to_a_new_folder
     assert len(fake.downloads()) == downloads  # resolved again, downloaded nothing
 
     changed = MODEL | {"config.json": b'{"model_type": "llama", "changed": true}'}
-    second = fake.commit("org/model", changed)
+    second = fake.commit("org/model", changed, branch=ref.revision)
     assert resolve(ref, None, fake.url) == second
     new_folder, commit = stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
     assert commit == second and new_folder.name == second
     assert_model(new_folder, changed)
     assert_model(folder)  # the old commit's folder stays as it was
     fake.tag("org/model", "v1.0", first)  # a tag, of the first commit
-    assert resolve(hf("hf://org/model@v1.0"), None, fake.url) == first
-    assert stage_hub(hf("hf://org/model@v1.0"), tmp_path, token=None, endpoint=fake.url)[1] == first
+    tag = hf(f"{ref.name}@v1.0")
+    assert resolve(tag, None, fake.url) == first
+    downloads = len(fake.downloads())
+    assert stage_hub(tag, tmp_path, token=None, endpoint=fake.url) == (folder, first)
+    assert len(fake.downloads()) == downloads
 
 
 def test_a_gated_model_needs_the_right_token(
@@ -235,79 +256,97 @@ def test_an_unreachable_hub_is_worth_trying_again(tmp_path: Path) -> None:
             resolve(parse_hub_ref(ref), None, url)
 
 
-@pytest.mark.parametrize("scheme", ["hf", "modelscope"])
+@SCHEMES
 def test_an_api_in_trouble_is_asked_again_then_unreachable(
     fake: FakeHub, tmp_path: Path, scheme: str
 ) -> None:
-    ref = parse_hub_ref(f"{scheme}://org/model")
-    commit = fake.add_repo("org/model", MODEL, branch=ref.revision)
-    fake.api_outage(*[503] * (hubmod.API_ATTEMPTS - 1))
+    """API_ATTEMPTS times; modelscope_hub also asks API_MAX_RETRIES more times itself."""
+    ref, commit = on(fake, scheme)
+    asks = 1 if scheme == "hf" else 1 + ms_constants.API_MAX_RETRIES
+    fake.api_outage(*[503] * (hubmod.API_ATTEMPTS - 1) * asks)
     assert resolve(ref, None, fake.url) == commit
-    fake.api_outage(*[502] * hubmod.API_ATTEMPTS)
+    fake.api_outage(*[502] * hubmod.API_ATTEMPTS * asks)
     with pytest.raises(HubUnreachable, match=r"^cannot reach .*HTTP 502"):
         stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
     assert not fake.downloads()
 
 
-def test_what_needs_a_change_is_a_hub_error_said_at_once(fake: FakeHub, tmp_path: Path) -> None:
-    """A missing repository or revision, no access, no weights: a plain HubError (not
-    HubUnreachable) that names the problem, after one request of each (no retries)."""
-    fake.add_repo("org/model", MODEL)
-    fake.add_repo("org/gated", MODEL, gated=True, token=TOKEN)
-    fake.add_repo("org/gguf", {"config.json": b"{}", "model-Q4_K_M.gguf": b"GGUF"})
-    for ref, token, message in [
-        ("hf://org/nothing", None, r"^hf://org/nothing: no such repository on http://.*no token"),
-        ("hf://org/model@v9", None, r"^hf://org/model: has no revision 'v9' on http://"),
-        (f"hf://org/model@{'b' * 40}", None, f"has no revision '{'b' * 40}'"),
-        ("hf://org/gated", None, r"needs an access token \(llm.hub_token\) with access: none"),
-        ("hf://org/gated", "hf_wrong", "refused or lacks access"),
-        ("hf://org/gguf", None, "no model weights at the repository's top"),
+@SCHEMES
+def test_what_needs_a_change_is_a_hub_error_said_at_once(
+    fake: FakeHub, tmp_path: Path, caplog: pytest.LogCaptureFixture, scheme: str
+) -> None:
+    """A missing repository or revision, no access (ModelScope: a private repository), no
+    weights: a plain HubError (not HubUnreachable) that names the problem, after one request of
+    each (no retries), and never holds the token."""
+    caplog.set_level(logging.DEBUG)
+    ref, _ = on(fake, scheme)
+    secret = {"gated": scheme == "hf", "private": scheme == "modelscope"}
+    fake.add_repo("org/gated", MODEL, branch=ref.revision, token=TOKEN, **secret)
+    fake.add_repo("org/gguf", {"config.json": b"{}", "m-Q4_K_M.gguf": b"GGUF"}, branch=ref.revision)
+    messages = []
+    for repo, token, message in [
+        ("org/nothing", None, rf"^{scheme}://org/nothing: no such repository on http://.*no token"),
+        ("org/model@v9", None, rf"^{scheme}://org/model: has no revision 'v9' on http://"),
+        (f"org/model@{'b' * 40}", None, f"has no revision '{'b' * 40}'"),
+        ("org/gated", None, r"needs an access token \(llm.hub_token\) with access: none"),
+        ("org/gated", "hf_wrong", "refused or lacks access"),
+        ("org/gguf", None, "no model weights at the repository's top"),
     ]:
         fake.requests.clear()
         with pytest.raises(HubError, match=message) as caught:
-            stage_hub(hf(ref), tmp_path, token=token, endpoint=fake.url)
+            stage_hub(hf(f"{scheme}://{repo}"), tmp_path, token=token, endpoint=fake.url)
         assert not isinstance(caught.value, HubUnreachable), caught.value
         asked = [(s.method, s.path) for s in fake.requests]
         assert asked and len(set(asked)) == len(asked)
+        messages.append("".join(traceback.format_exception(caught.value)))
     with pytest.raises(HubError, match="has no revision 'v9'"):
-        resolve(hf("hf://org/model@v9"), None, fake.url)
+        resolve(hf(f"{scheme}://org/model@v9"), TOKEN, fake.url)
     assert not list(tmp_path.rglob("*.safetensors"))  # no weights came
+    assert_token_nowhere(tmp_path, *messages, *(r.getMessage() for r in caplog.records))
 
 
-def test_a_dropped_download_continues_from_its_last_whole_chunk(
-    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@SCHEMES
+def test_a_dropped_download_continues_within_the_call(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str
 ) -> None:
-    """hf_hub_download keeps what it read in whole chunks (10 MiB; 256 KiB here) and continues
-    from there with a Range request, within the one call."""
+    """With a Range request: hf_hub_download from its last whole chunk (10 MiB; 256 KiB here),
+    modelscope_hub from its last byte."""
     monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 256 * 1024)
-    fake.add_repo("org/model", MODEL)
+    ref, _ = on(fake, scheme)
     shard = "model-00001-of-00002.safetensors"
     fake.cut("org/model", shard, 1_000_000)
-    folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
-    assert [g.range for g in fake.file_gets("org/model", shard)] == [None, "bytes=786432-"]
+    folder, _ = stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
+    again = "bytes=786432-" if scheme == "hf" else "bytes=1000000-"
+    assert [g.range for g in fake.file_gets("org/model", shard)] == [None, again]
     assert_model(folder)
 
 
-def test_a_stage_that_gave_up_keeps_the_files_it_finished(
-    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@SCHEMES
+def test_a_stage_that_gave_up_keeps_what_it_fetched(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str
 ) -> None:
-    """The granularity across stages is the file: the next stage asks nothing about the files
-    the last one finished, and starts the one it gave up on again."""
-    monkeypatch.setattr(hubmod, "DOWNLOAD_ATTEMPTS", 2)
+    """The next stage asks nothing about the files the last one finished (modelscope_hub checks
+    their size and sha256 on disk); the one it gave up on, Hugging Face starts again, ModelScope
+    continues from its last byte (`<file>.incomplete`)."""
+    monkeypatch.setattr(hubmod, "DOWNLOAD_ATTEMPTS", 2 if scheme == "hf" else 1)
     monkeypatch.setattr(hf_constants, "DOWNLOAD_CHUNK_SIZE", 100_000)
-    commit = fake.add_repo("org/model", MODEL)
+    ref, commit = on(fake, scheme)
     shard = "model-00001-of-00002.safetensors"
     fake.cut("org/model", shard, 1_000_000)
-    fake.outage("org/model", shard, 503, 503)  # after the cut: the Range request, then again
-    with pytest.raises(HubUnreachable, match=f"^cannot reach .*{shard} of hf://org/model.*503"):
-        stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
-    assert not (tmp_path / "hf" / "org" / "model" / commit).exists()
+    # After the cut, the Range request, then again (ModelScope: the client's asks left).
+    fake.outage("org/model", shard, *[503] * (2 if scheme == "hf" else ASKS - 1))
+    with pytest.raises(HubUnreachable, match=f"^cannot reach .*{shard} of {ref.name}.*503"):
+        stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
+    assert not (tmp_path / scheme / "org" / "model" / commit).exists()
+    partial = tmp_path / scheme / "org" / "model" / f".{commit}.partial" / f"{shard}.incomplete"
+    assert _size(partial) == (0 if scheme == "hf" else 1_000_000)
     first = {name: len(fake.file_gets("org/model", name)) for name in SERVED}
     assert first["config.json"] == 1  # finished before the shard failed (results come in order)
 
     asked = len(fake.requests)
-    folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
-    ranges = [None, "bytes=1000000-", None, None]
+    folder, _ = stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
+    resumed = "bytes=1000000-"
+    ranges = [None, resumed, None, None] if scheme == "hf" else [None] + [resumed] * ASKS
     assert [g.range for g in fake.file_gets("org/model", shard)] == ranges
     again = {s.file[1] for s in fake.requests[asked:] if s.file}
     assert again == {name for name in SERVED if first[name] == 0} | {shard}
@@ -315,44 +354,55 @@ def test_a_stage_that_gave_up_keeps_the_files_it_finished(
     assert not list(folder.parent.glob(".*.partial")) and not list(folder.rglob("*incomplete"))
 
 
-def test_a_hub_in_trouble_is_asked_again(fake: FakeHub, tmp_path: Path) -> None:
-    fake.add_repo("org/model", MODEL)
+@SCHEMES
+def test_a_hub_in_trouble_is_asked_again(fake: FakeHub, tmp_path: Path, scheme: str) -> None:
+    """DOWNLOAD_ATTEMPTS times; modelscope_hub also asks ASKS times itself each time."""
+    ref, _ = on(fake, scheme)
     fake.outage("org/model", "config.json", 503, 502)
     fake.outage("org/model", "tokenizer.json", 429)
-    folder, _ = stage_hub(hf("hf://org/model"), tmp_path, token=None, endpoint=fake.url)
+    folder, _ = stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
     assert_model(folder)
     assert len(fake.file_gets("org/model", "config.json")) == 3
     assert len(fake.file_gets("org/model", "tokenizer.json")) == 2
-    fake.outage("org/model", "config.json", *[503] * hubmod.DOWNLOAD_ATTEMPTS)
-    with pytest.raises(HubUnreachable, match=r"^cannot reach .*config.json.*\(HTTP 503\)"):
-        stage_hub(hf("hf://org/model"), tmp_path / "other", token=None, endpoint=fake.url)
+    asks = hubmod.DOWNLOAD_ATTEMPTS * (1 if scheme == "hf" else ASKS)
+    fake.outage("org/model", "config.json", *[503] * asks)
+    with pytest.raises(
+        HubUnreachable, match=rf"^cannot reach .*config.json of {ref.name} \(HTTP 503\)"
+    ):
+        stage_hub(ref, tmp_path / "other", token=None, endpoint=fake.url)
+    assert len(fake.file_gets("org/model", "config.json")) == 3 + asks
 
 
-def test_a_damaged_folder_is_staged_again(fake: FakeHub, tmp_path: Path) -> None:
-    commit = fake.add_repo("org/model", MODEL)
-    folder, _ = stage_hub(hf(f"hf://org/model@{commit}"), tmp_path, token=None, endpoint=fake.url)
+@SCHEMES
+def test_a_damaged_folder_is_staged_again(fake: FakeHub, tmp_path: Path, scheme: str) -> None:
+    ref, commit = on(fake, scheme)
+    pinned = hf(f"{ref.name}@{commit}")
+    folder, _ = stage_hub(pinned, tmp_path, token=None, endpoint=fake.url)
     (folder / "tokenizer.json").unlink()
     (folder / "config.json").write_bytes(b"{}")
-    assert stage_hub(hf(f"hf://org/model@{commit}"), tmp_path, token=None, endpoint=fake.url)
+    assert stage_hub(pinned, tmp_path, token=None, endpoint=fake.url)
     assert_model(folder)
     assert len(fake.file_gets("org/model", "tokenizer.json")) == 2
 
 
-def test_progress_reaches_the_total(fake: FakeHub, tmp_path: Path) -> None:
-    commit = fake.add_repo("org/model", MODEL)
+@SCHEMES
+def test_progress_reaches_the_total(fake: FakeHub, tmp_path: Path, scheme: str) -> None:
+    ref, commit = on(fake, scheme)
     calls: list[tuple[int, int]] = []  # appended to from download threads
     given = {"token": None, "endpoint": fake.url, "progress": lambda *c: calls.append(c)}
-    stage_hub(hf("hf://org/model"), tmp_path, **given)
+    stage_hub(ref, tmp_path, **given)
     assert len(calls) >= 3 and calls[-1] == (TOTAL, TOTAL)
     assert all(total == TOTAL and 0 <= done <= TOTAL for done, total in calls)
     calls.clear()
-    stage_hub(hf(f"hf://org/model@{commit}"), tmp_path, **given)
+    stage_hub(hf(f"{ref.name}@{commit}"), tmp_path, **given)
     assert calls == [(TOTAL, TOTAL)]
 
 
-def test_concurrent_stagings_of_one_commit_download_once(fake: FakeHub, tmp_path: Path) -> None:
-    fake.add_repo("org/model", MODEL)
-    ref = hf("hf://org/model")
+@SCHEMES
+def test_concurrent_stagings_of_one_commit_download_once(
+    fake: FakeHub, tmp_path: Path, scheme: str
+) -> None:
+    ref, _ = on(fake, scheme)
     with ThreadPoolExecutor(3) as pool:
         runs = [pool.submit(stage_hub, ref, tmp_path, token=None, endpoint=fake.url) for _ in "abc"]
         results = {run.result() for run in runs}
@@ -361,95 +411,46 @@ def test_concurrent_stagings_of_one_commit_download_once(fake: FakeHub, tmp_path
     assert all(len(fake.file_gets("org/model", name)) == 1 for name in SERVED)
 
 
-def test_the_token_is_not_sent_to_a_cdn(tmp_path: Path) -> None:
+@SCHEMES
+def test_the_token_is_not_sent_to_a_cdn(tmp_path: Path, scheme: str) -> None:
     with FakeHub(cdn=True) as fake:
-        fake.add_repo("org/gated", MODEL, gated=True, token=TOKEN)
-        folder, _ = stage_hub(hf("hf://org/gated"), tmp_path, token=TOKEN, endpoint=fake.url)
+        ref = parse_hub_ref(f"{scheme}://org/gated")
+        fake.add_repo("org/gated", MODEL, branch=ref.revision, gated=True, token=TOKEN)
+        folder, _ = stage_hub(ref, tmp_path, token=TOKEN, endpoint=fake.url)
     assert_model(folder)
     cdn = [s for s in fake.requests if s.path.startswith("/cdn/")]
     assert len(cdn) == 2 and not any(s.authorized or s.cookie for s in cdn)
-    assert all(s.authorized for s in fake.requests if not s.path.startswith("/cdn/"))
-
-
-# Staging from ModelScope --------------------------------------------------------------------
-
-
-def test_modelscope_branch_tag_and_pinned_commit(fake: FakeHub, tmp_path: Path) -> None:
-    first = fake.add_repo("Qwen/Tiny", MODEL, branch="master")
-    fake.tag("Qwen/Tiny", "v1.0.0", first)
-    ref = parse_hub_ref("modelscope://Qwen/Tiny")
-    assert resolve(ref, None, fake.url) == first
-
-    calls: list[tuple[int, int]] = []
-    folder, commit = stage_hub(
-        ref, tmp_path, token=None, endpoint=fake.url, progress=lambda d, t: calls.append((d, t))
-    )
-    assert (folder, commit) == (tmp_path / "modelscope" / "Qwen" / "Tiny" / first, first)
-    assert_model(folder)
-    assert calls[-1] == (TOTAL, TOTAL)
-    assert sorted(s.file[1] for s in fake.downloads() if s.file) == SERVED
-    assert {s.query["Revision"] for s in fake.downloads()} == {first}  # pinned while downloading
-
-    second = fake.commit("Qwen/Tiny", MODEL | {"config.json": b"{}"}, branch="master")
-    tagged = parse_hub_ref("modelscope://Qwen/Tiny@v1.0.0")
-    before = len(fake.downloads())
-    assert stage_hub(tagged, tmp_path, token=None, endpoint=fake.url) == (folder, first)
-    assert len(fake.downloads()) == before
-    new_folder, commit = stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
-    assert commit == second and new_folder.name == second
-    pinned = parse_hub_ref(f"modelscope://Qwen/Tiny@{second}")
-    requests = len(fake.requests)
-    assert stage_hub(pinned, tmp_path, token=None, endpoint=fake.url) == (new_folder, second)
-    assert len(fake.requests) == requests
-
-
-def test_modelscope_errors(fake: FakeHub, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG)
-    fake.add_repo("Qwen/Tiny", MODEL, branch="master")
-    fake.add_repo("Qwen/Private", MODEL, branch="master", private=True, token=TOKEN)
-    messages = []
-    cases = [
-        ("modelscope://Qwen/None", None, "no such repository on http://.*no token was given"),
-        ("modelscope://Qwen/Tiny@v9", None, "has no revision 'v9'"),
-        (f"modelscope://Qwen/Tiny@{'c' * 40}", None, f"has no revision '{'c' * 40}'"),
-        ("modelscope://Qwen/Private", None, r"needs an access token \(llm.hub_token\)"),
-        ("modelscope://Qwen/Private", "ms-wrong", "refused or lacks access"),
-    ]
-    for ref, token, message in cases:
-        with pytest.raises(HubError, match=message) as caught:
-            stage_hub(parse_hub_ref(ref), tmp_path, token=token, endpoint=fake.url)
-        messages.append(str(caught.value))
-
-    private = parse_hub_ref("modelscope://Qwen/Private")
-    folder, _ = stage_hub(private, tmp_path, token=TOKEN, endpoint=fake.url)
-    assert_model(folder)
-    mine = [s for s in fake.requests if s.path.startswith("/api/v1/models/Qwen/Private")][-3:]
-    assert all(s.authorized and s.cookie for s in mine)
-    assert_token_nowhere(tmp_path, *messages, *(r.getMessage() for r in caplog.records))
+    assert all(s.authorized or s.cookie for s in fake.requests if not s.path.startswith("/cdn/"))
 
 
 def test_modelscope_revisions_without_commit_ids(fake: FakeHub, tmp_path: Path) -> None:
     """ModelScope documents CommitId nowhere; if it stops sending it, say so (and pins work)."""
-    commit = fake.add_repo("Qwen/Tiny", MODEL, branch="master")
+    ref, commit = on(fake, "modelscope")
     fake.ms_commit_ids = False
     with pytest.raises(HubError, match="did not say which commit it is at"):
-        stage_hub(parse_hub_ref("modelscope://Qwen/Tiny"), tmp_path, token=None, endpoint=fake.url)
-    pinned = parse_hub_ref(f"modelscope://Qwen/Tiny@{commit}")
+        stage_hub(ref, tmp_path, token=None, endpoint=fake.url)
+    pinned = hf(f"{ref.name}@{commit}")
     assert stage_hub(pinned, tmp_path, token=None, endpoint=fake.url)[1] == commit
 
 
-def test_modelscope_download_continues_where_it_stopped(fake: FakeHub, tmp_path: Path) -> None:
-    fake.add_repo("Qwen/Tiny", MODEL, branch="master")
-    fake.cut("Qwen/Tiny", "model-00002-of-00002.safetensors", 700_000)
-    ms_ref = parse_hub_ref("modelscope://Qwen/Tiny")
-    folder, _ = stage_hub(ms_ref, tmp_path, token=None, endpoint=fake.url)
-    gets = fake.file_gets("Qwen/Tiny", "model-00002-of-00002.safetensors")
-    assert [g.range for g in gets] == [None, "bytes=700000-"]
-    assert_model(folder)
-    fake.outage("Qwen/Tiny", "config.json", *[503] * hubmod.DOWNLOAD_ATTEMPTS)
-    with pytest.raises(HubUnreachable, match=r"config.json of modelscope://Qwen/Tiny \(HTTP 503;"):
-        stage_hub(ms_ref, tmp_path / "other", token=None, endpoint=fake.url)
-    assert len(fake.file_gets("Qwen/Tiny", "config.json")) == 1 + hubmod.DOWNLOAD_ATTEMPTS
+def test_modelscope_leaves_the_home_alone(
+    fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """No token from MODELSCOPE_API_TOKEN or a stored login (`modelscope login`), no endpoint
+    from the environment, nothing written under its home or cache; no progress bar on stderr."""
+    home, cache = tmp_path / "home" / ".modelscope", tmp_path / "home" / ".cache"
+    HubConfig(fake.url, cache_dir=cache, config_dir=home, token="").save_token("ms_stored_token")
+    stored = sorted(home.parent.rglob("*"))
+    env = {"HOME": home.parent, "MODELSCOPE_HOME": home, "MODELSCOPE_CACHE": cache}
+    env |= {"MODELSCOPE_API_TOKEN": "ms_env_token", "MODELSCOPE_ENDPOINT": "http://x.invalid"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    ref, _ = on(fake, "modelscope")
+    folder, _ = stage_hub(ref, tmp_path / "cache", token=None, endpoint=fake.url)
+    assert sorted(home.parent.rglob("*")) == stored
+    assert fake.requests and not any(s.authorized or s.cookie for s in fake.requests)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*SERVED, MANIFEST])
+    assert not capsys.readouterr().err
 
 
 def test_the_fake_serves_huggingface_hub(

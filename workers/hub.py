@@ -24,9 +24,9 @@ MiB), while bytes keep coming; but a file that call gives up on (an HTTP error, 
 dies) starts again from its first byte: the client writes into a temporary file of its own,
 deleted on failure (after a crash, left until the folder is complete).
 
-ModelScope has no Hugging Face-compatible API and its SDK is large, so it is spoken to over its
-HTTP API with httpx, and resumes to the byte: `<file>.incomplete` is continued with Range requests,
-by the next attempt or the next stage.
+ModelScope goes through its official client, modelscope_hub (workers.hub_modelscope, which says
+how), and resumes to the byte: `<file>.incomplete` is continued with Range requests, by the
+client's own retries, the next attempt or the next stage.
 
 HubUnreachable (a HubError) means: try again later (no connection, timeouts, HTTP 5xx/408/429 after
 the retries); any other HubError needs a change (the reference, the token, access to the model).
@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import httpx2
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub import constants as hf_constants
@@ -71,7 +70,6 @@ DOWNLOAD_ATTEMPTS = 5  # per file and stage
 API_ATTEMPTS = 3  # per metadata request
 RETRY_DELAY = 2.0  # seconds before another attempt, times the attempts made
 DOWNLOAD_WORKERS = 4  # files downloading at once
-_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 _FORMATS = ((".safetensors",), (".bin",), (".pt", ".pth"))  # weights, by preference
 _WEIGHTS = tuple(suffix for suffixes in _FORMATS for suffix in suffixes)
 _NOT_WEIGHTS = re.compile(r"(training_args|optimizer|scheduler|scaler|rng_state)")
@@ -274,104 +272,15 @@ class _HuggingFace(_Hub):
             raise HubError(f"{self.ref.name}: {name} came with {got} bytes, not {size}")
 
 
-@dataclass(frozen=True)
-class _ModelScope(_Hub):
-    """ModelScope, over its HTTP API."""
-
-    client: httpx.Client
-
-    def fail(self, response: httpx.Response, missing: str) -> HubError:
-        """The error for a failed answer; `missing`: what a 404 means (repo/revision/file)."""
-        status = response.status_code
-        if _transient(status):
-            return self.unreachable(f"HTTP {status}")
-        if status == 404:
-            return {"revision": self.no_revision, "file": self.no_file}.get(missing, self.no_repo)()
-        if status in (401, 403):
-            return self.no_access()
-        return HubError(f"{self.ref.name}: {self.endpoint} answered HTTP {status}")
-
-    def api(self, path: str, missing: str, params: dict[str, str] | None = None) -> Any:
-        """The Data of the JSON object at `endpoint + path`; else HubError."""
-        try:
-            response = self.client.get(self.endpoint + path, params=params)
-        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-            raise HubError(f"cannot reach {self.endpoint}: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise self.unreachable(f"{type(exc).__name__}: {exc}") from exc
-        if not response.is_success:
-            raise self.fail(response, missing)
-        says = ""
-        with contextlib.suppress(ValueError):
-            body = response.json()
-            if isinstance(body, dict) and body.get("Code") == 200:
-                return body.get("Data") or {}
-            says = f" {body['Message']!r}" if isinstance(body, dict) and "Message" in body else ""
-        raise HubError(f"{self.ref.name}: {self.endpoint} answered{says}, not as a hub does")
-
-    def listing(self, commit: str | None) -> tuple[str, dict[str, int]]:
-        repo, revision = self.ref.repo, commit or self.ref.revision
-        # The revisions first: they also tell a repository that is not there.
-        refs = self.api(f"/api/v1/models/{repo}/revisions", "repo").get("RevisionMap") or {}
-        refs = {e["Revision"]: e.get("CommitId") for k in refs for e in refs[k] or []}
-        if commit is None and revision not in refs:
-            raise self.no_revision(revision)
-        sha = self.checked(commit or refs[revision])
-        query = {"Revision": sha, "Recursive": "True"}
-        entries = self.api(f"/api/v1/models/{repo}/repo/files", "revision", query).get("Files")
-        return sha, {e["Path"]: e.get("Size") or 0 for e in entries or [] if e["Type"] != "tree"}
-
-    def fetch(self, name: str, size: int, stage: _Stage, progress: _FileProgress) -> None:
-        """Continue `<name>.incomplete` where an earlier attempt or stage left it (a Range
-        request), check its size, and rename it."""
-        target, part = stage.partial / name, stage.partial / f"{name}.incomplete"
-        progress.set(min(_size(target) or _size(part), size))
-        if target.exists():
-            return
-        if _size(part) < size:
-            try:
-                self.get(name, stage.commit, part, progress)
-            except httpx.HTTPError as exc:
-                stopped = f"{exc}; it stopped at {_size(part)} of {size} bytes"
-                raise self.unreachable(stopped, name) from exc
-        if (got := _size(part)) != size:
-            progress.set(0)
-            part.unlink()
-            raise HubError(f"{self.ref.name}: {name} came with {got} bytes, not {size}")
-        os.replace(part, target)
-
-    def get(self, name: str, commit: str, part: Path, progress: _FileProgress) -> None:
-        """One GET of the rest of a file into `part`: a Range request when some of it is there."""
-        have = _size(part)
-        headers = {"Accept-Encoding": "identity"} | ({"Range": f"bytes={have}-"} if have else {})
-        url = f"{self.endpoint}/api/v1/models/{self.ref.repo}/repo"
-        query = {"Revision": commit, "FilePath": name}
-        with self.client.stream("GET", url, params=query, headers=headers) as response:
-            if _transient(response.status_code):
-                raise httpx.TransportError(f"HTTP {response.status_code}")  # worth another go
-            if not response.is_success:
-                raise self.fail(response, "file")
-            if have and response.status_code != 206:  # the whole file came: start over
-                progress.set(0)
-                have = 0
-            with part.open("ab" if have else "wb") as out:
-                for chunk in response.iter_bytes():
-                    out.write(chunk)
-                    progress.add(len(chunk))
-                os.fsync(out.fileno())
-
-
 @contextlib.contextmanager
 def _hub(ref: HubRef, token: str | None, endpoint: str) -> Iterator[_Hub]:
     endpoint = endpoint.rstrip("/")
     if ref.scheme == "hf":
         yield _HuggingFace(ref, endpoint, token)
         return
-    headers = {"User-Agent": "wharf"} | ({"Authorization": f"Bearer {token}"} if token else {})
-    with httpx.Client(headers=headers, timeout=_TIMEOUT, follow_redirects=True) as client:
-        if token:  # its older API reads the token as a cookie
-            client.cookies.set("m_session_id", token, domain=httpx.URL(endpoint).host)
-        yield _ModelScope(ref, endpoint, token, client)
+    from workers.hub_modelscope import ModelScope  # it builds on this module
+
+    yield ModelScope.open(ref, endpoint, token)
 
 
 def _listing(hub: _Hub, commit: str | None) -> tuple[str, dict[str, int]]:
