@@ -77,7 +77,15 @@ def test_the_list_is_newest_first_with_the_current_one_marked_and_secrets_masked
     assert [(v["number"], v["note"], v["current"]) for v in listed] == [
         (2, "updated", True), (1, "created", False),
     ]  # fmt: skip
-    assert set(listed[0]) == {"number", "created_at", "note", "spec_hash", "current", "spec"}
+    assert set(listed[0]) == {
+        "number",
+        "created_at",
+        "note",
+        "spec_hash",
+        "current",
+        "hub_commits",
+        "spec",
+    }
     masked = copy.deepcopy(V2)
     masked["storage"][0]["oss"]["access_key_secret"] = REDACTED
     assert listed[0]["spec"] == masked
