@@ -7,16 +7,18 @@ pass (the hub down) is HubUnreachable; the token is in no message, event or API 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from controlplane.services.models import Event, Service, ServiceVersion
+from controlplane.services.models import Event, Instance, Service, ServiceVersion
+from controlplane.services.tiny_model import write_tiny_lora
 from tests.api_support import client_for
 from tests.hub_fake import FakeHub
 from tests.hub_models import tiny_files
-from workers import hub, node, provisioning, scheduler
+from workers import adapters, hub, node, provisioning, scheduler
 from workers.hub_pins import VersionPins
 from workers.runtimes.base import InstanceError
 
@@ -129,3 +131,29 @@ def test_placement_prefers_a_node_that_holds_the_repository(fake, settings, tmp_
     stage(service, settings.WHARF_CACHE_DIR)
     assert REF in node.local_models()  # what the node's inventory reports
     assert scheduler._model_key(service.parsed_spec()) == REF  # what placement looks for
+
+
+def test_a_draft_and_adapters_from_a_hub_are_staged_with_the_model(fake, settings, tmp_path):
+    settings.WHARF_CACHE_DIR = tmp_path / "cache"
+    with tempfile.TemporaryDirectory() as scratch:
+        lora = write_tiny_lora(Path(scratch) / "sql", seed=1)
+        fake.add_repo("wharf/sql-lora", {p.name: p.read_bytes() for p in lora.iterdir()},
+                      private=True, token=TOKEN)  # fmt: skip
+    api = client_for("dev-lora")
+    llm = {"engine": "vllm-cpu", "model": REF, "hub_token": TOKEN,
+           "speculative": {"model": REF, "num_speculative_tokens": 2},
+           "lora": {"adapters": [{"name": "sql", "model": "hf://wharf/sql-lora"}]}}  # fmt: skip
+    spec = {"name": "lora-hub", "metadata": {"instance": 1}, "llm": llm}
+    assert api.post("/api/v1/services", spec, format="json").status_code == 201
+    service = Service.objects.get(name="lora-hub")
+    parsed = service.parsed_spec()
+    pins = VersionPins(service, parsed.spec_hash())
+    staged = provisioning.stage_models(parsed, settings.WHARF_CACHE_DIR, lambda _: None, pins)
+    assert sorted(staged) == ["hf://wharf/sql-lora", REF]  # the draft is the model: once
+    assert (Path(staged["hf://wharf/sql-lora"]) / "adapter_config.json").is_file()
+    # An adapter added while the engine runs is staged by the node's sync the same way.
+    row = Instance(service=service, spec_hash=parsed.spec_hash())
+    fetch = adapters._fetcher(row, parsed)
+    assert fetch("hf://wharf/sql-lora") == Path(staged["hf://wharf/sql-lora"])
+    with pytest.raises(adapters.AdapterError, match="no such repository"):
+        fetch("hf://wharf/no-such-lora")
