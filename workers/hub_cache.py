@@ -4,19 +4,14 @@ instance uses."""
 
 from __future__ import annotations
 
-import fcntl
-import logging
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from contracts.hub_refs import COMMIT
-from workers.storage import DEFAULT_PRUNE_MIN_AGE
+from workers.storage import DEFAULT_PRUNE_MIN_AGE, discard, locked
 
-log = logging.getLogger(__name__)
 HUB_FOLDER = "hub"  # under the node's cache (WHARF_CACHE_DIR)
 
 
@@ -62,19 +57,7 @@ def prune(
                 continue
             if time.time() - commit.stat().st_mtime < min_age:
                 continue
-            with (repo / f"{commit.name}.lock").open("a") as lock:
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # being staged (again): the next prune sees
-                aside = Path(tempfile.mkdtemp(prefix=f".{commit.name}.old-", dir=repo))
-                try:
-                    os.rename(commit, aside / "model")
-                except OSError as exc:
-                    log.warning("prune: cannot remove %s: %s", commit, exc)
-                    continue
-                finally:
-                    shutil.rmtree(aside, ignore_errors=True)
-            log.info("prune: removed %s, which no instance uses", commit)
-            removed.append(commit)
+            with locked(repo / f"{commit.name}.lock", wait=False) as held:
+                if held and discard(commit, f".{commit.name}.old-"):  # else being staged
+                    removed.append(commit)
     return removed

@@ -3,10 +3,11 @@ cards. Kept apart from the reconciler so its rules are readable (and testable) o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from django.conf import settings
@@ -78,16 +79,12 @@ def stage_hub_model(
     token = spec.llm.hub_token if spec.llm else None
     commit = hub_commit(ref, spec, pins, report)
     report(f"staging {ref}")
-    try:
+    with _users_to_fix():
         folder, _ = hub.stage_hub(
             parsed, cache_root / HUB_FOLDER, token=token, endpoint=hub_endpoint(parsed.scheme),
             commit=commit, progress=_throttled(ref, report),
         )  # fmt: skip
-        os.utime(folder)  # used now: the prune keeps a repository's most recently used commit
-    except hub.HubUnreachable:
-        raise
-    except hub.HubError as exc:
-        raise InstanceError(str(exc)) from None
+    os.utime(folder)  # used now: the prune keeps a repository's most recently used commit
     return folder
 
 
@@ -99,16 +96,23 @@ def hub_commit(
     InstanceError, HubUnreachable as stage_hub_model."""
     parsed = parse_hub_ref(ref)
     commit = parsed.revision if parsed.pinned else pins.recorded(ref)
-    try:
-        if commit is None:
-            report(f"resolving {ref}")
-            token = spec.llm.hub_token if spec.llm else None
+    if commit is None:
+        report(f"resolving {ref}")
+        token = spec.llm.hub_token if spec.llm else None
+        with _users_to_fix():
             commit = hub.resolve(parsed, token, hub_endpoint(parsed.scheme))
+    return pins.record(ref, commit)
+
+
+@contextlib.contextmanager
+def _users_to_fix() -> Iterator[None]:
+    """A hub's HubError as the InstanceError the user must act on; HubUnreachable as it is."""
+    try:
+        yield
     except hub.HubUnreachable:
         raise
     except hub.HubError as exc:
         raise InstanceError(str(exc)) from None
-    return pins.record(ref, commit)
 
 
 def hub_endpoint(scheme: str) -> str:

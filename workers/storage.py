@@ -267,7 +267,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path, wait: bool = True) -> Iterator[bool]:
+def locked(lock_path: Path, wait: bool = True) -> Iterator[bool]:
     """Hold the lock; yields False (not held) when `wait` is off and someone else holds it."""
     # The lock file stays: unlinking it would let a third worker lock a fresh inode while the
     # second still waits on the old one.
@@ -342,7 +342,7 @@ def stage(
     except OSError as exc:
         raise failure(target, exc, "preparing the cache for") from exc
     client = make_client(target, concurrency)
-    with _locked(cache_root / f"{key}.lock"):
+    with locked(cache_root / f"{key}.lock"):
         # Whoever held the lock before may have crashed mid-stage; its leftovers are ours now.
         _clean_stale(cache_root, key)
         objects = list_objects(client, target)
@@ -445,7 +445,7 @@ def prune(
             keys.add(name)  # a folder from before versioning
     removed: list[Path] = []
     for key in sorted(keys):
-        with _locked(cache_root / f"{key}.lock", wait=False) as held:
+        with locked(cache_root / f"{key}.lock", wait=False) as held:
             if not held:
                 log.info("prune: %s is being staged; left for the next prune", key)
                 continue
@@ -454,14 +454,21 @@ def prune(
             for copy in _copies(cache_root, key)[1:]:
                 if copy.name in used or now - _mtime(copy) < min_age * 1e9:
                     continue
-                aside = Path(tempfile.mkdtemp(prefix=f".{key}.old-", dir=cache_root))
-                try:
-                    os.rename(copy, aside / "model")
-                except OSError as exc:
-                    log.warning("prune: cannot remove %s: %s", copy, exc)
-                    continue
-                finally:
-                    shutil.rmtree(aside, ignore_errors=True)
-                log.info("prune: removed %s, which no instance uses", copy)
-                removed.append(copy)
+                if discard(copy, f".{key}.old-"):
+                    removed.append(copy)
     return removed
+
+
+def discard(folder: Path, prefix: str) -> bool:
+    """Remove a cached copy no instance uses: renamed away (beside it, `prefix`…) first, so
+    nobody sees a half-deleted model; whether it went."""
+    aside = Path(tempfile.mkdtemp(prefix=prefix, dir=folder.parent))
+    try:
+        os.rename(folder, aside / "model")
+    except OSError as exc:
+        log.warning("prune: cannot remove %s: %s", folder, exc)
+        return False
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+    log.info("prune: removed %s, which no instance uses", folder)
+    return True
