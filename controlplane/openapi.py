@@ -13,6 +13,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
 
+from contracts.grants import Grants
 from contracts.spec import ServiceSpec
 from controlplane.audit import views as audit
 from controlplane.benchmarks.api.openapi import describe_benchmark_views
@@ -58,6 +59,9 @@ def add_spec_schema(result, generator, request, public):
     components = result.setdefault("components", {}).setdefault("schemas", {})
     components.update(spec.pop("$defs", {}))
     components["ServiceSpec"] = spec
+    grants = Grants.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(grants.pop("$defs", {}))
+    components["Grants"] = grants
     return result
 
 

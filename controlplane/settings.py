@@ -265,6 +265,11 @@ WHARF_VLLM_VENV = Path(
     envstr("WHARF_VLLM_VENV", str(Path.home() / ".cache" / "wharf" / "vllm-cpu-venv"))
 )
 WHARF_VLLM_CPU_IMAGE = envstr("WHARF_VLLM_CPU_IMAGE", "wharf/vllm-cpu:0.32.0")
+# Images the platform vouches for (comma-separated references): a spec naming one runs no code
+# of the tenant's choosing (contracts.grants.tenant_code). The engines' default images always do.
+WHARF_APPROVED_IMAGES = tuple(
+    image.strip() for image in envstr("WHARF_APPROVED_IMAGES", "").split(",") if image.strip()
+)
 # This host as a node of the fleet: its name, the address other machines (the gateway) use
 # to reach instances published on it, and labels for placement (`gpu=h200,zone=a`).
 WHARF_NODE_NAME = envstr("WHARF_NODE_NAME", socket.gethostname())

@@ -7,6 +7,7 @@ import redis
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from contracts.grants import parse_grants
 from contracts.routing import SNAPSHOT_KEY, Snapshot
 from controlplane.tokens.models import ApiToken
 from controlplane.workspaces.members import ensure_member
@@ -21,6 +22,15 @@ def default_workspace() -> Workspace:
 def member(user, role: str = "developer", workspace: str = DEFAULT) -> Workspace:
     """`user` made a member of `workspace` (created if missing) with `role`."""
     return ensure_member(user, workspace, role)
+
+
+def grant(workspace: str = DEFAULT, **grants) -> Workspace:
+    """`workspace` (created if missing) granted `grants` (contracts.grants.Grants' fields), as
+    staff would grant them; the others closed."""
+    found = Workspace.objects.get_or_create(name=workspace)[0]
+    found.grants = parse_grants(grants).model_dump()
+    found.save(update_fields=["grants"])
+    return found
 
 
 def client_for(

@@ -8,7 +8,7 @@ import pytest
 
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
-from tests.api_support import published
+from tests.api_support import grant, published
 
 pytestmark = pytest.mark.django_db
 
@@ -22,6 +22,7 @@ URL = "/api/v1/services/assistant/adapters"
 
 @pytest.fixture
 def service(api, store) -> Service:
+    grant(platform_buckets=["oss://bucket/adapters"])  # an adapter test adds from there
     assert api.post("/api/v1/services", SPEC, format="json").status_code == 201
     return Service.objects.get(name="assistant")
 

@@ -87,6 +87,8 @@ def test_every_call_the_cli_makes_is_in_the_schema(
     monkeypatch.setenv("WHARF_API", "http://testserver")
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(SPEC))
+    grants = tmp_path / "grants.json"
+    grants.write_text(json.dumps({"nfs": ["nas:/exports/models"]}))
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"max_position_embeddings": 2048, "hidden_size": 64}))
     runner = CliRunner()
@@ -104,6 +106,7 @@ def test_every_call_the_cli_makes_is_in_the_schema(
         ["nodes", "uncordon", "n1"], ["nodes", "drain", "n1"], ["bench", "list", "tiny"],
         ["workspaces", "list"], ["workspaces", "describe", "default"],
         ["workspaces", "quota", "default", "--gpu", "8"], ["members", "list", "default"],
+        ["workspaces", "grants", "default"], ["workspaces", "grants", "default", "-f", str(grants)],
         ["members", "add", "default", "nobody", "--role", "viewer"],
         ["members", "set", "default", "ops", "--role", "owner"],
         ["members", "remove", "default", "nobody"], ["audit", "--since", "1h"],

@@ -32,7 +32,7 @@ def read_spec(path: str) -> dict[str, Any]:
     except ValueError as exc:
         raise CliError(f"{path} is not valid JSON: {exc}", USAGE) from None
     if not isinstance(spec, dict):
-        raise CliError(f"{path} must hold a JSON object (a service spec)", USAGE)
+        raise CliError(f"{path} must hold a JSON object", USAGE)
     return spec
 
 

@@ -11,6 +11,7 @@ from wharfcli.client import Client
 from wharfcli.config import Config
 from wharfcli.fleet import since_value
 from wharfcli.output import Column, emit, output_option
+from wharfcli.specs import read_spec
 
 ROLES = click.Choice(["owner", "admin", "developer", "viewer"])
 MEMBER_COLUMNS: list[Column] = [("USER", "user"), ("ROLE", "role"), ("SINCE", "since")]
@@ -52,6 +53,22 @@ def set_quota(workspace: str, services, instances, gpu, npu) -> None:
     if cards:
         quotas["cards"] = cards
     emit(Client(Config.load()).call("PATCH", f"workspaces/{workspace}", json={"quotas": quotas}))
+
+
+@workspaces.command("grants")
+@click.argument("workspace")
+@click.option("-f", "--file", "grants_file", type=click.Path(allow_dash=True),
+              help="set them (staff) from a JSON file; - reads stdin; what it leaves out is "
+              "closed")  # fmt: skip
+@output_option
+def grants(workspace: str, grants_file: str | None) -> None:
+    """What the workspace's specs may use of shared ground (host network, NFS, claims,
+    storage endpoints, the platform's credentials, resource groups): show, or set."""
+    client = Client(Config.load())
+    if grants_file is None:
+        emit(client.get(f"workspaces/{workspace}/grants"))
+    else:
+        emit(client.call("PUT", f"workspaces/{workspace}/grants", json=read_spec(grants_file)))
 
 
 @click.group()

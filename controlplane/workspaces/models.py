@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from contracts.grants import Grants, GrantsError, parse_grants
 from controlplane.workspaces import roles
 from controlplane.workspaces.quotas import Quotas
 
@@ -19,12 +20,25 @@ class Workspace(models.Model):
     quota_services = models.PositiveIntegerField(null=True, blank=True)
     quota_instances = models.PositiveIntegerField(null=True, blank=True)
     quota_cards = models.JSONField(default=dict, blank=True, help_text="card kind -> quota")
+    # What its specs may make the shared machinery do (contracts.grants.Grants); staff only.
+    grants = models.JSONField(
+        default=dict, blank=True,
+        help_text="Operator grants (contracts.grants): host_network, process_code, dev_mode, "
+        "nfs, pvc, storage_endpoints, platform_buckets, resource_groups. Empty: all closed.",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def parsed_grants(self) -> Grants:
+        """Its grants; ones stored before a rule tightened count as none (closed)."""
+        try:
+            return parse_grants(self.grants)
+        except GrantsError:
+            return Grants()
 
     def quotas(self) -> Quotas:
         return Quotas(self.quota_services, self.quota_instances, dict(self.quota_cards))

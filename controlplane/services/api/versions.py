@@ -111,7 +111,7 @@ class Rollback(APIView):
                     {"version": [f"no version {wanted}"]},
                 )
             try:
-                spec = _validated(unseal(target.spec))
+                spec = _validated(unseal(target.spec), service.workspace)
             except SpecInvalid as exc:
                 return _refused(
                     f"Version {wanted}'s spec no longer passes validation; nothing was "

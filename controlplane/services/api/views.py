@@ -32,14 +32,17 @@ from controlplane.services.secrets import keep_secrets
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
 from controlplane.workspaces.access import access, in_workspace
+from controlplane.workspaces.models import Workspace
+from controlplane.workspaces.policy import check_spec
 from controlplane.workspaces.quota_checks import check_quotas
 
 MAX_EVENTS = 1000  # events in one answer
 
 
-def _validated(data) -> ServiceSpec:
+def _validated(data, workspace: Workspace | None) -> ServiceSpec:
     """The spec, checked by the schema, then by its engine and by the runtime the workers run
-    (WHARF_RUNTIME); every error at once."""
+    (WHARF_RUNTIME); every error at once (400). Then, for a spec to save in `workspace`, by
+    the workspace's grants (403)."""
     from contracts.engines import validate
 
     try:
@@ -51,6 +54,8 @@ def _validated(data) -> ServiceSpec:
         errors = cluster_errors(spec)
     if errors:
         raise SpecInvalid(errors)
+    if workspace is not None:
+        check_spec(spec, workspace)
     return spec
 
 
@@ -58,7 +63,7 @@ def update_spec(service: Service, data: dict, note: str, what: str) -> ServiceSp
     """Save `data` (sealed) as the service's new spec, a new version, inside the caller's
     transaction: validated, within quota, the reconciler asked on commit. `note` labels the
     version, `what` starts the Updated event."""
-    spec = _validated(unseal(data))
+    spec = _validated(unseal(data), service.workspace)
     check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING, service)
     Service.objects.filter(pk=service.pk).update(
         spec=data, generation=F("generation") + 1
@@ -103,7 +108,7 @@ class ServiceList(APIView):
         return Response(ServiceSerializer(services, many=True).data)
 
     def post(self, request: Request) -> Response:
-        spec = _validated(request.data)
+        spec = _validated(request.data, access(request).workspace)
         if Service.objects.filter(name=spec.name).exists():
             return Response(
                 {"detail": f"A service named {spec.name!r} exists; choose another name or "
@@ -210,7 +215,7 @@ class SpecPreview(APIView):
     def post(self, request: Request) -> Response:
         from contracts.engines import Placement, render
 
-        spec = _validated(request.data)
+        spec = _validated(request.data, None)  # what a workspace is granted: checked on save
         roles = replicas(spec)
         containers = []
         for role, instances in roles.items():

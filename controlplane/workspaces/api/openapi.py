@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controlplane.workspaces import roles
-from controlplane.workspaces.api import views
+from controlplane.workspaces.api import grants, views
 from controlplane.workspaces.quotas import CARD_KINDS
 
 ROLE = {"type": "string", "enum": list(roles.ROLES)}
@@ -23,6 +23,7 @@ WORKSPACE = {"type": "object", "properties": {
     "members": {"type": "integer"}, "quotas": QUOTAS,
     "used": {"type": "object",
              "description": "services; instances and cards while running"}}}  # fmt: skip
+GRANTS = {"$ref": "#/components/schemas/Grants"}  # contracts.grants' own schema
 MEMBER = {"type": "object", "properties": {
     "user": {"type": "string"}, "role": ROLE,
     "since": {"type": "string", "format": "date-time"}}}  # fmt: skip
@@ -48,6 +49,11 @@ def describe_workspace_views(V: Callable, _op: Callable, errors: dict) -> None: 
       delete=_op("workspaces_delete", "Delete an empty workspace (owners)",
                  responses={204: None, 403: errors, 409: errors}),
       )(views.WorkspaceDetail)  # fmt: skip
+    V(get=_op("workspaces_grants_get", "What the workspace's specs may use of shared ground",
+              responses={200: GRANTS}),
+      put=_op("workspaces_grants_set", "Set the grants (staff); what is left out is closed",
+              request={"application/json": GRANTS}, responses={200: GRANTS, 403: errors}),
+      )(grants.WorkspaceGrants)  # fmt: skip
     V(get=_op("members_list", "A workspace's members",
               responses={200: {"type": "array", "items": MEMBER}}),
       post=_op("members_add", "Add a member (admins; owners for an owner)",

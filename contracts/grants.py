@@ -1,0 +1,284 @@
+"""What a workspace may make the shared machinery do: the operator's grants, and a spec's
+refusals under them. Pure (no Django, no I/O), so the trust table is tested as a table.
+
+A spec is a tenant's request to shared machinery: nodes, their network and account, storage
+servers, the platform's credentials. Each capability that reaches past the workspace is
+closed by default; staff open it per workspace (`Workspace.grants`, the API's
+`/workspaces/<ws>/grants`), and a refusal names the field and the grant that would allow it.
+The README's "Trust model" section is this module in words: keep the two in step.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import Field, ValidationError, field_validator
+
+from contracts.hub_refs import is_hub_ref
+from contracts.spec import K8S_NAME, SAFE_WORD, ServiceSpec, _Strict
+from contracts.spec_facts import model_refs
+from contracts.spec_models import OBJECT_STORAGE_SCHEMES
+
+MAX_GRANTS = 256  # entries of one list
+
+# Environment variables that load or run code in the engine's process, or open its admin
+# routes: on a node's own account (the process runtime) they are a tenant running code there.
+CODE_ENV = re.compile(r"^(LD_.*|PYTHON.*|BASH_ENV|ENV|PERL5.*|NODE_OPTIONS|VLLM_PLUGINS)$")
+DEV_MODE_ENV = frozenset({"VLLM_SERVER_DEV_MODE"})
+CODE_FLAGS = frozenset({"--trust-remote-code", "--trust_remote_code"})
+# The KV connectors that move KV over a shared folder, not the network (engines.pd).
+FOLDER_CONNECTORS = frozenset({"ExampleConnector"})
+PROCESS = "process"
+
+
+class PvcGrant(_Strict):
+    claim: str = Field(max_length=253, pattern=K8S_NAME, description="A claim's name.")
+    read_write: bool = Field(default=False, description="May it be mounted read-write.")
+
+
+class Grants(_Strict):
+    """A workspace's grants; every one closed by default."""
+
+    host_network: bool = Field(
+        default=False,
+        description="Prefill/decode engines with a network KV connector may run in the node's "
+        "network namespace with the workspace's own image or command.",
+    )
+    process_code: bool = Field(
+        default=False,
+        description="On the process runtime (engines on the node's own account), the "
+        "workspace may run its own command, engine flags and code-loading variables.",
+    )
+    dev_mode: bool = Field(
+        default=False, description="Engines may run with vLLM's dev-mode admin routes."
+    )
+    nfs: list[str] = Field(
+        default=[], max_length=MAX_GRANTS,
+        description="NFS exports, 'server:/path': a mount's path must be one or beneath one.",
+    )  # fmt: skip
+    pvc: list[PvcGrant] = Field(default=[], max_length=MAX_GRANTS)
+    storage_endpoints: list[str] = Field(
+        default=[], max_length=MAX_GRANTS,
+        description="Object-storage endpoints a spec may name, 'scheme://host[:port]'.",
+    )  # fmt: skip
+    platform_buckets: list[str] = Field(
+        default=[], max_length=MAX_GRANTS,
+        description="Object-storage prefixes ('s3://bucket/prefix', '*' wildcards) the "
+        "platform's own credentials (WHARF_<S>_ACCESS_KEY_*) may read for the workspace.",
+    )  # fmt: skip
+    resource_groups: list[str] = Field(
+        default=[], max_length=MAX_GRANTS,
+        description="metadata.resource values (node groups) the workspace may place on.",
+    )  # fmt: skip
+
+    @field_validator("nfs")
+    @classmethod
+    def _exports(cls, value: list[str]) -> list[str]:
+        for export in value:
+            server, _, path = export.partition(":")
+            if not server or not path.startswith("/") or ".." in path.split("/"):
+                raise ValueError(f"{export!r}: an export is server:/absolute/path")
+        return value
+
+    @field_validator("storage_endpoints")
+    @classmethod
+    def _endpoints(cls, value: list[str]) -> list[str]:
+        return [_endpoint_key(endpoint) for endpoint in value]
+
+    @field_validator("platform_buckets")
+    @classmethod
+    def _buckets(cls, value: list[str]) -> list[str]:
+        for prefix in value:
+            scheme, _, rest = prefix.partition("://")
+            if scheme not in OBJECT_STORAGE_SCHEMES or not rest:
+                raise ValueError(f"{prefix!r}: a prefix is oss://, obs:// or s3:// bucket/path")
+        return value
+
+    @field_validator("resource_groups")
+    @classmethod
+    def _groups(cls, value: list[str]) -> list[str]:
+        for group in value:
+            if not re.fullmatch(SAFE_WORD, group):
+                raise ValueError(f"{group!r}: a resource group is a label value")
+        return value
+
+
+class GrantsError(ValueError):
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()))
+        self.errors = errors
+
+
+def parse_grants(data: Any) -> Grants:
+    """Grants from JSON, or GrantsError naming each bad field (`grants.nfs[0]`)."""
+    try:
+        return Grants.model_validate(data if data is not None else {})
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = {}
+        for error in exc.errors():
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"])
+            errors.setdefault(f"grants{where}", []).append(error["msg"].removeprefix(
+                "Value error, "))  # fmt: skip
+        raise GrantsError(errors) from None
+
+
+def _endpoint_key(endpoint: str) -> str:
+    """An endpoint as compared: scheme://host[:port], lower case, no path. A bare host is
+    https, as workers.object_store reads it."""
+    text = endpoint.strip()
+    parts = urlsplit(text if "://" in text else f"https://{text}")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username:
+        raise ValueError(f"{endpoint!r}: an endpoint is http(s)://host[:port]")
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise ValueError(f"{endpoint!r}: an endpoint has no path, query or fragment")
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname.lower()}{port}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where an operator widens a capability: the grant's name, for refusals."""
+
+    grant: str
+
+    def hint(self, workspace: str) -> str:
+        return f"staff may grant it to workspace {workspace!r} (grants.{self.grant})"
+
+
+def refusals(
+    spec: ServiceSpec,
+    grants: Grants,
+    workspace: str,
+    runtime: str,
+    approved_images: Collection[str] = (),
+    wharf_claims: Collection[str] = (),
+) -> dict[str, list[str]]:
+    """Each field of `spec` that asks for more than `grants` allow, with what to do. `runtime`
+    is WHARF_RUNTIME; `approved_images` the platform's images (WHARF_APPROVED_IMAGES);
+    `wharf_claims` Wharf's own PersistentVolumeClaims, never a tenant's."""
+    found: dict[str, list[str]] = {}
+
+    def refuse(field: str, why: str, grant: str) -> None:
+        found.setdefault(field, []).append(f"{why}; {Setting(grant).hint(workspace)}")
+
+    code = tenant_code(spec, approved_images)
+    if needs_host_network(spec) and not grants.host_network and code:
+        field, what = code[0]
+        refuse(field, f"{what}, and its network KV connector runs on the node's network",
+               "host_network")  # fmt: skip
+    if runtime == PROCESS and not grants.process_code:
+        for field, what in code:
+            refuse(field, f"{what}, on the process runtime (the node's own account)",
+                   "process_code")  # fmt: skip
+    for field, name in engine_env(spec):
+        if name in DEV_MODE_ENV and not grants.dev_mode:
+            refuse(field, f"{name} opens the engine's admin routes", "dev_mode")
+    _storage(spec, grants, refuse)
+    for i, entry in enumerate(spec.storage):
+        if entry.pvc is not None and entry.pvc.claim_name in wharf_claims:
+            found[f"storage[{i}].pvc.claim_name"] = [
+                f"claim {entry.pvc.claim_name!r} is Wharf's own; no workspace may mount it"
+            ]
+    group = spec.metadata.resource
+    if group is not None and group not in grants.resource_groups:
+        refuse("metadata.resource", f"resource group {group!r} is not granted",
+               "resource_groups")  # fmt: skip
+    return found
+
+
+def _storage(spec: ServiceSpec, grants: Grants, refuse) -> None:
+    claims = {pvc.claim: pvc for pvc in grants.pvc}
+    for i, entry in enumerate(spec.storage):
+        where = f"storage[{i}]"
+        if entry.nfs is not None:
+            export = f"{entry.nfs.server}:{posixpath.normpath(entry.nfs.path)}"
+            if not any(_under(export, granted) for granted in grants.nfs):
+                refuse(f"{where}.nfs", f"NFS export {export!r} is not granted", "nfs")
+        if entry.pvc is not None:
+            grant = claims.get(entry.pvc.claim_name)
+            if grant is None:
+                refuse(f"{where}.pvc.claim_name",
+                       f"claim {entry.pvc.claim_name!r} is not granted", "pvc")  # fmt: skip
+            elif not entry.pvc.read_only and not grant.read_write:
+                refuse(f"{where}.pvc.read_only",
+                       f"claim {entry.pvc.claim_name!r} is granted read-only", "pvc")  # fmt: skip
+        for scheme in OBJECT_STORAGE_SCHEMES:
+            store = getattr(entry, scheme)
+            if store is None:
+                continue
+            if store.endpoint is not None:
+                try:
+                    key = _endpoint_key(store.endpoint)
+                except ValueError as exc:
+                    found = f"{where}.{scheme}.endpoint"
+                    refuse(found, str(exc), "storage_endpoints")
+                    continue
+                if key not in grants.storage_endpoints:
+                    refuse(f"{where}.{scheme}.endpoint", f"endpoint {key} is not granted",
+                           "storage_endpoints")  # fmt: skip
+            if not store.access_key_id and not platform_may_read(store.path, grants):
+                refuse(f"{where}.{scheme}.access_key_id",
+                       f"no credentials given, and the platform's are not granted for "
+                       f"{store.path}: give access_key_id and access_key_secret",
+                       "platform_buckets")  # fmt: skip
+    for field, ref in model_refs(spec):  # object URIs as models read with the platform's keys
+        if "://" in ref and not is_hub_ref(ref) and not platform_may_read(ref, grants):
+            refuse(field, f"{ref} is read with the platform's credentials, which are not "
+                   "granted for it; or mount it as storage with your own keys",
+                   "platform_buckets")  # fmt: skip
+
+
+def _under(export: str, granted: str) -> bool:
+    server, _, path = granted.partition(":")
+    path = posixpath.normpath(path)
+    asked_server, _, asked = export.partition(":")
+    return asked_server == server and (asked == path or asked.startswith(path.rstrip("/") + "/"))
+
+
+def platform_may_read(uri: str, grants: Grants) -> bool:
+    """Whether the platform's own credentials may read `uri` for the workspace: under a
+    granted prefix (fnmatch wildcards; a prefix ends at a '/' or the end)."""
+    return any(
+        fnmatch.fnmatchcase(uri, prefix) or fnmatch.fnmatchcase(uri, prefix.rstrip("/") + "/*")
+        for prefix in grants.platform_buckets
+    )
+
+
+def needs_host_network(spec: ServiceSpec) -> bool:
+    """A prefill/decode service whose KV connector moves KV over the network: its containers
+    run in the node's network namespace (contracts.engines.pd.on_host_network)."""
+    pd = spec.llm.pd if spec.llm else None
+    return pd is not None and pd.kv_connector not in FOLDER_CONNECTORS
+
+
+def engine_env(spec: ServiceSpec) -> list[tuple[str, str]]:
+    container = spec.containers[0] if spec.containers else None
+    env = container.env if container else []
+    return [(f"containers[0].env[{i}].name", var.name) for i, var in enumerate(env)]
+
+
+def tenant_code(spec: ServiceSpec, approved_images: Collection[str] = ()) -> list[tuple[str, str]]:
+    """Where a spec runs code of the tenant's choosing, rather than the platform's engine as
+    Wharf renders it: (field, what) for each."""
+    found: list[tuple[str, str]] = []
+    container = spec.containers[0] if spec.containers else None
+    if container and container.image and container.image not in approved_images:
+        found.append(("containers[0].image", f"image {container.image!r} is the workspace's own"))
+    for name in ("command", "script"):
+        if container and getattr(container, name):
+            found.append((f"containers[0].{name}", f"a given {name} runs as written"))
+    llm = spec.llm
+    if llm is not None and llm.extra_args:
+        found.append(("llm.extra_args", "extra_args pass any engine flag"))
+    if llm is not None and CODE_FLAGS & {k for k, v in llm.options.items() if v is not False}:
+        found.append(("llm.options", "--trust-remote-code runs the model's own code"))
+    for field, name in engine_env(spec):
+        if CODE_ENV.match(name) or name in DEV_MODE_ENV:
+            found.append((field, f"{name} loads or runs code in the engine"))
+    return found

@@ -1,0 +1,37 @@
+"""The operator's policy applied to a spec: what the workspace's grants (contracts.grants)
+refuse, as one 403 naming each field and the grant that would allow it."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework import exceptions
+
+from contracts.grants import refusals
+from contracts.spec import ServiceSpec
+from controlplane.workspaces.models import Workspace
+
+
+class NotGranted(exceptions.APIException):
+    """403 {"detail": "...", "errors": {"storage[0].nfs": ["... (grants.nfs)"]}}."""
+
+    status_code = 403
+
+    def __init__(self, workspace: str, errors: dict[str, list[str]]):
+        fields = ", ".join(errors)
+        detail = (f"Workspace {workspace!r} is not granted what this spec asks for ({fields}); "
+                  "nothing was saved.")  # fmt: skip
+        super().__init__({"detail": detail, "errors": errors})
+        self.errors = errors
+
+
+def wharf_claims() -> frozenset[str]:
+    """Wharf's own PersistentVolumeClaims: never a tenant's to mount, whatever is granted."""
+    return frozenset(c for c in (settings.WHARF_K8S_MODEL_CLAIM, settings.WHARF_K8S_KV_CLAIM) if c)
+
+
+def check_spec(spec: ServiceSpec, workspace: Workspace) -> None:
+    """Raise NotGranted if `spec` asks for more than `workspace` is granted."""
+    errors = refusals(spec, workspace.parsed_grants(), workspace.name, settings.WHARF_RUNTIME,
+                      settings.WHARF_APPROVED_IMAGES, wharf_claims())  # fmt: skip
+    if errors:
+        raise NotGranted(workspace.name, errors)
