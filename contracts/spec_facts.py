@@ -88,3 +88,15 @@ def adapter_names(spec: ServiceSpec) -> tuple[str, ...]:
     """The LoRA adapters the spec serves, in its order."""
     lora = spec.llm.lora if spec.llm else None
     return tuple(a.name for a in lora.adapters) if lora else ()
+
+
+def model_ids(spec: ServiceSpec) -> dict[str, str]:
+    """Every OpenAI `model` value that reaches this service (its name, its served name, and
+    '<either>:<adapter>' for each LoRA adapter), each with the field that makes it: one
+    service's alone, platform-wide, or callers of one would reach another."""
+    ids = {spec.name: "name"}
+    ids.update({served: "llm.served_model_name" for served in spec.served_model_names})
+    for i, adapter in enumerate(adapter_names(spec)):
+        for model in (spec.name, *spec.served_model_names):
+            ids.setdefault(f"{model}:{adapter}", f"llm.lora.adapters[{i}].name")
+    return ids

@@ -14,7 +14,8 @@ from tests.api_support import client_for, grant
 pytestmark = pytest.mark.django_db
 
 NFS = {"name": "shared", "llm": {"engine": "vllm-cpu", "model": "/data/tiny"},
-       "storage": [{"mount_path": "/data", "nfs": {"server": "nas", "path": "/exports/m"}}]}  # fmt: skip
+       "storage": [{"mount_path": "/data",
+                    "nfs": {"server": "nas", "path": "/exports/m"}}]}  # fmt: skip
 NIXL = {"name": "pd", "containers": [{"image": "attacker/any:1"}],
         "llm": {"engine": "vllm", "model": "tiny-llama",
                 "pd": {"prefill": {"gpu": 1}, "decode": {"gpu": 1},

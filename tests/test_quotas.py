@@ -143,3 +143,51 @@ def test_bad_quotas_are_named_and_nothing_is_saved():
     cleared = admin.patch("/api/v1/workspaces/q", {"quotas": {"cards": {"gpu": None}}},
                           format="json")  # fmt: skip
     assert cleared.json()["quotas"]["cards"] == {"npu": 0}
+
+
+@pytest.mark.django_db
+def test_staff_set_ceilings_and_admins_only_divide_what_is_below():
+    staff = client_for("ops", staff=True, role="viewer", workspace="q")
+    admin = client_for("boss", role="admin", workspace="q")
+    developer = client_for("dev", role="developer", workspace="q")
+    # An admin cannot give the workspace more: the ceilings are staff's.
+    raised = admin.patch("/api/v1/workspaces/q", {"ceilings": {"instances": 100}}, format="json")
+    assert raised.status_code == 403 and "Only staff" in raised.json()["detail"]
+    ceilings = {"ceilings": {"instances": 2, "cards": {"gpu": 4}}}
+    set_ = staff.patch("/api/v1/workspaces/q", ceilings, format="json")
+    assert set_.status_code == 200
+    assert set_.json()["ceilings"] == {"services": None, "instances": 2, "cards": {"gpu": 4}}
+    assert set_.json()["limits"]["instances"] == 2  # no quota of its own: the ceiling holds
+    past = {"quotas": {"instances": 3, "cards": {"gpu": 8}}}
+    over = admin.patch("/api/v1/workspaces/q", past, format="json")
+    assert over.status_code == 400
+    assert set(over.json()["errors"]) == {"quotas.instances", "quotas.cards.gpu"}
+    assert "ceiling staff set" in over.json()["errors"]["quotas.instances"][0]
+    assert admin.get("/api/v1/workspaces/q").json()["quotas"]["instances"] is None  # unsaved
+    within = admin.patch("/api/v1/workspaces/q", {"quotas": {"instances": 1}}, format="json")
+    assert within.status_code == 200 and within.json()["limits"]["instances"] == 1
+    assert developer.post("/api/v1/services", custom("one", 1), format="json").status_code == 201
+    refused = developer.post("/api/v1/services", custom("two", 1), format="json")
+    assert set(refused.json()["errors"]) == {"quotas.instances"}
+    # Staff lowering a ceiling under a quota: the lower one is enforced.
+    admin.patch("/api/v1/workspaces/q", {"quotas": {"instances": 2}}, format="json")
+    staff.patch("/api/v1/workspaces/q", {"ceilings": {"instances": 1}}, format="json")
+    assert admin.get("/api/v1/workspaces/q").json()["limits"]["instances"] == 1
+    again = developer.post("/api/v1/services", custom("two", 1), format="json")
+    assert set(again.json()["errors"]) == {"quotas.instances"}
+
+
+@pytest.mark.parametrize(
+    ("quotas", "ceilings", "enforced"),
+    [
+        (Quotas(), Quotas(), Quotas()),
+        (Quotas(services=5), Quotas(), Quotas(services=5)),
+        (Quotas(), Quotas(instances=3), Quotas(instances=3)),
+        (Quotas(instances=2), Quotas(instances=3), Quotas(instances=2)),
+        (Quotas(instances=4), Quotas(instances=3), Quotas(instances=3)),
+        (Quotas(cards={"gpu": 8}), Quotas(cards={"gpu": 4, "npu": 2}),
+         Quotas(cards={"gpu": 4, "npu": 2})),
+    ],
+)  # fmt: skip
+def test_a_quota_is_capped_by_its_ceiling(quotas, ceilings, enforced):
+    assert quotas.within(ceilings) == enforced

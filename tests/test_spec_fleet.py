@@ -10,6 +10,7 @@ import pytest
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_fleet import RollingStrategy
 from controlplane.services.models import Service
+from tests.api_support import grant
 
 STEP = "give a whole number 0..64 or a percentage from '0%' to '100%'"
 BOTH_ZERO = "max_surge and max_unavailable cannot both be 0: the update could never start"
@@ -280,6 +281,7 @@ def test_the_api_accepts_the_fleet_fields_and_reads_them_back(api):
     spec = tiny(name="fleet", metadata={"instance": 2, "resource": "gpu-pool",
                                         "termination_grace_period": 120}, **FLEET)  # fmt: skip
     assert api.post("/api/v1/services/preview", spec, format="json").status_code == 200
+    grant(resource_groups=["gpu-pool"])  # a node group is the operator's to hand out
     assert api.post("/api/v1/services", spec, format="json").status_code == 201
     assert api.get("/api/v1/services/fleet").json()["spec"] == spec
     stored = Service.objects.get(name="fleet").parsed_spec()

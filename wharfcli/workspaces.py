@@ -44,15 +44,18 @@ def describe_workspace(workspace: str) -> None:
 @click.option("--instances", type=click.IntRange(0), help="instances at most (running)")
 @click.option("--gpu", type=click.IntRange(0), help="GPUs at most (running)")
 @click.option("--npu", type=click.IntRange(0), help="NPUs at most (running)")
+@click.option("--ceiling", is_flag=True, help="set the ceilings instead (staff): the quotas "
+              "the workspace's admins set may not pass them")  # fmt: skip
 @output_option
-def set_quota(workspace: str, services, instances, gpu, npu) -> None:
-    """Set quotas (admins); those not given are kept."""
+def set_quota(workspace: str, services, instances, gpu, npu, ceiling: bool) -> None:
+    """Set quotas (admins) or, with --ceiling, ceilings (staff); those not given are kept."""
     quotas = {k: v for k, v in {"services": services, "instances": instances}.items()
               if v is not None}  # fmt: skip
     cards = {k: v for k, v in {"gpu": gpu, "npu": npu}.items() if v is not None}
     if cards:
         quotas["cards"] = cards
-    emit(Client(Config.load()).call("PATCH", f"workspaces/{workspace}", json={"quotas": quotas}))
+    part = "ceilings" if ceiling else "quotas"
+    emit(Client(Config.load()).call("PATCH", f"workspaces/{workspace}", json={part: quotas}))
 
 
 @workspaces.command("grants")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from contracts.hub_refs import is_hub_ref
+from contracts.kube.manifests import registry
 from contracts.spec import OBJECT_STORAGE_SCHEMES, REDACTED
 
 SECRET_FIELDS = ("access_key_secret",)  # of each object-storage block
@@ -43,32 +45,96 @@ def redact(spec: Any) -> Any:
     return out
 
 
+class SecretsLostError(ValueError):
+    """Secrets sent back masked whose target changed: {field: [what to do]}."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
 def keep_secrets(new: Any, old: Any) -> Any:
-    """An update that sends back REDACTED keeps the stored secret of the same storage path,
-    so a spec read from the API can be edited and PUT back as is; dockerAuth and the hub
-    token are the spec's."""
-    stored = {store.get("path"): store for store in object_stores(old)}
-    out = copy.deepcopy(new)
+    """An update that sends back REDACTED keeps the stored secret while its target is the
+    same, so a spec read from the API can be edited and PUT back as is. A secret follows its
+    target: dockerAuth its images' registries, storage keys their endpoint and bucket, the
+    hub token the hub repositories. Sent back masked for a changed target (or with none
+    stored), it is SecretsLostError, asking for the secret again: the stored one must never reach
+    a registry, bucket or repository the user may have pointed elsewhere."""
     old = old if isinstance(old, dict) else {}
-    if isinstance(out, dict):
-        _keep(out, old, TOP_SECRETS)
-        if isinstance(out.get("llm"), dict):
-            old_llm = old.get("llm")
-            _keep(out["llm"], old_llm if isinstance(old_llm, dict) else {}, LLM_SECRETS)
-    for store in object_stores(out):
+    out = copy.deepcopy(new)
+    lost: dict[str, list[str]] = {}
+    if not isinstance(out, dict):
+        return out
+    if _keep(out, old, "dockerAuth", _registries(out) == _registries(old)):
+        lost["dockerAuth"] = ["the image's registry changed (or none was stored): give the "
+                              "registry's credentials again"]  # fmt: skip
+    llm, old_llm = out.get("llm"), old.get("llm")
+    if isinstance(llm, dict):
+        old_llm = old_llm if isinstance(old_llm, dict) else {}
+        if _keep(llm, old_llm, "hub_token", _repositories(llm) == _repositories(old_llm)):
+            lost["llm.hub_token"] = ["the hub models changed (or none was stored): give the "
+                                     "token again"]  # fmt: skip
+    stored = {_bucket(store): store for store in object_stores(old)}
+    for i, (scheme, store) in enumerate(_indexed_stores(out)):
         for name in SECRET_FIELDS:
-            if store.get(name) == REDACTED:
-                store[name] = stored.get(store.get("path"), {}).get(name)
-                if store[name] is None:
-                    del store[name]
+            if store.get(name) != REDACTED:
+                continue
+            kept = stored.get(_bucket(store), {}).get(name)
+            if kept is None:
+                lost[f"storage[{i}].{scheme}.{name}"] = [
+                    "the endpoint or bucket changed (or none was stored): give the secret again"
+                ]
+            else:
+                store[name] = kept
+    if lost:
+        raise SecretsLostError(lost)
     return out
 
 
-def _keep(block: dict, old: dict, names: tuple[str, ...]) -> None:
-    """In `block`, each of `names` sent back as REDACTED takes its value from `old` (or goes)."""
-    for name in names:
-        if block.get(name) == REDACTED:
-            if old.get(name) is None:
-                del block[name]
-            else:
-                block[name] = old[name]
+def _keep(block: dict, old: dict, name: str, same_target: bool) -> bool:
+    """In `block`, `name` sent back as REDACTED takes the stored value when its target is the
+    same; True when it cannot (the caller says why)."""
+    if block.get(name) != REDACTED:
+        return False
+    if old.get(name) is None or not same_target:
+        return True
+    block[name] = old[name]
+    return False
+
+
+def _indexed_stores(spec: dict):
+    """(scheme, block) of each storage entry by its index, (None, {}) for other entries."""
+    entries = spec.get("storage") if isinstance(spec.get("storage"), list) else []
+    for entry in entries:
+        found = [(scheme, entry[scheme]) for scheme in OBJECT_STORAGE_SCHEMES
+                 if isinstance(entry, dict) and isinstance(entry.get(scheme), dict)]  # fmt: skip
+        yield found[0] if found else (None, {})
+
+
+def _bucket(store: dict) -> tuple:
+    """What a storage secret opens: the endpoint and the bucket (not the prefix in it)."""
+    path = store.get("path")
+    bucket = path.split("://", 1)[-1].split("/", 1)[0] if isinstance(path, str) else None
+    scheme = path.split("://", 1)[0] if isinstance(path, str) else None
+    return scheme, str(store.get("endpoint") or "").strip().rstrip("/").lower(), bucket
+
+
+def _registries(spec: dict) -> list:
+    """Where dockerAuth is sent: each container image's registry (the engine's own image
+    when none is given)."""
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    images = [c.get("image") for c in containers if isinstance(c, dict)]
+    llm = spec.get("llm") if isinstance(spec.get("llm"), dict) else {}
+    return sorted(registry(i) if isinstance(i, str) else f"engine {llm.get('engine')}"
+                  for i in images or [None])  # fmt: skip
+
+
+def _repositories(llm: dict) -> set[str]:
+    """The hub repositories (hub and name, not the revision) an llm section names."""
+    refs = [llm.get("model")]
+    if isinstance(llm.get("speculative"), dict):
+        refs.append(llm["speculative"].get("model"))
+    lora = llm.get("lora") if isinstance(llm.get("lora"), dict) else {}
+    adapters = lora.get("adapters") if isinstance(lora.get("adapters"), list) else []
+    refs += [a.get("model") for a in adapters if isinstance(a, dict)]
+    return {ref.split("@", 1)[0] for ref in refs if isinstance(ref, str) and is_hub_ref(ref)}

@@ -15,7 +15,16 @@ from controlplane.workspaces.policy import wharf_claims
 class WorkspaceForm(forms.ModelForm):
     class Meta:
         model = Workspace
-        fields = ["name", "quota_services", "quota_instances", "quota_cards", "grants"]
+        fields = [
+            "name",
+            "ceiling_services",
+            "ceiling_instances",
+            "ceiling_cards",
+            "quota_services",
+            "quota_instances",
+            "quota_cards",
+            "grants",
+        ]
 
     def clean_grants(self):
         try:

@@ -20,6 +20,29 @@ class Quotas:
     instances: int | None = None
     cards: dict[str, int] = field(default_factory=dict)  # kind -> quota; a kind absent: none
 
+    def within(self, ceilings: Quotas) -> Quotas:
+        """These quotas capped by `ceilings` (staff's): the lower of each pair, None: none."""
+        kinds = set(self.cards) | set(ceilings.cards)
+        cards = {k: _lower(self.cards.get(k), ceilings.cards.get(k)) for k in sorted(kinds)}
+        return Quotas(_lower(self.services, ceilings.services),
+                      _lower(self.instances, ceilings.instances),
+                      {k: v for k, v in cards.items() if v is not None})  # fmt: skip
+
+    def above(self, ceilings: Quotas) -> dict[str, list[str]]:
+        """Each of these quotas set higher than its ceiling, by name (`quotas.cards.gpu`)."""
+        pairs = [("services", self.services, ceilings.services),
+                 ("instances", self.instances, ceilings.instances)]  # fmt: skip
+        pairs += [(f"cards.{k}", v, ceilings.cards.get(k)) for k, v in sorted(self.cards.items())]
+        return {
+            f"quotas.{name}": [f"at most {ceiling}: the ceiling staff set for this workspace"]
+            for name, quota, ceiling in pairs
+            if quota is not None and ceiling is not None and quota > ceiling
+        }
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
 
 @dataclass(frozen=True)
 class Footprint:

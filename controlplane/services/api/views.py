@@ -26,9 +26,10 @@ from controlplane.services.api.serializers import (
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
 from controlplane.services.models import Service
+from controlplane.services.names import check_model_names
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import seal, unseal
-from controlplane.services.secrets import keep_secrets
+from controlplane.services.secrets import SecretsLostError, keep_secrets
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
 from controlplane.workspaces.access import access, in_workspace
@@ -64,6 +65,7 @@ def update_spec(service: Service, data: dict, note: str, what: str) -> ServiceSp
     transaction: validated, within quota, the reconciler asked on commit. `note` labels the
     version, `what` starts the Updated event."""
     spec = _validated(unseal(data), service.workspace)
+    check_model_names(spec, service.workspace, service)
     check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING, service)
     Service.objects.filter(pk=service.pk).update(
         spec=data, generation=F("generation") + 1
@@ -117,6 +119,7 @@ class ServiceList(APIView):
             )  # fmt: skip
         try:
             with transaction.atomic():
+                check_model_names(spec, access(request).workspace)
                 check_quotas(access(request).workspace, spec, running=True)
                 service = Service.objects.create(
                     name=spec.name, spec=seal(request.data), owner=request.user,
@@ -144,7 +147,10 @@ class ServiceDetail(APIView):
         data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
         with transaction.atomic():
             service = live_service(request, name)
-            data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
+            try:
+                data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
+            except SecretsLostError as exc:
+                raise SpecInvalid(exc.errors) from None
             update_spec(service, data, "updated", "spec updated")
         return Response(ServiceSerializer(service).data)
 

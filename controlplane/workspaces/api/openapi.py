@@ -21,6 +21,8 @@ WORKSPACE = {"type": "object", "properties": {
                                          "description": "yours; null for staff outside it"},
     "created_at": {"type": "string", "format": "date-time"},
     "members": {"type": "integer"}, "quotas": QUOTAS,
+    "ceilings": {**QUOTAS, "description": "set by staff; quotas may not pass them"},
+    "limits": {**QUOTAS, "description": "what is enforced: each quota capped by its ceiling"},
     "used": {"type": "object",
              "description": "services; instances and cards while running"}}}  # fmt: skip
 GRANTS = {"$ref": "#/components/schemas/Grants"}  # contracts.grants' own schema
@@ -43,8 +45,8 @@ def describe_workspace_views(V: Callable, _op: Callable, errors: dict) -> None: 
       )(views.WorkspaceList)  # fmt: skip
     V(get=_op("workspaces_get", "A workspace, its quotas and what is used of them",
               responses={200: WORKSPACE}),
-      patch=_op("workspaces_quotas", "Set quotas (admins); null: none",
-                request=_body(["quotas"], {"quotas": QUOTAS}),
+      patch=_op("workspaces_quotas", "Set quotas (admins) or ceilings (staff); null: none",
+                request=_body([], {"quotas": QUOTAS, "ceilings": QUOTAS}),
                 responses={200: WORKSPACE, 403: errors}),
       delete=_op("workspaces_delete", "Delete an empty workspace (owners)",
                  responses={204: None, 403: errors, 409: errors}),

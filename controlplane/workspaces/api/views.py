@@ -24,7 +24,7 @@ from controlplane.workspaces import roles
 from controlplane.workspaces.access import access_to, workspaces_of
 from controlplane.workspaces.models import Membership, Workspace
 from controlplane.workspaces.quota_checks import held_by
-from controlplane.workspaces.quotas import CARD_KINDS, MAX_QUOTA
+from controlplane.workspaces.quotas import CARD_KINDS, MAX_QUOTA, Quotas
 
 MAX_NAME = 63  # Workspace.name
 
@@ -33,12 +33,17 @@ def _workspace_json(workspace: Workspace, role: str | None, detail: bool = False
     body = {"name": workspace.name, "role": role, "created_at": workspace.created_at,
             "members": workspace.members.count()}  # fmt: skip
     if detail:
-        quotas, used = workspace.quotas(), held_by(workspace)
-        body["quotas"] = {"services": quotas.services, "instances": quotas.instances,
-                          "cards": quotas.cards}  # fmt: skip
+        used = held_by(workspace)
+        body["quotas"] = _quotas_json(workspace.own_quotas())
+        body["ceilings"] = _quotas_json(workspace.ceilings())
+        body["limits"] = _quotas_json(workspace.quotas())  # what is enforced: the lower
         body["used"] = {"services": used.services, "instances": used.instances,
                         "cards": dict(used.cards)}  # fmt: skip
     return body
+
+
+def _quotas_json(quotas: Quotas) -> dict:
+    return {"services": quotas.services, "instances": quotas.instances, "cards": quotas.cards}
 
 
 def _member_json(membership: Membership) -> dict[str, Any]:
@@ -103,23 +108,29 @@ class WorkspaceDetail(APIView):
         return Response(_workspace_json(acting.workspace, acting.role, detail=True))
 
     def patch(self, request: Request, workspace: str) -> Response:
-        """{"quotas": {"services": n, "instances": n, "cards": {"gpu": n, "npu": n}}}: each
-        given one set (null: none); those not given kept. Running services are not stopped
-        by a lower quota: it refuses what would grow past it."""
+        """{"quotas": {"services": n, "instances": n, "cards": {"gpu": n, "npu": n}}} (admins)
+        and {"ceilings": {...}} (staff): each given one set (null: none); those not given
+        kept. A quota may not pass its ceiling: admins divide what staff allot. Running
+        services are not stopped by a lower quota: it refuses what would grow past it."""
         acting = access_to(request, workspace)
         acting.require(roles.MANAGE)
-        errors = _fields(request.data, {"quotas"}, {"quotas"})
-        changes = parse_quotas(request.data.get("quotas"), errors) if not errors else {}
+        errors = _fields(request.data, {"quotas", "ceilings"}, set())
+        if not errors and not request.data:
+            errors["quotas"] = ["give quotas (admins) or ceilings (staff)"]
+        if not errors and "ceilings" in request.data and not acting.staff:
+            raise PermissionDenied("Only staff set a workspace's ceilings; its admins divide "
+                                   "what is below them with quotas.")  # fmt: skip
+        parts = [part for part in ("quotas", "ceilings") if not errors and part in request.data]
+        changes = {part: parse_quotas(request.data[part], errors, part) for part in parts}
         if errors:
             raise Invalid("workspace", errors, "; nothing was saved")
         with transaction.atomic():
             found = Workspace.objects.select_for_update().get(pk=acting.workspace.pk)
-            for name, value in changes.items():
-                if name == "cards":
-                    found.quota_cards = {k: v for k, v in {**found.quota_cards, **value}.items()
-                                         if v is not None}  # fmt: skip
-                else:
-                    setattr(found, f"quota_{name}", value)
+            for part, prefix in (("ceilings", "ceiling"), ("quotas", "quota")):
+                _apply(found, prefix, changes.get(part, {}))
+            above = found.own_quotas().above(found.ceilings()) if "quotas" in changes else {}
+            if above:
+                raise Invalid("workspace", above, "; nothing was saved")
             found.save()
         return Response(_workspace_json(found, acting.role, detail=True))
 
@@ -224,28 +235,39 @@ def _keep_an_owner(workspace: Workspace, membership: Membership, after: str | No
         raise Invalid("member", {"role": [f"{last}; make another owner first"]})
 
 
-def parse_quotas(value: Any, errors: dict[str, list[str]]) -> dict[str, Any]:
-    """The quotas a PATCH sets, each a whole number from 0 or null; errors by field path."""
+def _apply(found: Workspace, prefix: str, changes: dict[str, Any]) -> None:
+    """Set `changes` (parse_quotas') on the quota_* or ceiling_* fields of `found`."""
+    for name, value in changes.items():
+        if name == "cards":
+            cards = {**getattr(found, f"{prefix}_cards"), **value}
+            setattr(found, f"{prefix}_cards", {k: v for k, v in cards.items() if v is not None})
+        else:
+            setattr(found, f"{prefix}_{name}", value)
+
+
+def parse_quotas(value: Any, errors: dict[str, list[str]], part: str = "quotas") -> dict[str, Any]:
+    """The quotas (or ceilings) a PATCH sets, each a whole number from 0 or null; errors by
+    field path."""
     if not isinstance(value, dict):
-        errors["quotas"] = ["an object: services, instances, cards"]
+        errors[part] = ["an object: services, instances, cards"]
         return {}
     found: dict[str, Any] = {}
     for name in sorted(set(value) - {"services", "instances", "cards"}, key=str):
-        errors[f"quotas.{str(name)[:50]}"] = ["unknown quota; services, instances or cards"]
+        errors[f"{part}.{str(name)[:50]}"] = ["unknown quota; services, instances or cards"]
     for name in ("services", "instances"):
         if name in value:
-            found[name] = _quota(value[name], f"quotas.{name}", errors)
+            found[name] = _quota(value[name], f"{part}.{name}", errors)
     if "cards" in value:
         cards = value["cards"]
         if not isinstance(cards, dict):
-            errors["quotas.cards"] = [f"an object: card kind ({', '.join(CARD_KINDS)}) -> quota"]
+            errors[f"{part}.cards"] = [f"an object: card kind ({', '.join(CARD_KINDS)}) -> quota"]
             return found
         found["cards"] = {}
         for kind, quota in cards.items():
             if kind not in CARD_KINDS:
-                errors[f"quotas.cards.{str(kind)[:50]}"] = [f"one of {', '.join(CARD_KINDS)}"]
+                errors[f"{part}.cards.{str(kind)[:50]}"] = [f"one of {', '.join(CARD_KINDS)}"]
             else:
-                found["cards"][kind] = _quota(quota, f"quotas.cards.{kind}", errors)
+                found["cards"][kind] = _quota(quota, f"{part}.cards.{kind}", errors)
     return found
 
 
