@@ -77,6 +77,10 @@ def start_fleet_system(home: Path, model_dir: Path, redis_url: str) -> System:
         "process", home, model_dir, redis_url,
         {"PATH": env["PATH"], **FLEET_ENV, "WHARF_NODE_NAME": "local"},
         redis_number=REDIS_DATABASE, database=DATABASE, token_name="nodes",
+        # Its servers are commands on process nodes, placed by resource group (the staff's
+        # grants of a fleet that trusts its one workspace).
+        grants={"process_code": True,
+                "resource_groups": [f"{kind}-{RUN}" for kind in ("dock", "vllm", "pd")]},
     )  # fmt: skip
 
 

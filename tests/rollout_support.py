@@ -27,7 +27,8 @@ def start_own_system(
     the PostgreSQL database name (when DATABASE_URL is set) given by the caller, so that stacks
     of concurrent suites never share one."""
     return start_system("process", home, home / "models", redis_url, extra_env or {},
-                        redis_number=db, database=database, token_name="rollouts")  # fmt: skip
+                        redis_number=db, database=database, token_name="rollouts",
+                        grants={"process_code": True})  # fmt: skip
 
 
 def slow_spec(name: str, instances: int = 1, version: str = "1", **extra) -> dict:

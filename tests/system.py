@@ -131,10 +131,12 @@ def start_system(
     redis_number: int | None = None,
     database: str | None = None,
     token_name: str = "e2e",
+    grants: dict | None = None,
 ) -> System:
     """A whole stack for a test. `extra_env` wins over the defaults here. A suite that runs
     beside others gives its own Redis database number (emptied first: what a killed earlier
-    run left) and PostgreSQL database name."""
+    run left) and PostgreSQL database name. `grants`: what staff grant the default workspace
+    (contracts.grants), through the API, before the test deploys anything."""
     url = redis_db(redis_url, REDIS_DB[runtime] if redis_number is None else redis_number)
     if redis_number is not None:
         import redis
@@ -162,4 +164,9 @@ def start_system(
     stack = Stack(home=home, env=env, api_port=free_port(), gateway_port=free_port())
     stack.start_redis()
     stack.start()
-    return System(stack=stack, runtime=runtime, admin_token=token)
+    system = System(stack=stack, runtime=runtime, admin_token=token)
+    if grants:
+        with system.api() as api:
+            answer = api.put("/workspaces/default/grants", json=grants)
+            assert answer.status_code == 200, answer.text
+    return system

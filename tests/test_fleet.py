@@ -16,7 +16,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.versions import record_version
-from tests.api_support import default_workspace
+from tests.api_support import default_workspace, grant
 from tests.fleet_support import FLEET, Fleet
 from workers.agent import _after_readiness
 from workers.probes import Probe
@@ -257,3 +257,22 @@ def test_draining_an_instance_that_was_not_routed_publishes_a_newer_snapshot(fle
     (row,) = fleet.rows("web")
     version = Snapshot.from_json(store.get(SNAPSHOT_KEY)).version
     assert row.state == "draining" and version >= row.draining_since.timestamp() * 1000
+
+
+def test_a_node_starts_nothing_its_workspace_is_no_longer_granted(fleet):
+    """Staff revoked the NFS export after the service was saved: the node checks the grants
+    again before it stages or mounts anything, and says which one is missing."""
+    fleet.node("a")
+    grant(nfs=["nas:/exports"])
+    nfs = {"mount_path": "/data", "nfs": {"server": "nas", "path": "/exports/m"}}
+    deploy(custom("shared", storage=[nfs]))
+    grant()  # revoked before any node started it
+    fleet.settle(3)
+    assert fleet.states("shared") == [("a", "failed")]
+    message = fleet.rows("shared")[0].message
+    assert message.startswith("not granted to its workspace: storage[0].nfs")
+    assert "grants.nfs" in message and fleet.runtimes["a"].list() == []
+    grant(nfs=["nas:/exports"])
+    update("shared", custom("shared", storage=[nfs]))
+    fleet.settle(3)
+    assert fleet.states("shared") == [("a", "ready")]

@@ -38,7 +38,8 @@ def system(request, tmp_path_factory, redis_url, moto):
                "WHARF_S3_ACCESS_KEY_SECRET": SECRET}  # fmt: skip
     system = start_system(runtime, home, models, redis_url, storage,
                           redis_number=REDIS_DB[runtime], database=f"wharf_lora_{runtime}",
-                          token_name="lora")  # fmt: skip
+                          token_name="lora",
+                          grants={"platform_buckets": ["s3://*"]})  # fmt: skip
     yield system
     system.remove_instances()
     system.stack.stop()

@@ -36,7 +36,10 @@ def system(request, tmp_path_factory, model_dir, redis_url, moto):
     # The worker stages s3:// models from a real S3-compatible server (moto) on loopback.
     storage = {"WHARF_S3_ENDPOINT": moto.url, "WHARF_S3_ACCESS_KEY_ID": KEY_ID,
                "WHARF_S3_ACCESS_KEY_SECRET": SECRET}  # fmt: skip
-    system = start_system(request.param, home, model_dir, redis_url, storage)
+    # Staff let the workspace read them with the platform's keys, and run its own commands
+    # on the process runtime (the custom-server test).
+    grants = {"platform_buckets": ["s3://*"], "process_code": True}
+    system = start_system(request.param, home, model_dir, redis_url, storage, grants=grants)
     yield system
     system.remove_instances()  # of services a failed test left behind
     system.stack.stop()

@@ -208,6 +208,12 @@ def make_client(target: Target, concurrency: int) -> Any:
     )
 
 
+def _plain(code: str) -> str:
+    """An error code as S3 servers spell them (letters, digits, dots), at most 64 characters;
+    anything else is not repeated."""
+    return code if re.fullmatch(r"[A-Za-z0-9.]{1,64}", code) else ""
+
+
 def failure(target: Target, exc: BaseException, doing: str) -> StagingError:
     """Turn a boto / OS error into a message that tells the user what to fix."""
     scheme = target.scheme.upper()
@@ -243,7 +249,9 @@ def failure(target: Target, exc: BaseException, doing: str) -> StagingError:
         elif code in ("PermanentRedirect", "301", "IllegalLocationConstraintException"):
             message = f"bucket {target.bucket!r} is in another region than {where}; fix endpoint"
         else:
-            message = f"{doing} {where} failed: {code or status} {error.get('Message', '')}"
+            # The code and status only: the server's own text is whatever an endpoint chose
+            # to answer, and events must never carry a remote body back to the tenant.
+            message = f"{doing} {where} failed: {_plain(code) or status}"
     elif isinstance(exc, NoCredentialsError):
         message = (
             f"no credentials for {where}; set access_key_id / access_key_secret in the spec "

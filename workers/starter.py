@@ -24,6 +24,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
+from controlplane.workspaces.policy import spec_refusals
 from workers import adapters, devices, provisioning
 from workers.hub_pins import VersionPins
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
@@ -40,7 +41,8 @@ def start_instance(
     for its next start)."""
     from workers.agent import crashed  # the agent owns back-off
 
-    row = Instance.objects.select_related("service").filter(name=name, node=node).first()
+    row = (Instance.objects.select_related("service__workspace")
+           .filter(name=name, node=node).first())  # fmt: skip
     if row is None or row.state not in (InstanceState.CREATING, InstanceState.BACKOFF):
         return None
     service = row.service
@@ -54,6 +56,7 @@ def start_instance(
         Instance.objects.filter(pk=row.pk).update(message=progress[:200])
 
     try:
+        _check_grants(service, spec, runtime.name)
         pins = VersionPins(service, row.spec_hash)
         staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report, pins)
         provisioning.check_model_store(spec, settings.WHARF_MODEL_DIR)
@@ -143,6 +146,16 @@ def _member(peer: Instance, node: Node | None) -> PdMember:
         device_ids=tuple(cards), port=peer.port or 0,
         device_ips=tuple(ips.get(card, "") for card in cards),
     )  # fmt: skip
+
+
+def _check_grants(service: Service, spec: ServiceSpec, runtime: str) -> None:
+    """The workspace's grants, again, on this node's runtime and as they are now: the API
+    checked them on save against the runtime it knows of, and staff may have revoked one
+    since. Nothing is staged, pulled or contacted for a spec past them."""
+    refused = spec_refusals(spec, service.workspace, runtime)
+    if refused:
+        fields = "; ".join(f"{field}: {' '.join(why)}" for field, why in refused.items())
+        raise InstanceError(f"not granted to its workspace: {fields}")
 
 
 def _fail(row: Instance, message: str) -> None:

@@ -29,9 +29,15 @@ def wharf_claims() -> frozenset[str]:
     return frozenset(c for c in (settings.WHARF_K8S_MODEL_CLAIM, settings.WHARF_K8S_KV_CLAIM) if c)
 
 
+def spec_refusals(spec: ServiceSpec, workspace: Workspace, runtime: str) -> dict[str, list[str]]:
+    """What `spec` asks for past `workspace`'s grants on `runtime` (contracts.grants)."""
+    return refusals(spec, workspace.parsed_grants(), workspace.name, runtime,
+                    settings.WHARF_APPROVED_IMAGES, wharf_claims())  # fmt: skip
+
+
 def check_spec(spec: ServiceSpec, workspace: Workspace) -> None:
-    """Raise NotGranted if `spec` asks for more than `workspace` is granted."""
-    errors = refusals(spec, workspace.parsed_grants(), workspace.name, settings.WHARF_RUNTIME,
-                      settings.WHARF_APPROVED_IMAGES, wharf_claims())  # fmt: skip
+    """Raise NotGranted if `spec` asks for more than `workspace` is granted on the runtime
+    the API knows of (WHARF_RUNTIME; a node checks again with its own: workers.starter)."""
+    errors = spec_refusals(spec, workspace, settings.WHARF_RUNTIME)
     if errors:
         raise NotGranted(workspace.name, errors)
