@@ -3,8 +3,8 @@
 The browser cannot call the gateway itself: it is another origin (no CORS there), and the
 console has no service token to give it (only digests are stored). So this view calls the
 gateway's OpenAI route server-side with a console API key of the signed-in user and streams
-the engine's server-sent events back as they arrive. The key is kept in the server-side
-session, never sent to the browser, and expires on its own.
+the engine's server-sent events back as they arrive. The key is kept sealed in the
+server-side session, never sent to the browser, and expires on its own.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from controlplane.audit.actor import identify
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
+from controlplane.services.sealing import UnsealError, seal_value, unseal_value
 from controlplane.tokens.models import ApiKey
 from controlplane.workspaces.access import access, in_workspace
 from controlplane.workspaces.roles import KEYS
@@ -53,7 +54,9 @@ def _issue_key(user, workspace) -> dict:
         user, workspace, name="console online test", expires_at=timezone.now() + KEY_LIFETIME
     )
     publish_snapshot()  # so the gateways learn the key now, not at their next poll
-    return {"id": api_key.pk, "key": key}
+    # Sealed like a spec's secrets: the session row (database, cache) never holds the key
+    # itself, only what WHARF_SECRETS_KEY opens.
+    return {"id": api_key.pk, "key": seal_value(key), "plain": key}
 
 
 async def _console_key(request: HttpRequest, workspace) -> tuple[str, bool]:
@@ -65,11 +68,15 @@ async def _console_key(request: HttpRequest, workspace) -> tuple[str, bool]:
         soon = timezone.now() + timedelta(minutes=5)
         live = ApiKey.objects.filter(pk=stored["id"], revoked_at=None, expires_at__gt=soon)
         if await live.aexists():
-            return stored["key"], False
+            try:
+                return unseal_value(stored["key"]), False
+            except UnsealError:  # sealed with a key this Wharf no longer has: a new one
+                pass
     user = await request.auser()
     stored = await sync_to_async(_issue_key)(user, workspace)
+    key = stored.pop("plain")
     await request.session.aset(SESSION_KEY, {**keys, str(workspace.pk): stored})
-    return stored["key"], True
+    return key, True
 
 
 def _service_workspace(request: HttpRequest, name: str):

@@ -74,6 +74,23 @@ def test_each_workspace_sees_its_own_trail_and_staff_all():
     assert {e["workspace"] for e in staff.get("/api/v1/audit").json()} == {"a", "b"}
 
 
+def test_member_quota_and_grant_changes_land_in_the_changed_workspaces_trail():
+    owner = client_for("olga", role="owner", workspace="a")
+    client_for("newbie", role="viewer", workspace="elsewhere")
+    staff = client_for("root", staff=True, workspace="elsewhere")  # its token acts elsewhere
+    assert owner.post("/api/v1/workspaces/a/members", {"user": "newbie", "role": "viewer"},
+                      format="json").status_code == 201  # fmt: skip
+    assert owner.patch("/api/v1/workspaces/a", {"quotas": {"services": 3}},
+                       format="json").status_code == 200  # fmt: skip
+    assert staff.put("/api/v1/workspaces/a/grants", {"nfs": ["nas:/x"]},
+                     format="json").status_code == 200  # fmt: skip
+    assert [(t[0], t[2]) for t in trail(owner)] == [
+        ("root", "PUT /api/v1/workspaces/a/grants"),
+        ("olga", "PATCH /api/v1/workspaces/a"),
+        ("olga", "POST /api/v1/workspaces/a/members"),
+    ]
+
+
 def test_the_operators_command_is_audited():
     call_command("create_api_token", "dana", "--workspace", "ml", "--role", "viewer",
                  stdout=io.StringIO())  # fmt: skip

@@ -247,6 +247,31 @@ def test_online_test_relays_the_gateways_events_with_a_console_key(user, gateway
     assert len(gateway["requests"]) == 3  # two 401s while the key propagated, then the call
 
 
+def test_the_console_key_is_sealed_in_the_session_and_reused(user, gateway):
+    from django.contrib.sessions.models import Session
+
+    Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+
+    async def twice():
+        client = AsyncClient()
+        await client.aforce_login(user)
+        for _ in range(2):
+            response = await client.post("/console/services/tiny/test",
+                                         {"path": "chat/completions", "body": body},
+                                         content_type="application/json")  # fmt: skip
+            assert response.status_code == 200
+            b"".join([chunk async for chunk in response.streaming_content])
+
+    async_to_sync(twice)()
+    sent = {r.headers["Authorization"] for r in gateway["requests"]}
+    (key,) = sent  # one key, reused by the second call
+    assert ApiKey.objects.count() == 1
+    (session,) = Session.objects.all()
+    stored = str(session.get_decoded()) + session.session_data
+    assert key.removeprefix("Bearer ") not in stored and "wak-" not in stored
+
+
 def test_online_test_passes_gateway_errors_through(user, gateway):
     Service.objects.create(workspace=default_workspace(), name="tiny", spec=SPEC)
     response, content, _ = _call(user, "tiny", {"path": "completions", "body": {"max_tokens": 0}})

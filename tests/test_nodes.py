@@ -111,6 +111,30 @@ def test_the_api_lists_nodes_with_their_state_cards_and_instances():
 
 
 @pytest.mark.django_db
+def test_a_nodes_images_and_cached_models_are_shown_to_the_workspaces_that_use_them():
+    Node.objects.create(
+        name="gpu-1", address="10.0.0.1", heartbeat_at=timezone.now(),
+        images=["registry.corp/team-a/secret-engine:7", "vllm/vllm-openai:v0.32.0", "other:1"],
+        cached_models=["tiny-llama", "hf://team-a/private-model", "s3/bucket-key"],
+    )  # fmt: skip
+    mine = {"name": "a1", "containers": [{"image": "registry.corp/team-a/secret-engine:7"}],
+            "llm": {"engine": "vllm", "model": "hf://team-a/private-model@abc"}}  # fmt: skip
+    Service.objects.create(workspace=default_workspace(), name="a1", spec=mine)
+    other = client_for("bob", workspace="team-b")
+    Service.objects.create(workspace=other.user.memberships.get().workspace, name="b1",
+                           spec={"name": "b1", "llm": {"engine": "vllm",
+                                                      "model": "tiny-llama"}})  # fmt: skip
+    seen = client_for("alice").get("/api/v1/nodes/gpu-1").json()
+    assert seen["images"] == ["registry.corp/team-a/secret-engine:7"]
+    assert seen["cached_models"] == ["hf://team-a/private-model"]
+    theirs = other.get("/api/v1/nodes").json()[0]
+    assert theirs["images"] == ["vllm/vllm-openai:v0.32.0"]  # the engine's own image
+    assert theirs["cached_models"] == ["tiny-llama"]
+    staff = client_for("root", staff=True, workspace="team-b").get("/api/v1/nodes/gpu-1").json()
+    assert len(staff["images"]) == 3 and len(staff["cached_models"]) == 3
+
+
+@pytest.mark.django_db
 def test_staff_cordon_drain_and_uncordon_a_node(django_capture_on_commit_callbacks):
     Node.objects.create(name="n1", address="10.0.0.1", heartbeat_at=timezone.now())
     assert client_for("alice").post("/api/v1/nodes/n1/cordon").status_code == 403

@@ -47,9 +47,12 @@ class AuditMiddleware:
             and isinstance(data, dict)
         ):
             service = str(data.get("name", ""))[:63]
+        workspace = acting.workspace if acting else None
+        if workspace is not None and not type(workspace).objects.filter(pk=workspace.pk).exists():
+            workspace = None  # the request deleted it: the entry outlives it, as SET_NULL would
         try:
             AuditEntry.objects.create(
-                workspace=acting.workspace if acting else None, actor=actor.user,
+                workspace=workspace, actor=actor.user,
                 via=actor.via, action=f"{request.method} {request.path}"[:MAX_ACTION],
                 status=response.status_code, service=service[:63],
             )  # fmt: skip

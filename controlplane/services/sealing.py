@@ -45,29 +45,36 @@ def _each_secret(spec: Any, change: Callable[[str], str]) -> Any:
     return out
 
 
+def seal_value(value: str, keys: MultiFernet | None = None) -> str:
+    """One secret sealed (a sealed one as it is)."""
+    if is_sealed(value):
+        return value
+    return PREFIX + (keys or _keys()).encrypt(value.encode()).decode()
+
+
+def unseal_value(value: str, keys: MultiFernet | None = None) -> str:
+    """One secret opened (a plain one as it is); UnsealError if no key opens it."""
+    if not is_sealed(value):
+        return value
+    try:
+        return (keys or _keys()).decrypt(value.removeprefix(PREFIX).encode()).decode()
+    except InvalidToken:
+        raise UnsealError(
+            "a secret in this spec was sealed with a key this Wharf does not have; "
+            "set WHARF_SECRETS_KEY (and WHARF_SECRETS_KEY_PREVIOUS) as when it was stored"
+        ) from None
+
+
 def seal(spec: Any) -> Any:
     """The spec with each plain secret sealed (sealed ones are kept as they are)."""
     keys = _keys()
-    return _each_secret(spec, lambda v: v if is_sealed(v) else PREFIX + keys.encrypt(
-        v.encode()).decode())  # fmt: skip
+    return _each_secret(spec, lambda value: seal_value(value, keys))
 
 
 def unseal(spec: Any) -> Any:
     """The spec with each sealed secret opened; UnsealError if a key is missing."""
     keys = _keys()
-
-    def open_(value: str) -> str:
-        if not is_sealed(value):
-            return value
-        try:
-            return keys.decrypt(value.removeprefix(PREFIX).encode()).decode()
-        except InvalidToken:
-            raise UnsealError(
-                "a secret in this spec was sealed with a key this Wharf does not have; "
-                "set WHARF_SECRETS_KEY (and WHARF_SECRETS_KEY_PREVIOUS) as when it was stored"
-            ) from None
-
-    return _each_secret(spec, open_)
+    return _each_secret(spec, lambda value: unseal_value(value, keys))
 
 
 def reseal(spec: Any) -> Any:

@@ -117,7 +117,11 @@ def access_to(request, name: str) -> Access:
         or (token_workspace is not None and token_workspace != found and not staff)
     ):
         raise NotFound(f"no workspace named {name!r}")
-    return Access(found, membership.role if membership else None, staff)
+    found_access = Access(found, membership.role if membership else None, staff)
+    # The audit trail files the change under the workspace it changed (members, quotas,
+    # grants), not the one the caller's token acts in.
+    getattr(request, "_request", request)._wharf_access = found_access
+    return found_access
 
 
 def in_workspace(request, queryset, field: str = "workspace"):

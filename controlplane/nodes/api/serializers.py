@@ -2,11 +2,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from django.conf import settings
 from rest_framework import serializers
 
 from contracts.allocation import decode_allocation
+from contracts.engines.bladellm import IMAGE as BLADELLM
+from contracts.engines.paddlenlp import IMAGE as PADDLENLP
+from contracts.engines.tgi import IMAGE as TGI
+from contracts.engines.vllm import IMAGES as VLLM
+from contracts.engines.vllm_ascend import IMAGE as VLLM_ASCEND
+from contracts.hub_refs import is_hub_ref
+from contracts.spec import SpecError, typed_spec
+from contracts.spec_facts import model_refs
 from controlplane.nodes.models import Node
-from controlplane.services.models import Instance
+from controlplane.services.choices import DesiredState
+from controlplane.services.models import Instance, Service
+
+DEFAULT_IMAGES = {**VLLM, "vllm-ascend": VLLM_ASCEND, "bladellm": BLADELLM, "tgi": TGI,
+                  "paddlenlp": PADDLENLP}  # fmt: skip
 
 
 def cards_in_use(instances) -> dict[tuple[str, int], str]:
@@ -22,11 +35,40 @@ def cards_in_use(instances) -> dict[tuple[str, int], str]:
 OTHER = "(another workspace's)"  # a card held by an instance the caller may not see
 
 
+def workspace_uses(workspace_id: int) -> tuple[set[str], set[str]]:
+    """(images, models) a workspace's live services name: each container image (the engine's
+    own when none is given) and each model reference (a hub one without its revision)."""
+    images: set[str] = set()
+    models: set[str] = set()
+    services = Service.objects.filter(workspace_id=workspace_id).exclude(
+        desired_state=DesiredState.DELETED)  # fmt: skip
+    for service in services:
+        try:
+            spec = typed_spec(service.spec)
+        except SpecError:
+            continue
+        container = spec.containers[0] if spec.containers else None
+        if container and container.image:
+            images.add(container.image)
+        elif spec.llm is not None:
+            images.add(settings.WHARF_VLLM_CPU_IMAGE if spec.llm.engine == "vllm-cpu"
+                       else DEFAULT_IMAGES.get(spec.llm.engine, ""))  # fmt: skip
+        models.update(ref.split("@", 1)[0] if is_hub_ref(ref) else ref
+                      for _, ref in model_refs(spec))  # fmt: skip
+    return images, models
+
+
 class NodeSerializer(serializers.ModelSerializer):
+    """What a node offers. Its images and cached models are shared ground: staff see them all;
+    others only those their own workspace's services name (another workspace's private image
+    tags and models are not theirs to learn)."""
+
     state = serializers.CharField(read_only=True)
     cards = serializers.SerializerMethodField()
     card_counts = serializers.SerializerMethodField()
     instances = serializers.SerializerMethodField()
+    images = serializers.SerializerMethodField()
+    cached_models = serializers.SerializerMethodField()
 
     class Meta:
         model = Node
@@ -40,6 +82,24 @@ class NodeSerializer(serializers.ModelSerializer):
             for instance in Instance.objects.select_related("service"):
                 by_node.setdefault(instance.node, []).append(instance)
         return by_node.get(node.name, [])
+
+    def _uses(self) -> tuple[set[str], set[str]] | None:
+        """The caller's workspace's images and models; None for staff (everything)."""
+        workspace = self.context.get("workspace")
+        if workspace is None:
+            return None
+        if "uses" not in self.context:
+            self.context["uses"] = workspace_uses(workspace)
+        return self.context["uses"]
+
+    def get_images(self, node: Node) -> list[str]:
+        uses = self._uses()
+        return list(node.images) if uses is None else [i for i in node.images if i in uses[0]]
+
+    def get_cached_models(self, node: Node) -> list[str]:
+        uses = self._uses()
+        return list(node.cached_models) if uses is None else [
+            m for m in node.cached_models if m in uses[1]]  # fmt: skip
 
     def _shown(self, instance: Instance) -> bool:
         """Staff see every instance; others those of their workspace (context `workspace`)."""
