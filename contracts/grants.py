@@ -263,13 +263,21 @@ def engine_env(spec: ServiceSpec) -> list[tuple[str, str]]:
     return [(f"containers[0].env[{i}].name", var.name) for i, var in enumerate(env)]
 
 
+def own_image(spec: ServiceSpec, approved_images: Collection[str] = ()) -> str | None:
+    """The image the spec names if it is the workspace's own (not one the platform vouches
+    for): its registry access is the workspace's to prove, never the node's login."""
+    container = spec.containers[0] if spec.containers else None
+    image = container.image if container else None
+    return image if image and image not in approved_images else None
+
+
 def tenant_code(spec: ServiceSpec, approved_images: Collection[str] = ()) -> list[tuple[str, str]]:
     """Where a spec runs code of the tenant's choosing, rather than the platform's engine as
     Wharf renders it: (field, what) for each."""
     found: list[tuple[str, str]] = []
     container = spec.containers[0] if spec.containers else None
-    if container and container.image and container.image not in approved_images:
-        found.append(("containers[0].image", f"image {container.image!r} is the workspace's own"))
+    if image := own_image(spec, approved_images):
+        found.append(("containers[0].image", f"image {image!r} is the workspace's own"))
     for name in ("command", "script"):
         if container and getattr(container, name):
             found.append((f"containers[0].{name}", f"a given {name} runs as written"))

@@ -157,3 +157,32 @@ def test_a_draft_and_adapters_from_a_hub_are_staged_with_the_model(fake, setting
     assert fetch("hf://wharf/sql-lora") == Path(staged["hf://wharf/sql-lora"])
     with pytest.raises(adapters.AdapterError, match="no such repository"):
         fetch("hf://wharf/no-such-lora")
+
+
+def test_another_workspace_needs_its_own_access_to_a_staged_private_commit(
+    fake, settings, tmp_path
+):
+    """Workspace A staged the private repository with its token; workspace B names the same
+    commit with no token, or a wrong one: the node asks the hub for B before it serves the
+    folder, and refuses. With the hub down, A keeps its copy and B waits."""
+    cache = tmp_path / "cache"
+    commit = stage(deploy(), cache).name
+    pinned = f"{REF}@{commit}"
+
+    def in_team_b(name: str, token: str | None, workspace: str = "team-b") -> Service:
+        llm = {"engine": "vllm-cpu", "model": pinned} | ({"hub_token": token} if token else {})
+        client = client_for(f"b-{name}", workspace=workspace)
+        created = client.post("/api/v1/services", {"name": name, "llm": llm}, format="json")
+        assert created.status_code == 201, created.content
+        return Service.objects.get(name=name)
+
+    for name, token in (("free-rider", None), ("guesser", "hf_wrong_token_0000")):
+        with pytest.raises(InstanceError) as refused:
+            stage(in_team_b(name, token), cache)
+        assert "wharf/tiny" in str(refused.value)
+    assert stage(in_team_b("entitled", TOKEN), cache).name == commit  # its own token: served
+    settings.WHARF_HF_ENDPOINT = "http://127.0.0.1:9"  # the hub down
+    assert stage(Service.objects.get(name="hubbed"), cache).name == commit  # let in before
+    assert stage(in_team_b("again", None), cache).name == commit  # team-b: let in before too
+    with pytest.raises(hub.HubUnreachable):  # a workspace the hub never let in
+        stage(in_team_b("newcomer", TOKEN, workspace="team-c"), cache)

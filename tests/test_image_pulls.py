@@ -98,6 +98,12 @@ def test_dockerauth_becomes_the_pulls_credentials():
     assert api.args[2]["auth_config"] == {"username": "wharf", "password": SECRET}
 
 
+def test_a_tenants_pull_without_dockerauth_is_anonymous_not_the_nodes_login():
+    api = FakeApi([], [0.0])
+    pull(api, "r.example/e", None, lambda text: None, node_login=False)
+    assert api.args[2]["auth_config"] == {} and api.reloaded == 0
+
+
 @pytest.mark.parametrize(
     ("message", "permanent", "words"),
     [
@@ -205,18 +211,60 @@ def test_without_dockerauth_and_no_login_on_the_node_the_registry_refuses(
     assert image in str(caught.value) and "the node's docker login" in str(caught.value)
 
 
-def test_without_dockerauth_the_nodes_docker_login_is_used(
+def test_without_dockerauth_the_nodes_docker_login_serves_the_platforms_images_only(
     runtime, registry, client, tmp_path, monkeypatch
 ):
     """A `docker login` on the node writes config.json; one done after the worker started
-    counts too."""
+    counts too. A workspace's own image gets none of it: the node's login is the platform's
+    credential, not a tenant's."""
     config = tmp_path / "docker"
     config.mkdir()
     (config / "config.json").write_text(json.dumps({"auths": {registry.address: {"auth": AUTH}}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(config))
     image = f"{registry.address}/wharf-test/pulled:1"
+    with pytest.raises(InstanceError) as caught:
+        runtime.prepare(image_plan(image), None, lambda text: None, tenant=True)
+    assert "the node's own login serves only the platform's images" in str(caught.value)
     runtime.prepare(image_plan(image), None, lambda text: None)
     assert client.images.get(image).id
+
+
+def test_a_tenants_image_on_the_node_is_pulled_again_with_its_own_credentials(
+    runtime, registry, client
+):
+    """Another workspace pulled the private image onto this node: a workspace without the
+    credentials cannot run it from the node's store; one with them pulls nothing new."""
+    image = f"{registry.address}/wharf-test/pulled:1"
+    runtime.prepare(image_plan(image), AUTH, lambda text: None, tenant=True)
+    before = len(registry.requests)
+    with pytest.raises(InstanceError) as caught:
+        runtime.prepare(image_plan(image), docker_auth("wharf", "guess"), lambda _: None,
+                        tenant=True)  # fmt: skip
+    assert "refused the credentials" in str(caught.value)
+    with pytest.raises(InstanceError):
+        runtime.prepare(image_plan(image), None, lambda text: None, tenant=True)
+    assert len(registry.requests) > before  # the registry was asked each time
+    asked = len(registry.requests)
+    runtime.prepare(image_plan(image), AUTH, lambda text: None, tenant=True)
+    assert len(registry.requests) > asked
+    # The platform's image (tenant=False) on the node: nothing asked.
+    asked = len(registry.requests)
+    runtime.prepare(image_plan(image), None, lambda text: None)
+    assert len(registry.requests) == asked
+
+
+def test_an_image_built_on_the_node_is_the_operators_and_asks_no_registry(runtime, client):
+    local = f"wharf-test/built-here-{uuid.uuid4().hex[:8]}"
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        tar.addfile(tarfile.TarInfo("empty"), io.BytesIO(b""))
+    client.api.import_image_from_data(archive.getvalue(), repository=local, tag="1")
+    try:
+        reports: list[str] = []
+        runtime.prepare(image_plan(f"{local}:1"), None, reports.append, tenant=True)
+        assert reports == []  # no pull: no registry holds it
+    finally:
+        client.images.remove(f"{local}:1", force=True)
 
 
 def test_an_image_the_registry_lacks_fails_naming_it(runtime, registry):
@@ -276,7 +324,7 @@ def pulling_runtime(node: str, refuse: bool = False):
             self.auths: list[str | None] = []
             self.progress: list[str] = []
 
-        def prepare(self, plan, docker_auth, report) -> None:
+        def prepare(self, plan, docker_auth, report, tenant=False) -> None:
             self.auths.append(docker_auth)
             report(f"pulling {plan.image}: 45% of 2.6 GB")
             schedule("private", FLEET)

@@ -295,6 +295,33 @@ def resolve(ref: HubRef, token: str | None, endpoint: str) -> str:
         return _listing(hub, None)[0]
 
 
+def check_access(
+    ref: HubRef, token: str | None, endpoint: str, commit: str, repo_dir: Path, requester: str
+) -> None:
+    """Raise HubError unless the hub lets `requester`'s `token` read `commit` now: a commit
+    staged for one workspace (a private repository, its token) is no other workspace's to
+    reuse without its own access. Should the hub be unreachable, a requester it let in
+    before keeps the copy it was shown (a hub down leaves what runs); a new one waits
+    (HubUnreachable: retried)."""
+    try:
+        with _hub(ref, token, endpoint) as hub:
+            _listing(hub, commit)
+    except HubUnreachable:
+        if (repo_dir / f"{commit}.access-{requester}").exists():
+            log.info("%s@%s: the hub is unreachable; %s was let in before", ref.name, commit,
+                     requester)  # fmt: skip
+            return
+        raise
+    _let_in(repo_dir, commit, requester)
+
+
+def _let_in(repo_dir: Path, commit: str, requester: str) -> None:
+    """Remember that the hub let `requester` read `commit` (check_access's fallback)."""
+    if requester:
+        with contextlib.suppress(OSError):  # a read-only cache still serves; it asks again
+            (repo_dir / f"{commit}.access-{requester}").touch()
+
+
 def _size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
@@ -357,17 +384,22 @@ def stage_hub(
     endpoint: str,
     commit: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    requester: str = "",
 ) -> tuple[Path, str]:
     """Stage the serving files of `commit` (default: the one `ref.revision` is at now) into
     `cache_root/<scheme>/<org>/<name>/<commit>`; return (that folder, the commit). A complete
-    folder is returned as it is (with a known commit, without a request); a stager of the same
-    commit is waited for. `progress(bytes_done, bytes_total)` is called from download threads
-    as bytes arrive, and with the total at the end. Raises HubError (HubUnreachable: retry)."""
+    folder is reused: for a `requester` (a workspace) once the hub has said, on this reuse,
+    that its own `token` reaches the commit (check_access); without one (a pod's own
+    staging) as it is, with no request. A stager of the same commit is waited for.
+    `progress(bytes_done, bytes_total)` is called from download threads as bytes arrive, and
+    with the total at the end. Raises HubError (HubUnreachable: retry)."""
     if commit is not None and not _COMMIT.fullmatch(commit):
         raise ValueError(f"{commit!r} is not a 40-hex commit")
     repo_dir = Path(cache_root) / ref.scheme / ref.repo
     commit = commit or (ref.revision if _COMMIT.fullmatch(ref.revision) else None)
     total = _complete(repo_dir / commit) if commit else None
+    if total is not None and commit is not None and requester:
+        check_access(ref, token, endpoint, commit, repo_dir, requester)
     if total is None or commit is None:
         with _hub(ref, token, endpoint) as hub:
             commit, listing = _listing(hub, commit)
@@ -381,6 +413,7 @@ def stage_hub(
                     fcntl.flock(lock, fcntl.LOCK_EX)
                     if _complete(repo_dir / commit) is None:
                         _Stage(hub, commit, repo_dir / commit, progress, total).build(files)
+                _let_in(repo_dir, commit, requester)  # its listing, with its token, answered
             except OSError as exc:
                 raise HubError(f"cannot write {repo_dir}: {exc}") from exc
     if progress:

@@ -83,6 +83,7 @@ def stage_hub_model(
         folder, _ = hub.stage_hub(
             parsed, cache_root / HUB_FOLDER, token=token, endpoint=hub_endpoint(parsed.scheme),
             commit=commit, progress=_throttled(ref, report),
+            requester=f"workspace-{pins.service.workspace_id}",
         )  # fmt: skip
     os.utime(folder)  # used now: the prune keeps a repository's most recently used commit
     return folder

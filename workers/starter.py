@@ -18,13 +18,14 @@ from contracts.engine_keys import engine_key
 from contracts.engines import render
 from contracts.engines.pd import on_host_network
 from contracts.engines.plan import PdMember, Placement
+from contracts.grants import own_image
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
 from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from controlplane.workspaces.policy import spec_refusals
+from controlplane.workspaces.policy import platform_images, spec_refusals
 from workers import adapters, devices, provisioning
 from workers.hub_pins import VersionPins
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
@@ -72,7 +73,8 @@ def start_instance(
         placement = _with_adapters(placement, spec, staged)
         _warn_if_it_cannot_fit(service, spec, placement)
         plan = render(spec, placement)
-        runtime.prepare(plan, spec.dockerAuth, report)  # pulls a missing image
+        tenant = own_image(spec, platform_images()) is not None
+        runtime.prepare(plan, spec.dockerAuth, report, tenant)  # pulls a missing image
         if stopping():
             return None
         report(f"starting the engine on node {node}")

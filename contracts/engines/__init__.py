@@ -29,6 +29,17 @@ MODULES = {
 }
 
 
+def default_images() -> dict[str, str]:
+    """Each engine's own image, as its adapter names it (the platform's, not a tenant's)."""
+    found = {}
+    for engine, name in MODULES.items():
+        module = importlib.import_module(f"contracts.engines.{name}")
+        image = getattr(module, "IMAGES", {}).get(engine) or getattr(module, "IMAGE", None)
+        if image:
+            found[engine] = image
+    return found
+
+
 def adapter(spec: ServiceSpec) -> ModuleType:
     """The engine that renders `spec`: a given command is always run verbatim (custom)."""
     container = spec.containers[0] if spec.containers else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import exceptions
 
+from contracts.engines import default_images
 from contracts.grants import refusals
 from contracts.spec import ServiceSpec
 from controlplane.workspaces.models import Workspace
@@ -29,10 +30,17 @@ def wharf_claims() -> frozenset[str]:
     return frozenset(c for c in (settings.WHARF_K8S_MODEL_CLAIM, settings.WHARF_K8S_KV_CLAIM) if c)
 
 
+def platform_images() -> frozenset[str]:
+    """Images the platform vouches for: the engines' own, the vLLM CPU image built here, and
+    the operator's WHARF_APPROVED_IMAGES."""
+    return frozenset({*default_images().values(), settings.WHARF_VLLM_CPU_IMAGE,
+                      *settings.WHARF_APPROVED_IMAGES})  # fmt: skip
+
+
 def spec_refusals(spec: ServiceSpec, workspace: Workspace, runtime: str) -> dict[str, list[str]]:
     """What `spec` asks for past `workspace`'s grants on `runtime` (contracts.grants)."""
     return refusals(spec, workspace.parsed_grants(), workspace.name, runtime,
-                    settings.WHARF_APPROVED_IMAGES, wharf_claims())  # fmt: skip
+                    platform_images(), wharf_claims())  # fmt: skip
 
 
 def check_spec(spec: ServiceSpec, workspace: Workspace) -> None:

@@ -79,10 +79,14 @@ class Runtime(Protocol):
 
     def placement(self) -> Placement: ...
 
-    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
+    def prepare(
+        self, plan: ContainerPlan, docker_auth: str | None, report: Report, tenant: bool = False
+    ) -> None:
         """Make what `plan` needs present on the node before `create` (Docker: pull a missing
-        image, with the spec's dockerAuth or the node's own login). InstanceError when the
-        user must change the spec; any other exception is temporary (retried)."""
+        image, with the spec's dockerAuth or the node's own login). `tenant`: the image is the
+        workspace's own, so its registry access is proved with the spec's credentials alone,
+        also when the node has it already. InstanceError when the user must change the spec;
+        any other exception is temporary (retried)."""
         ...
 
     def create(self, request: InstanceRequest) -> ObservedInstance: ...

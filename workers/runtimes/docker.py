@@ -182,12 +182,21 @@ class DockerRuntime:
         # Ascend containers get this node's npu-smi, wherever its driver put it.
         return Placement(in_container=True, model_store=self.model_dir, npu_smi=find_npu_smi())
 
-    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
-        """Pull the plan's image if this node lacks it (workers.runtimes.pulls)."""
+    def prepare(
+        self, plan: ContainerPlan, docker_auth: str | None, report: Report, tenant: bool = False
+    ) -> None:
+        """Pull the plan's image if this node lacks it (workers.runtimes.pulls). A tenant's
+        own image that came from a registry is pulled again even when the node has it: the
+        registry checks this workspace's credentials (the spec's dockerAuth, never the node's
+        login), so one workspace cannot run another's private image from the node's store.
+        An image built on the node (no registry digest) is the operator's: nothing to ask."""
         try:
-            self.client.images.get(plan.image)
+            image = self.client.images.get(plan.image)
         except ImageNotFound:
-            pull(self.client.api, plan.image, docker_auth, report)
+            pull(self.client.api, plan.image, docker_auth, report, node_login=not tenant)
+            return
+        if tenant and image.attrs.get("RepoDigests"):
+            pull(self.client.api, plan.image, docker_auth, report, node_login=False)
 
     def create(self, request: InstanceRequest) -> ObservedInstance:
         plan = request.plan

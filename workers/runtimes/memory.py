@@ -26,7 +26,9 @@ class MemoryRuntime:
         return Placement(in_container=False, model_store="/models", host=self.address,
                          port=next(PORTS))  # fmt: skip
 
-    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
+    def prepare(
+        self, plan: ContainerPlan, docker_auth: str | None, report: Report, tenant: bool = False
+    ) -> None:
         pass  # nothing to fetch
 
     def create(self, request: InstanceRequest) -> ObservedInstance:

@@ -104,7 +104,9 @@ class ProcessRuntime:
             in_container=False, model_store=self.model_dir, host=host, port=free_port(host)
         )
 
-    def prepare(self, plan: ContainerPlan, docker_auth: str | None, report: Report) -> None:
+    def prepare(
+        self, plan: ContainerPlan, docker_auth: str | None, report: Report, tenant: bool = False
+    ) -> None:
         pass  # the image is ignored: nothing to pull
 
     def _state_path(self, name: str) -> Path:

@@ -78,14 +78,22 @@ def size_text(size: int) -> str:
     return f"{value:.1f} TB"
 
 
-def pull_error(image: str, message: str, with_auth: bool) -> Exception:
-    """InstanceError for what the user must fix, PullError for what may pass."""
+def _used(docker_auth: str | None, node_login: bool) -> str:
+    """Which credentials a pull sent, as a refusal names them."""
+    if docker_auth:
+        return "the spec's dockerAuth"
+    if node_login:
+        return "the node's docker login, as the spec has no dockerAuth"
+    return ("none: the spec has no dockerAuth, and the node's own login serves only the "
+            "platform's images")  # fmt: skip
+
+
+def pull_error(image: str, message: str, used: str) -> Exception:
+    """InstanceError for what the user must fix, PullError for what may pass. `used`: the
+    credentials the pull sent (_used)."""
     detail = " ".join(message.split())[:MAX_DETAIL]
     text = detail.lower()
     if any(word in text for word in REFUSED):
-        used = "the spec's dockerAuth"
-        if not with_auth:
-            used = "the node's docker login, as the spec has no dockerAuth"
         refused = f"the registry refused the credentials ({used})"
         return InstanceError(f"could not pull image {image}: {refused}: {detail}")
     if any(word in text for word in MISSING):
@@ -103,15 +111,20 @@ def pull(
     report: Report,
     clock: Callable[[], float] = time.monotonic,
     interval: float = INTERVAL,
+    node_login: bool = True,
 ) -> None:
-    """Pull `image` through docker-py's low-level client `api`, reporting its progress."""
+    """Pull `image` through docker-py's low-level client `api`, reporting its progress. With
+    no dockerAuth, the node's own `docker login` is used only with `node_login` (the
+    platform's images); else the pull is anonymous."""
     repository, tag = parse_repository_tag(image)
-    auth = None
+    auth: dict | None = None
     if docker_auth:
         user, password = docker_credentials(docker_auth)
         auth = {"username": user, "password": password}
-    else:
+    elif node_login:
         api.reload_config()  # a `docker login` on the node since the worker started counts
+    else:
+        auth = {}  # sent as an empty X-Registry-Auth: no credentials, not the node's
     progress = PullProgress(image)
     report(progress.text())
     last = clock()
@@ -121,7 +134,7 @@ def pull(
         for event in events:
             if event.get("error") or event.get("errorDetail"):
                 message = event.get("error") or event["errorDetail"].get("message") or ""
-                raise pull_error(image, str(message), bool(auth))
+                raise pull_error(image, str(message), _used(docker_auth, node_login))
             progress.update(event)
             if clock() - last >= interval:
                 report(progress.text())
@@ -129,5 +142,7 @@ def pull(
     except APIError as exc:
         if exc.status_code and exc.status_code >= 500 and not exc.explanation:
             raise PullError(f"pulling image {image} failed: {exc}") from None
-        raise pull_error(image, str(exc.explanation or exc), bool(auth)) from None
+        raise pull_error(
+            image, str(exc.explanation or exc), _used(docker_auth, node_login)
+        ) from None
     report(f"pulled {image}")

@@ -6,20 +6,13 @@ from django.conf import settings
 from rest_framework import serializers
 
 from contracts.allocation import decode_allocation
-from contracts.engines.bladellm import IMAGE as BLADELLM
-from contracts.engines.paddlenlp import IMAGE as PADDLENLP
-from contracts.engines.tgi import IMAGE as TGI
-from contracts.engines.vllm import IMAGES as VLLM
-from contracts.engines.vllm_ascend import IMAGE as VLLM_ASCEND
+from contracts.engines import default_images
 from contracts.hub_refs import is_hub_ref
 from contracts.spec import SpecError, typed_spec
 from contracts.spec_facts import model_refs
 from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Instance, Service
-
-DEFAULT_IMAGES = {**VLLM, "vllm-ascend": VLLM_ASCEND, "bladellm": BLADELLM, "tgi": TGI,
-                  "paddlenlp": PADDLENLP}  # fmt: skip
 
 
 def cards_in_use(instances) -> dict[tuple[str, int], str]:
@@ -52,7 +45,7 @@ def workspace_uses(workspace_id: int) -> tuple[set[str], set[str]]:
             images.add(container.image)
         elif spec.llm is not None:
             images.add(settings.WHARF_VLLM_CPU_IMAGE if spec.llm.engine == "vllm-cpu"
-                       else DEFAULT_IMAGES.get(spec.llm.engine, ""))  # fmt: skip
+                       else default_images().get(spec.llm.engine, ""))  # fmt: skip
         models.update(ref.split("@", 1)[0] if is_hub_ref(ref) else ref
                       for _, ref in model_refs(spec))  # fmt: skip
     return images, models
