@@ -89,3 +89,18 @@ def test_bad_grants_are_a_400_naming_the_field(settings, body, field):
     assert answer.status_code == 400
     assert field in answer.json()["errors"]
     assert Workspace.objects.get(name="default").grants == {}
+
+
+def test_on_the_process_runtime_a_developers_own_command_is_refused(api, settings, store):
+    """Engines of the process runtime run on the node's own account, which holds the
+    control plane's keys: a workspace runs no code of its choosing there ungranted."""
+    settings.WHARF_RUNTIME = "process"
+    reader = {"name": "reader", "containers": [{"command": "cat $WHARF_HOME/secrets_key"}],
+              "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}  # fmt: skip
+    answer = api.post("/api/v1/services", reader, format="json")
+    assert answer.status_code == 403
+    assert "grants.process_code" in answer.json()["errors"]["containers[0].command"][0]
+    plain = {"name": "plain", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
+    assert api.post("/api/v1/services", plain, format="json").status_code == 201
+    grant(process_code=True)
+    assert api.post("/api/v1/services", reader, format="json").status_code == 201
