@@ -11,6 +11,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from contracts.kube import names
 from contracts.kube.manifests import ManifestError, Owner, render, root
@@ -18,7 +19,8 @@ from contracts.kube.names import KubeSettings
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
 
-SPECS = sorted((Path(__file__).resolve().parents[1] / "deploy_specs").glob("*.json"))
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = sorted((ROOT / "deploy_specs").glob("*.json"))
 # The oldest Kubernetes the manifests target (preStop's sleep action is on by default from
 # 1.30) and the newest schema kubernetes-validate ships.
 VERSIONS = ("1.33.0", "1.37.0")
@@ -159,8 +161,27 @@ def test_objects_come_in_apply_order_secret_first():
     service = "qwen2-7b-pd-ranktable"
     assert kinds == [
         ("Secret", names.secret_name(service)), ("ConfigMap", f"{service}-ranktable"),
+        ("NetworkPolicy", f"{service}-ingress"),
         ("Deployment", f"{service}-prefill"), ("Deployment", f"{service}-decode"),
     ]  # fmt: skip
+
+
+def test_only_the_gateway_the_worker_and_the_services_own_pods_reach_its_engines():
+    (policy,) = [o for o in objects(example("pd-vllm-ascend-ranktable"))
+                 if o["kind"] == "NetworkPolicy"]  # fmt: skip
+    own = {names.LABEL_SERVICE: "qwen2-7b-pd-ranktable"}
+    assert policy["spec"]["podSelector"] == {"matchLabels": own}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert [peer["podSelector"]["matchLabels"] for peer in rule["from"]] == [
+        {"app.kubernetes.io/name": "wharf-gateway"}, {"app.kubernetes.io/name": "wharf-worker"},
+        own,
+    ]  # fmt: skip
+    assert all(set(peer) == {"podSelector"} for peer in rule["from"])  # no other namespace
+    assert "ports" not in rule  # every port of its pods: serving, metrics, KV side channel
+    deny = yaml.safe_load((ROOT / "deploy/kubernetes/networkpolicy.yaml").read_text())
+    assert deny["spec"] == {"podSelector": {"matchLabels": {names.LABEL_MANAGED_BY: "wharf"}},
+                            "policyTypes": ["Ingress"]}  # fmt: skip
 
 
 # ---- the Deployment -------------------------------------------------------------------------

@@ -98,6 +98,7 @@ def render(
         if tables is None:  # no pods seen yet
             tables = rank_tables.tables((), spec_hash, [r for r, n in replicas.items() if n]).data
         objects.append(_rank_tables(meta, files, tables))
+    objects.append(_network_policy(meta))
     for role, count in replicas.items():
         refs = PodNames(names.secret_name(service), engine_key_entry(role), files, pull)
         pod = pod_spec(spec, plans[role], placements[role], settings, staged, refs)
@@ -197,6 +198,31 @@ def _rank_tables(meta: _Meta, name: str, data: dict[str, str]) -> dict:
         "kind": "ConfigMap",
         "metadata": meta(name, names.labels(meta.service)),
         "data": data,
+    }
+
+
+# Who calls engines (deploy/kubernetes/wharf.yaml's `app.kubernetes.io/name` labels): the
+# gateway relays callers, the worker probes, scrapes and loads adapters.
+ENGINE_CALLERS = ("wharf-gateway", "wharf-worker")
+
+
+def _network_policy(meta: _Meta) -> dict:
+    """Engines only through the gateway: the service's pods take connections from Wharf's
+    gateway and worker, and from each other (a prefill/decode service's KV transfer), never
+    from another service's pods. deploy/kubernetes/networkpolicy.yaml denies everything else
+    to Wharf's pods; NetworkPolicies add up, so an operator may allow more (a Prometheus)."""
+    own = {names.LABEL_SERVICE: names.slug(meta.service)}
+    callers = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": name}}}
+               for name in ENGINE_CALLERS]  # fmt: skip
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta(names.network_policy_name(meta.service), names.labels(meta.service)),
+        "spec": {
+            "podSelector": {"matchLabels": own},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [*callers, {"podSelector": {"matchLabels": own}}]}],
+        },
     }
 
 

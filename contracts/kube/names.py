@@ -41,6 +41,11 @@ def root_name(service: str) -> str:
     return f"{slug(service)}-wharf"
 
 
+def network_policy_name(service: str) -> str:
+    """The NetworkPolicy that says who may reach the service's engine pods."""
+    return f"{slug(service)}-ingress"
+
+
 def deployment_name(service: str, role: str = "") -> str:
     """The Deployment of a service, or of one role of a prefill/decode service."""
     return f"{slug(service)}-{role}" if role else slug(service)

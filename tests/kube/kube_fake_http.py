@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from kube_fake_cluster import FakeCluster
 
 _NAMESPACED = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>apps)/v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
+    r"^/(?:api/v1|apis/(?P<group>apps|networking\.k8s\.io)/v1)/namespaces/(?P<ns>[^/]+)/"
+    r"(?P<plural>[^/]+)"
     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
 )
 _CLUSTER = re.compile(r"^/api/v1/(?P<plural>nodes|namespaces)(?:/(?P<name>[^/]+))?$")
@@ -46,6 +47,7 @@ _VERBS = {  # what the fake serves, by resource ("list": list and watch)
     "configmaps": {"get", "list", "apply", "delete"},
     "secrets": {"get", "list", "apply", "delete"},
     "deployments": {"get", "list", "apply", "delete"},
+    "networkpolicies": {"get", "list", "apply", "delete"},
     "pods": {"get", "list", "delete", "log"},
     "events": {"get", "list"},
     "nodes": {"get", "list"},

@@ -53,6 +53,7 @@ KINDS = {
         Kind("Namespace", "namespaces", namespaced=False, status=True),
         Kind("Deployment", "deployments", "apps", generation=True, status=True),
         Kind("ReplicaSet", "replicasets", "apps", generation=True, status=True),
+        Kind("NetworkPolicy", "networkpolicies", "networking.k8s.io", generation=True),
     )
 }
 BY_KIND = {kind.kind: kind for kind in KINDS.values()}

@@ -42,6 +42,7 @@ class Cluster:
         self.namespace = namespace
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -53,6 +54,7 @@ class Cluster:
             "ConfigMap": self.core.patch_namespaced_config_map,
             "Secret": self.core.patch_namespaced_secret,
             "Deployment": self.apps.patch_namespaced_deployment,
+            "NetworkPolicy": self.networking.patch_namespaced_network_policy,
         }[kind]
         response = patch(
             name, self.namespace, obj, field_manager=names.FIELD_MANAGER, force=True,
@@ -67,6 +69,7 @@ class Cluster:
             "ConfigMap": self.core.delete_namespaced_config_map,
             "Secret": self.core.delete_namespaced_secret,
             "Deployment": self.apps.delete_namespaced_deployment,
+            "NetworkPolicy": self.networking.delete_namespaced_network_policy,
             "Pod": self.core.delete_namespaced_pod,
         }[kind]
         try:
