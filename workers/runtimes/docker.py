@@ -240,7 +240,7 @@ class DockerRuntime:
                     bind_address=address,
                     node=self.node,
                     limits=self.limits,
-                ),  # fmt: skip
+                ),
             )
         except APIError as exc:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
