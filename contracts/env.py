@@ -14,14 +14,33 @@ def envstr(name: str, default: str = "") -> str:
     return os.environ.get(name, default)
 
 
-def envint(name: str, default: int) -> int:
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
     value = os.environ.get(name, "")
-    return int(value) if value.strip() else default
+    if not value.strip():
+        return default
+    if minimum is None:
+        return int(value)
+    return _at_least(name, value, int, minimum, "a whole number")
 
 
-def envfloat(name: str, default: float) -> float:
+def envfloat(name: str, default: float, *, minimum: float | None = None) -> float:
     value = os.environ.get(name, "")
-    return float(value) if value.strip() else default
+    if not value.strip():
+        return default
+    if minimum is None:
+        return float(value)
+    return _at_least(name, value, float, minimum, "a number")
+
+
+def _at_least(name: str, value: str, kind, minimum, what: str):
+    """`value` as `kind`, refused with a message naming the variable below `minimum`."""
+    try:
+        number = kind(value)
+    except ValueError:
+        number = None
+    if number is None or not number >= minimum:
+        raise ValueError(f"{name} must be {what} of at least {minimum}, not {value!r}")
+    return number
 
 
 def envrange(name: str, default: tuple[int, int]) -> tuple[int, int]:

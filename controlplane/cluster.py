@@ -10,6 +10,7 @@ from contracts import spec_facts
 from contracts.kube import manifests, names
 from contracts.kube.pod_template import ManifestError
 from contracts.spec import ServiceSpec
+from controlplane.limits import tenant_limits
 
 KUBERNETES = "kubernetes"
 
@@ -28,6 +29,7 @@ def kube_settings() -> names.KubeSettings:
         storage_secret=settings.WHARF_K8S_STORAGE_SECRET,
         hub_endpoints=(("hf", settings.WHARF_HF_ENDPOINT),
                        ("modelscope", settings.WHARF_MODELSCOPE_ENDPOINT)),
+        limits=tenant_limits(),
     )  # fmt: skip
 
 

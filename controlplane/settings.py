@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from contracts import log_format
-from contracts.env import envbool, envint, envrange, envstr, secret
+from contracts.env import envbool, envfloat, envint, envrange, envstr, secret
 from contracts.hub_refs import ENDPOINTS
 from contracts.version import VERSION
 
@@ -270,6 +270,13 @@ WHARF_VLLM_CPU_IMAGE = envstr("WHARF_VLLM_CPU_IMAGE", "wharf/vllm-cpu:0.32.0")
 WHARF_APPROVED_IMAGES = tuple(
     image.strip() for image in envstr("WHARF_APPROVED_IMAGES", "").split(",") if image.strip()
 )
+# What an instance whose spec names no memory or CPU may use, per card it holds (once without
+# cards); the tasks (processes and threads) it may run, likewise; the largest memory-backed
+# empty_dir (contracts.limits). A bad value stops start-up here, naming the variable.
+WHARF_DEFAULT_MEMORY_MB = envint("WHARF_DEFAULT_MEMORY_MB", 16384, minimum=64)
+WHARF_DEFAULT_CPUS = envfloat("WHARF_DEFAULT_CPUS", 8.0, minimum=0.01)
+WHARF_PIDS_LIMIT = envint("WHARF_PIDS_LIMIT", 4096, minimum=64)
+WHARF_MEMORY_EMPTY_DIR_MAX_MB = envint("WHARF_MEMORY_EMPTY_DIR_MAX_MB", 8192, minimum=1)
 # This host as a node of the fleet: its name, the address other machines (the gateway) use
 # to reach instances published on it, and labels for placement (`gpu=h200,zone=a`).
 WHARF_NODE_NAME = envstr("WHARF_NODE_NAME", socket.gethostname())

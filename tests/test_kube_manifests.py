@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import kubernetes_validate
@@ -16,6 +17,7 @@ import yaml
 from contracts.kube import names
 from contracts.kube.manifests import ManifestError, Owner, render, root
 from contracts.kube.names import KubeSettings
+from contracts.limits import TenantLimits
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
 
@@ -125,6 +127,21 @@ def test_every_object_is_owned_by_the_root_and_labelled_with_its_service(path):
         }
 
 
+# The Pod Security Standards' `restricted` profile, less non-root (engine images run as root).
+RESTRICTED = {
+    "allowPrivilegeEscalation": False, "privileged": False,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}  # fmt: skip
+
+
+def restricted_for(container: dict) -> dict:
+    """RESTRICTED, with the one capability the profile allows to add where the container
+    serves below port 1024 (TGI's image listens on 80)."""
+    if all(p["containerPort"] >= 1024 for p in container.get("ports", [])):
+        return RESTRICTED
+    return {**RESTRICTED, "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}
+
+
 @pytest.mark.parametrize("path", SPECS, ids=lambda path: path.stem)
 def test_no_host_path_device_host_network_or_privilege(path):
     for obj in objects(json.loads(path.read_text())):
@@ -134,10 +151,7 @@ def test_no_host_path_device_host_network_or_privilege(path):
         if obj["kind"] == "Deployment":
             spec = obj["spec"]["template"]["spec"]
             for container in spec["containers"] + spec.get("initContainers", []):
-                assert container["securityContext"] == {
-                    "allowPrivilegeEscalation": False,
-                    "privileged": False,
-                }
+                assert container["securityContext"] == restricted_for(container)
             assert spec["automountServiceAccountToken"] is False
             assert spec["enableServiceLinks"] is False
 
@@ -260,23 +274,69 @@ CARDS = [
     (example("pd-vllm-gpu-nixl"), SETTINGS, "prefill", {"nvidia.com/gpu": "1"}),
     (example("pd-vllm-gpu-nixl"), SETTINGS, "decode", {"nvidia.com/gpu": "2"}),
     (example("pd-vllm-ascend-mooncake"), SETTINGS, "decode", {"huawei.com/Ascend910": "4"}),
-    (example("demo-tiny-vllm"), SETTINGS, "", None),
+    (example("demo-tiny-vllm"), SETTINGS, "", {}),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("data", "settings", "role", "limits"), CARDS)
-def test_cards_are_limits_of_the_device_plugins_resource(data, settings, role, limits):
-    assert engine(objects(data, settings), role)["resources"].get("limits") == limits
+@pytest.mark.parametrize(("data", "settings", "role", "cards"), CARDS)
+def test_cards_are_limits_of_the_device_plugins_resource(data, settings, role, cards):
+    limits = engine(objects(data, settings), role)["resources"]["limits"]
+    assert {k: v for k, v in limits.items() if k not in ("cpu", "memory")} == cards
 
 
 @pytest.mark.parametrize(("metadata", "requests"), [
     ({"cpu": 8, "memory": 32000}, {"cpu": "8", "memory": "32000Mi"}),
-    ({"cpu": 0.5}, {"cpu": "500m"}),
+    ({"cpu": 0.5}, {"cpu": "500m", "memory": "0"}),
     ({"cpu": 2.25, "memory": 1024}, {"cpu": "2250m", "memory": "1024Mi"}),
-    ({}, None),
+    # Kubernetes would copy the limits into requests left out: the defaults reserve nothing.
+    ({}, {"cpu": "0", "memory": "0"}),
 ])  # fmt: skip
 def test_cpu_and_memory_are_requests(metadata, requests):
-    assert engine(objects(spec_with(metadata=metadata)))["resources"].get("requests") == requests
+    assert engine(objects(spec_with(metadata=metadata)))["resources"]["requests"] == requests
+
+
+def without_metadata(data: dict) -> dict:
+    return {k: v for k, v in data.items() if k != "metadata"}
+
+
+LIMITS = TenantLimits(memory_mb=4096, cpus=2, pids=512, memory_empty_dir_mb=1024)
+BOUNDED = replace(SETTINGS, limits=LIMITS)
+
+
+@pytest.mark.parametrize(("data", "settings", "role", "limits"), [
+    # The spec's own, whatever the defaults.
+    (spec_with(metadata={"cpu": 6, "memory": 30000}), BOUNDED, "", ("6", "30000Mi")),
+    (spec_with(metadata={"cpu": 0.5}), BOUNDED, "", ("500m", "4Gi")),
+    # The operator's defaults, per card (an instance without cards counts once).
+    (BASE, BOUNDED, "", ("2", "4Gi")),
+    (spec_with(metadata={"gpu": 2}, llm={"tensor_parallel_size": 2}), BOUNDED, "", ("4", "8Gi")),
+    ({"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny"}}, BOUNDED, "", ("2", "4Gi")),
+    (example("pd-vllm-gpu-nixl"), BOUNDED, "decode", ("16", "64000Mi")),
+    (without_metadata(example("pd-vllm-gpu-nixl")), BOUNDED, "prefill", ("2", "4Gi")),
+    (without_metadata(example("pd-vllm-gpu-nixl")), BOUNDED, "decode", ("4", "8Gi")),
+    # Wharf's own defaults where the operator set none.
+    (BASE, SETTINGS, "", ("8", "16Gi")),
+])  # fmt: skip
+def test_every_engine_has_cpu_and_memory_limits_from_the_spec_or_the_defaults(
+    data, settings, role, limits
+):
+    found = engine(objects(data, settings), role)["resources"]["limits"]
+    assert (found["cpu"], found["memory"]) == limits
+
+
+def test_init_containers_are_bounded_and_restricted_as_the_engine():
+    data = spec_with(llm={"model": "s3://bucket/qwen/"}, metadata={"cpu": 3})
+    spec = pod(objects(data, BOUNDED))
+    (stage,) = spec["initContainers"]
+    assert stage["resources"] == {"requests": {"cpu": "3", "memory": "0"},
+                                  "limits": {"cpu": "3", "memory": "4Gi"}}  # fmt: skip
+    assert stage["securityContext"] == RESTRICTED
+
+
+def test_a_port_below_1024_keeps_only_net_bind_service():
+    data = {"name": "web", "containers": [{"image": "nginx:1", "command": "nginx", "port": 80}]}
+    context = engine(objects(data))["securityContext"]
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
 
 
 @pytest.mark.parametrize(("data", "size"), [
@@ -313,6 +373,18 @@ MOUNTS = [
     ({"mount_path": "/ckpt", "s3": {"path": "s3://bucket/ckpt/"}},
      {"emptyDir": {}}, {"readOnly": True, "subPath": "0"}),
 ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("entry", "size"), [
+    ({"medium": "memory"}, "1Gi"),  # the cap, where the spec names no size
+    ({"medium": "memory", "size_limit": 1}, "1Gi"),
+    # Saved before the operator lowered the cap (the API refuses it now): the cap.
+    ({"medium": "memory", "size_limit": 3}, "1Gi"),
+])  # fmt: skip
+def test_every_memory_empty_dir_has_a_size_at_most_the_cap(entry, size):
+    data = spec_with(storage=[{"mount_path": "/cache", "empty_dir": entry}])
+    _, found = volume(objects(data, BOUNDED), "/cache")
+    assert found["emptyDir"] == {"medium": "Memory", "sizeLimit": size}
 
 
 @pytest.mark.parametrize(("entry", "source", "mount"), MOUNTS)

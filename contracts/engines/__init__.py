@@ -2,7 +2,8 @@
 
 Each engine has a module here with `render(spec, placement) -> ContainerPlan` and
 `validate(spec) -> {field: [errors]}` (rules only that engine knows, e.g. its quantization
-choices). `render` below adds what every engine shares: resources, shared memory, storage.
+choices). `render` below adds what every engine shares: storage, shared memory and the limits
+every instance runs under (contracts.limits).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from dataclasses import replace
 from types import ModuleType
 
 from contracts.engines.plan import ContainerPlan, Mount, Placement
+from contracts.limits import bounded
 from contracts.spec import ServiceSpec
+from contracts.spec_facts import card_need
 
 __all__ = ["ContainerPlan", "Mount", "Placement", "render", "validate"]
 
 GB = 1024**3
-MB = 1024**2
 MODULES = {
     "vllm": "vllm",
     "vllm-cpu": "vllm",
@@ -83,10 +85,5 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement
             assert store is not None
             host_dir = placement.staged.get(store.path, f"<staged {store.path}>")
             mounts.append(Mount("bind", entry.mount_path, host_dir))
-    return replace(
-        plan,
-        mounts=mounts,
-        shm_size_bytes=shm,
-        cpus=meta.cpu,
-        memory_bytes=meta.memory * MB if meta.memory else None,
-    )
+    _, cards = card_need(spec, placement.role)
+    return bounded(replace(plan, mounts=mounts, shm_size_bytes=shm), spec, cards, placement.limits)

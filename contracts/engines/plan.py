@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from contracts.limits import TenantLimits
+
 
 @dataclass(frozen=True)
 class Mount:
@@ -74,6 +76,9 @@ class Placement:
     # containers): the Docker runtime looks on the node; "" where it has none. The default,
     # for the preview, is where ModelArts' guide finds it.
     npu_smi: str = "/usr/local/sbin/npu-smi"
+    # The operator's bounds for instances whose spec names none (contracts.limits); the
+    # built-in defaults for the preview's and tests' placements.
+    limits: TenantLimits = field(default_factory=TenantLimits)
 
     @property
     def models_root(self) -> str:
@@ -92,6 +97,7 @@ class ContainerPlan:
     shm_size_bytes: int | None = None
     cpus: float | None = None
     memory_bytes: int | None = None
+    pids_limit: int | None = None  # processes and threads; render() sets all three limits
     gpus: tuple[int, ...] = ()  # NVIDIA cards, as Docker device requests
     device_paths: tuple[str, ...] = ()  # host devices passed through (/dev/davinci0, ...)
     # Generated files the engine reads (rank tables): container path -> content. The runtime

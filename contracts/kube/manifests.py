@@ -84,7 +84,10 @@ def render(
     models). Raises ManifestError for what the cluster cannot run."""
     spec_hash = spec.spec_hash()
     staged = staged_sources(spec, hub_commits)
-    placements = {role: pod_placement(spec, role, staged, engine_keys[role]) for role in replicas}
+    placements = {
+        role: pod_placement(spec, role, staged, engine_keys[role], settings.limits)
+        for role in replicas
+    }
     plans = {role: render_plan(spec, placement) for role, placement in placements.items()}
     pull = pull_secret_name(service) if spec.dockerAuth else ""
     meta = _Meta(service, version, settings, owner)

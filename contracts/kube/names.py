@@ -14,7 +14,9 @@ exact name is kept in an annotation.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from contracts.limits import TenantLimits
 
 FIELD_MANAGER = "wharf"  # server-side apply's field manager
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -110,3 +112,7 @@ class KubeSettings:
     storage_secret: str = ""  # WHARF_K8S_STORAGE_SECRET
     # Where the init containers stage hf:// and modelscope:// models from.
     hub_endpoints: tuple[tuple[str, str], ...] = ()  # WHARF_HF_ENDPOINT, WHARF_MODELSCOPE_...
+    # Memory and CPU limits of pods whose spec names none, the memory emptyDirs' cap
+    # (WHARF_DEFAULT_MEMORY_MB, WHARF_DEFAULT_CPUS, WHARF_MEMORY_EMPTY_DIR_MAX_MB); the pids
+    # limit is the kubelet's (its podPidsLimit), not a pod's.
+    limits: TenantLimits = field(default_factory=TenantLimits)

@@ -26,6 +26,7 @@ from contracts.engines.vllm_ascend import DRIVER_FILES
 from contracts.hub_refs import is_hub_ref
 from contracts.kube import rank_tables
 from contracts.kube.names import KubeSettings
+from contracts.limits import TenantLimits, granted_capabilities
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
 from contracts.spec_facts import card_need, model_refs
 
@@ -99,14 +100,16 @@ def staged_sources(
 
 
 def pod_placement(
-    spec: ServiceSpec, role: str, staged: list[StagedSource], engine_key: str
-) -> Placement:
+    spec: ServiceSpec, role: str, staged: list[StagedSource], engine_key: str,
+    limits: TenantLimits,
+) -> Placement:  # fmt: skip
     """Where an engine of `role` runs in a pod: no card indexes (the device plugin assigns
-    them), the model store at /models, staged folders in the staging volume."""
+    them), the model store at /models, staged folders in the staging volume, the operator's
+    limits."""
     return Placement(
         in_container=True, model_store=MODEL_STORE, host="0.0.0.0", devices=(),
         staged={s.uri: s.folder for s in staged}, role=role, service=spec.name,
-        engine_key=engine_key, node_ip=POD_IP, npu_smi="",
+        engine_key=engine_key, node_ip=POD_IP, npu_smi="", limits=limits,
     )  # fmt: skip
 
 
@@ -203,8 +206,11 @@ class Volumes:
 
 
 def memory(size: int | None) -> dict:
-    """A memory-backed emptyDir (tmpfs), at most `size` bytes."""
-    return {"medium": "Memory", **({"sizeLimit": quantity(size)} if size else {})}
+    """A memory-backed emptyDir (tmpfs), at most `size` bytes: every one has a size
+    (contracts.limits caps the plan's), or it could take the node's memory."""
+    if not size:
+        raise ValueError("a memory emptyDir needs a size (contracts.limits.filled)")
+    return {"medium": "Memory", "sizeLimit": quantity(size)}
 
 
 def volumes(
@@ -268,18 +274,30 @@ def ports(spec: ServiceSpec, plan: ContainerPlan, placement: Placement) -> list[
     return found
 
 
-def resources(spec: ServiceSpec, role: str, settings: KubeSettings) -> dict:
-    """Cards as limits of the device plugins' resources; CPU and memory as requests."""
+def resources(spec: ServiceSpec, plan: ContainerPlan, role: str, settings: KubeSettings) -> dict:
+    """CPU and memory limits from the plan (the spec's, else the operator's defaults), the
+    spec's CPU and memory as requests; cards as limits of the device plugins' resources."""
     kind, cards = card_need(spec, role)
-    meta = spec.metadata
-    requests = {"cpu": cpu_quantity(meta.cpu)} if meta.cpu else {}
-    if meta.memory:
-        requests["memory"] = f"{meta.memory}Mi"
-    out: dict = {"requests": requests} if requests else {}
+    out = cpu_and_memory(spec, plan)
     if cards:
         name = settings.npu_resource if kind == "npu" else settings.gpu_resource
-        out["limits"] = {name: str(cards)}
+        out["limits"][name] = str(cards)
     return out
+
+
+def cpu_and_memory(spec: ServiceSpec, plan: ContainerPlan) -> dict:
+    """A container's CPU and memory: limited always, requested as the spec asks. Kubernetes
+    copies a limit into a request left out, so a spec that asks nothing requests 0: the
+    operator's default bounds the pod, it reserves nothing on a node."""
+    assert plan.cpus and plan.memory_bytes  # contracts.limits.filled
+    meta = spec.metadata
+    return {
+        "requests": {
+            "cpu": cpu_quantity(meta.cpu) if meta.cpu else "0",
+            "memory": f"{meta.memory}Mi" if meta.memory else "0",
+        },
+        "limits": {"cpu": cpu_quantity(plan.cpus), "memory": quantity(plan.memory_bytes)},
+    }
 
 
 def check(path: str) -> dict:
@@ -317,15 +335,28 @@ def probes(spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings) -> di
     return found
 
 
-SAFE = {"allowPrivilegeEscalation": False, "privileged": False}
+def restricted(granted: tuple[str, ...] = ()) -> dict:
+    """A container's securityContext as the Pod Security Standards' `restricted` profile has
+    it (contracts.limits): no privilege escalation, every capability dropped but `granted`,
+    the runtime's default seccomp profile. (Not non-root: engine images, vLLM's included, run
+    as root, which without capabilities holds no privilege over the node.)"""
+    capabilities: dict = {"drop": ["ALL"]}
+    if granted:
+        capabilities["add"] = list(granted)
+    return {
+        "allowPrivilegeEscalation": False, "privileged": False,
+        "capabilities": capabilities, "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
 
 
 def stager(
-    source: StagedSource, n: int, settings: KubeSettings, secret: str, hub_token: bool = False
-) -> dict:
-    """The init container that stages `source` into its folder. Credentials the spec gives
-    come from the service's Secret, the rest from the operator's (storage_secret); a hub
-    model is staged at its recorded commit, with the spec's token (`hub_token`: it has one)."""
+    source: StagedSource, n: int, settings: KubeSettings, secret: str, bounds: dict,
+    hub_token: bool = False,
+) -> dict:  # fmt: skip
+    """The init container that stages `source` into its folder, within the engine's CPU and
+    memory `bounds`. Credentials the spec gives come from the service's Secret, the rest from
+    the operator's (storage_secret); a hub model is staged at its recorded commit, with the
+    spec's token (`hub_token`: it has one)."""
     args = ["python", "-m", "workers.stage", "--into", source.folder]
     endpoint = source.endpoint or dict(settings.hub_endpoints).get(source.scheme)
     if endpoint:
@@ -336,7 +367,7 @@ def stager(
         "name": f"stage-{n}", "image": settings.stager_image,
         "args": [literal(arg) for arg in (*args, source.uri)],
         "volumeMounts": [{"name": STAGED_VOLUME, "mountPath": STAGED_ROOT}],
-        "securityContext": SAFE,
+        "resources": bounds, "securityContext": restricted(),
     }  # fmt: skip
     if source.access_key_id:
         variable = f"WHARF_{source.scheme.upper()}_ACCESS_KEY"
@@ -357,15 +388,16 @@ HUB_TOKEN = "hub-token"  # the spec's llm.hub_token in the service's Secret
 HUB_TOKEN_ENV = "WHARF_HUB_TOKEN"  # where `python -m workers.stage` reads it
 
 
-def rank_table_waiter(settings: KubeSettings) -> dict:
-    """The init container that holds the engine back until the rank tables list its pod."""
+def rank_table_waiter(settings: KubeSettings, bounds: dict) -> dict:
+    """The init container that holds the engine back until the rank tables list its pod
+    (within the engine's CPU and memory `bounds`)."""
     args = ["python", "-m", "workers.rank_tables", "--folder", rank_tables.FOLDER,
             "--pod", f"$({rank_tables.POD_NAME_ENV})"]  # fmt: skip
     return {
         "name": RANK_TABLES, "image": settings.stager_image, "args": args, "env": downward(),
         "volumeMounts": [{"name": RANK_TABLES, "mountPath": rank_tables.FOLDER,
                           "readOnly": True}],
-        "securityContext": SAFE,
+        "resources": bounds, "securityContext": restricted(),
     }  # fmt: skip
 
 
@@ -385,8 +417,8 @@ def engine(
         "command": [literal(arg) for arg in plan.args[:1]],
         "args": [literal(arg) for arg in plan.args[1:]],
         "env": env(spec, plan, secret, key), "ports": ports(spec, plan, placement),
-        "resources": resources(spec, placement.role, settings), "volumeMounts": mounts,
-        **probes(spec, plan, settings), "securityContext": SAFE,
+        "resources": resources(spec, plan, placement.role, settings), "volumeMounts": mounts,
+        **probes(spec, plan, settings), "securityContext": restricted(granted_capabilities(plan)),
     }  # fmt: skip
     if settings.pre_stop_s:
         # The gateways drop a terminating pod from routing; the engine gets SIGTERM after this
@@ -424,9 +456,11 @@ def pod_spec(
         "automountServiceAccountToken": False,
     }  # fmt: skip
     token = bool(spec.llm and spec.llm.hub_token)
-    init = [stager(source, n, settings, refs.secret, token) for n, source in enumerate(staged)]
+    # Init containers are bounded as the engine is.
+    init = [stager(source, n, settings, refs.secret, cpu_and_memory(spec, plan), token)
+            for n, source in enumerate(staged)]  # fmt: skip
     if rank_tables.enabled(spec):
-        init.append(rank_table_waiter(settings))
+        init.append(rank_table_waiter(settings, cpu_and_memory(spec, plan)))
     if init:
         pod["initContainers"] = init
     if spec.metadata.resource:  # the nodes labelled resource=<value>, as Wharf's own nodes

@@ -171,6 +171,22 @@ def test_scaling_changes_the_deployments_replicas_and_nothing_else(kube, cluster
     assert service.ready_instances == 4 and len(rows("chat")) == 4
 
 
+def test_pods_are_bounded_and_unprivileged_and_the_defaults_reserve_nothing(kube, cluster):
+    data = spec(name="lean", instances=1)
+    data["metadata"] = {"instance": 1, "gpu": 1}  # no cpu or memory: the operator's defaults
+    deploy(data)
+    settle(kube, cluster, "lean")
+    (pod,) = kube.core.list_namespaced_pod("default", label_selector=names.selector("lean")).items
+    assert pod.spec.node_name  # scheduled: requests of 0, not the limits copied into them
+    (engine,) = pod.spec.containers
+    assert engine.resources.limits == {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "1"}
+    assert engine.resources.requests == {"cpu": "0", "memory": "0", "nvidia.com/gpu": "1"}
+    context = engine.security_context
+    assert (context.allow_privilege_escalation, context.privileged) == (False, False)
+    assert (context.capabilities.drop, context.capabilities.add) == (["ALL"], None)
+    assert context.seccomp_profile.type == "RuntimeDefault"
+
+
 def test_the_schedulers_reason_is_an_event_and_the_service_waits(kube, cluster):
     deploy(spec(name="huge", instances=1, gpu=16))
     service = settle(kube, cluster, "huge")

@@ -6,6 +6,7 @@ import functools
 
 from django.conf import settings
 
+from controlplane.limits import tenant_limits
 from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance, Runtime
 
 __all__ = ["InstanceRequest", "ObservedInstance", "Runtime", "InstanceError", "get_runtime"]
@@ -22,6 +23,7 @@ def get_runtime() -> Runtime:
         return DockerRuntime(
             str(settings.WHARF_MODEL_DIR), settings.WHARF_NODE_ADDRESS,
             settings.WHARF_INSTANCE_LOG_DIR, node=settings.WHARF_NODE_NAME,
+            limits=tenant_limits(),
         )  # fmt: skip
     if choice == "process":
         return ProcessRuntime(

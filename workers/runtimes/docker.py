@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
@@ -17,6 +18,7 @@ from docker.types import Mount as DockerMount
 
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import find_npu_smi
+from contracts.limits import TenantLimits, filled, granted_capabilities
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
@@ -49,11 +51,13 @@ def listed(client, label: str, attempts: int = 5) -> list:
 
 
 def run_options(
-    request: InstanceRequest, *, model_dir: str, bind_address: str, node: str = ""
-) -> dict:
+    request: InstanceRequest, *, model_dir: str, bind_address: str, node: str = "",
+    limits: TenantLimits | None = None,
+) -> dict:  # fmt: skip
     """The container's options for docker-py's containers.run: pure, so it is tested
-    without a daemon (devices and mounts can't be exercised on a machine without cards)."""
-    plan = request.plan
+    without a daemon (devices and mounts can't be exercised on a machine without cards).
+    Limits the plan does not name are `limits`' (contracts.limits)."""
+    plan = filled(request.plan, len(request.plan.gpus), limits or TenantLimits())
     labels = {
         LABEL_SERVICE: request.service,
         LABEL_INSTANCE: request.name,
@@ -77,9 +81,10 @@ def run_options(
         "environment": plan.env,
         # Published on the node's address only (publish_address), at a port Docker picks.
         "ports": {f"{plan.port}/tcp": (bind_address, None)},
-        "mounts": _mounts(request, model_dir),
+        "mounts": _mounts(plan, model_dir),
         "shm_size": plan.shm_size_bytes,
         "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
+        **bounds(plan),
     }
     if plan.host_network:
         # The engine binds the node's address itself (its --host); nothing to publish.
@@ -90,10 +95,24 @@ def run_options(
         options["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
     if plan.device_paths:
         options["devices"] = [f"{path}:{path}:rwm" for path in plan.device_paths]
-    if plan.cpus:
-        options["nano_cpus"] = int(plan.cpus * 1e9)
-    if plan.memory_bytes:
-        options["mem_limit"] = plan.memory_bytes
+    return options
+
+
+def bounds(plan: ContainerPlan) -> dict:
+    """What a tenant's container may use and do (contracts.limits): memory (swap included, so
+    the limit is one), CPU time, tasks; no privilege gained through setuid files; no
+    capability but those the plan needs. Docker's default seccomp profile stays on."""
+    assert plan.memory_bytes and plan.cpus and plan.pids_limit  # contracts.limits.filled
+    options: dict = {
+        "mem_limit": plan.memory_bytes,
+        "memswap_limit": plan.memory_bytes,
+        "nano_cpus": int(plan.cpus * 1e9),
+        "pids_limit": plan.pids_limit,
+        "security_opt": ["no-new-privileges"],
+        "cap_drop": ["ALL"],
+    }
+    if granted := granted_capabilities(plan):
+        options["cap_add"] = list(granted)
     return options
 
 
@@ -103,9 +122,9 @@ def publish_address(node_address: str) -> str:
     return "127.0.0.1" if node_address == "localhost" else node_address
 
 
-def _mounts(request: InstanceRequest, model_dir: str) -> list[DockerMount]:
+def _mounts(plan: ContainerPlan, model_dir: str) -> list[DockerMount]:
     mounts = []
-    for m in request.plan.mounts:
+    for m in plan.mounts:
         if m.kind == "bind":
             # Bind sources are platform paths (model store, staging cache, NPU driver);
             # users never name host paths.
@@ -161,13 +180,21 @@ class DockerRuntime:
         node_address: str = "127.0.0.1",
         files_dir: Path | None = None,
         node: str = "",
+        limits: TenantLimits | None = None,
     ):
         self.client = docker.from_env()
+        self.operator_limits = limits or TenantLimits()
         self.node = node  # lists and labels only this node's containers
         self.model_dir = model_dir.rstrip("/")
         self.node_address = node_address
         # Generated files (rank tables) are written here and bind-mounted read-only.
         self.files_dir = files_dir or Path(tempfile.gettempdir()) / "wharf-files"
+
+    @functools.cached_property
+    def limits(self) -> TenantLimits:
+        """The operator's defaults, with CPU defaults no larger than the daemon's count of
+        CPUs: it refuses a container asking more."""
+        return replace(self.operator_limits, node_cpus=self.client.info()["NCPU"])
 
     @staticmethod
     def available() -> bool:
@@ -180,7 +207,10 @@ class DockerRuntime:
     def placement(self) -> Placement:
         # The spec's own port inside the container; Docker publishes it on a free host port.
         # Ascend containers get this node's npu-smi, wherever its driver put it.
-        return Placement(in_container=True, model_store=self.model_dir, npu_smi=find_npu_smi())
+        return Placement(
+            in_container=True, model_store=self.model_dir, npu_smi=find_npu_smi(),
+            limits=self.limits,
+        )  # fmt: skip
 
     def prepare(
         self, plan: ContainerPlan, docker_auth: str | None, report: Report, tenant: bool = False
@@ -214,7 +244,11 @@ class DockerRuntime:
                 plan.image,
                 detach=True,
                 **run_options(
-                    request, model_dir=self.model_dir, bind_address=address, node=self.node
+                    request,
+                    model_dir=self.model_dir,
+                    bind_address=address,
+                    node=self.node,
+                    limits=self.limits,
                 ),
             )
         except APIError as exc:

@@ -12,11 +12,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_facts import card_need, replicas
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
 from controlplane.cluster import cluster_errors
+from controlplane.limits import tenant_limits
 from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.api.serializers import (
     EventSerializer,
@@ -50,7 +52,10 @@ def _validated(data, workspace: Workspace | None) -> ServiceSpec:
         spec = parse_spec(data)
     except SpecError as exc:
         raise SpecInvalid(exc.errors) from None
-    errors = {**validate(spec), **runtime_checks(spec, settings.WHARF_RUNTIME)}
+    errors = {
+        **validate(spec), **runtime_checks(spec, settings.WHARF_RUNTIME),
+        **limit_errors(spec, tenant_limits()),
+    }  # fmt: skip
     if not errors:  # a spec valid as such, which the cluster may still not run
         errors = cluster_errors(spec)
     if errors:
@@ -228,7 +233,7 @@ class SpecPreview(APIView):
             _, cards = card_need(spec, role)
             placement = Placement(
                 model_store=str(settings.WHARF_MODEL_DIR), devices=tuple(range(cards)),
-                role=role, service=spec.name,
+                role=role, service=spec.name, limits=tenant_limits(),
             )  # fmt: skip
             containers.append({"role": role, "instances": instances,
                                **render(spec, placement).preview()})  # fmt: skip
