@@ -11,6 +11,7 @@ from contracts.kube import manifests, names
 from contracts.kube.pod_template import ManifestError
 from contracts.spec import ServiceSpec
 from controlplane.limits import tenant_limits
+from controlplane.workspaces.policy import platform_images
 
 KUBERNETES = "kubernetes"
 
@@ -30,6 +31,7 @@ def kube_settings() -> names.KubeSettings:
         hub_endpoints=(("hf", settings.WHARF_HF_ENDPOINT),
                        ("modelscope", settings.WHARF_MODELSCOPE_ENDPOINT)),
         limits=tenant_limits(),
+        platform_images=platform_images(),
     )  # fmt: skip
 
 

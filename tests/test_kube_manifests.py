@@ -198,6 +198,20 @@ def test_only_the_gateway_the_worker_and_the_services_own_pods_reach_its_engines
                             "policyTypes": ["Ingress"]}  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("image", "policy"),
+    [("registry.corp/team-a/engine:7", "Always"), ("vllm/vllm-openai:v0.32.0", None), (None, None)],
+)
+def test_a_workspaces_own_image_is_pulled_on_every_start(image, policy):
+    """The kubelet asks the registry with the service's pull secret each time, rather than
+    running a private image another workspace left in the node's store."""
+    data = spec_with(containers=[{"image": image}]) if image else BASE
+    platform = replace(SETTINGS, platform_images=frozenset({"vllm/vllm-openai:v0.32.0"}))
+    (deployment,) = [o for o in objects(data, platform) if o["kind"] == "Deployment"]
+    (engine,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert engine.get("imagePullPolicy") == policy
+
+
 # ---- the Deployment -------------------------------------------------------------------------
 
 

@@ -116,3 +116,7 @@ class KubeSettings:
     # (WHARF_DEFAULT_MEMORY_MB, WHARF_DEFAULT_CPUS, WHARF_MEMORY_EMPTY_DIR_MAX_MB); the pids
     # limit is the kubelet's (its podPidsLimit), not a pod's.
     limits: TenantLimits = field(default_factory=TenantLimits)
+    # The images the platform vouches for (controlplane.workspaces.policy.platform_images): any
+    # other is a workspace's own, pulled on every start so the registry checks its pull secret
+    # (a kubelet would otherwise run another workspace's private image from its node's store).
+    platform_images: frozenset[str] = frozenset()

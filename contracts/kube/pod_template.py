@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from contracts.engines.pd import pd_connector, side_port, tensor_parallel_size
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import DRIVER_FILES
+from contracts.grants import own_image
 from contracts.hub_refs import is_hub_ref
 from contracts.kube import rank_tables
 from contracts.kube.names import KubeSettings
@@ -420,6 +421,8 @@ def engine(
         "resources": resources(spec, plan, placement.role, settings), "volumeMounts": mounts,
         **probes(spec, plan, settings), "securityContext": restricted(granted_capabilities(plan)),
     }  # fmt: skip
+    if own_image(spec, settings.platform_images):
+        container["imagePullPolicy"] = "Always"
     if settings.pre_stop_s:
         # The gateways drop a terminating pod from routing; the engine gets SIGTERM after this
         # wait, once they have, and then has the spec's grace period to finish its requests.
