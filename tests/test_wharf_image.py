@@ -282,6 +282,26 @@ def test_the_compose_file_is_valid():
     assert set(check.stdout.split()) == {"postgres", "redis", "migrate", "api", "gateway", "worker"}
 
 
+def test_the_compose_redis_asks_for_the_password_wharf_env_gives_every_part():
+    """Engines and anything else on the host reach 127.0.0.1:6379: Redis must ask for a
+    password, kept out of any command line, and every Wharf part must send it (its use:
+    tests/gateway/test_gateway_redis_password.py)."""
+    import yaml
+
+    redis_part = yaml.safe_load((COMPOSE / "compose.yaml").read_text())["services"]["redis"]
+    password = redis_part["environment"]["REDIS_PASSWORD"]
+    script = redis_part["command"][-1]
+    assert "requirepass %s" in script and '"$$REDIS_PASSWORD"' in script
+    assert "--requirepass" not in script and password not in script
+    assert "REDISCLI_AUTH" in redis_part["healthcheck"]["test"][-1]
+    env = dict(line.split("=", 1) for line in (COMPOSE / "wharf.env").read_text().splitlines()
+               if line and not line.startswith("#"))  # fmt: skip
+    assert env["REDIS_URL"].startswith(f"redis://:{password}@")
+    systemd = (ROOT / "deploy/systemd/wharf.env").read_text()
+    assert re.search(r"^REDIS_URL=redis://:[^@\s]+@", systemd, re.MULTILINE)
+    assert "REDIS_URL=redis://:PASSWORD@" in (ROOT / "deploy/kubernetes/wharf.yaml").read_text()
+
+
 def test_the_compose_file_runs_the_image_this_checkout_builds():
     compose = (COMPOSE / "compose.yaml").read_text()
     assert re.findall(r"image: (wharf/\S+)", compose) == [image_tag()]
