@@ -9,6 +9,7 @@ Wharf name of the case (`missing_api_key`, `no_ready_instance`, ...).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 
@@ -25,6 +26,10 @@ EAS_QUEUE_FULL = 450
 EAS_TIMEOUT = 408
 
 
+def error_body(error_type: str, code: str, message: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
 def error_response(
     status: int,
     error_type: str,
@@ -33,7 +38,7 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     param: str | None = None,
 ) -> JSONResponse:
-    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    body = error_body(error_type, code, message, param)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -274,6 +279,45 @@ def prefill_failed(service: str) -> JSONResponse:
         "prefill_failed",
         f"The prefill instance of service '{service}' failed the request. Retry; if this "
         "persists, check the prefill instance's logs in the console.",
+    )
+
+
+def prefill_answer_too_large(service: str, limit: int) -> JSONResponse:
+    return error_response(
+        502,
+        SERVER_ERROR,
+        "prefill_answer_too_large",
+        f"The prefill instance of service '{service}' answered more than the gateway's limit "
+        f"of {limit} bytes (WHARF_GATEWAY_MAX_PREFILL_ANSWER_BYTES) for a one-token answer. "
+        "Check the prefill instance's engine and the request's options (prompt_logprobs).",
+    )
+
+
+def event_too_large(service: str, limit: int) -> bytes:
+    """The event that ends a stream whose engine sent an event past the gateway's limit (too
+    late for a 502: the answer has started). The blank line first ends whatever part of the
+    long event the client got, so that this one is read on its own."""
+    body = error_body(
+        SERVER_ERROR,
+        "upstream_event_too_large",
+        f"The instance of service '{service}' sent a streamed event longer than the gateway's "
+        f"limit of {limit} bytes (WHARF_GATEWAY_MAX_SSE_EVENT_BYTES), so the stream was cut. "
+        "Check the engine, or ask the operator to raise the limit.",
+    )
+    return b"\n\ndata: " + json.dumps(body).encode() + b"\n\n"
+
+
+def route_not_found(path: str, hint: str = "") -> JSONResponse:
+    return error_response(
+        404,
+        INVALID_REQUEST,
+        "route_not_found",
+        f"No route {path}. "
+        + (
+            hint
+            or "Use /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models or "
+            "/api/predict/<service>/<path>."
+        ),
     )
 
 

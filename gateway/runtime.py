@@ -21,7 +21,7 @@ from gateway.inflight import InflightReporter
 from gateway.limits import Limiter
 from gateway.metrics import Metrics
 from gateway.pipelined import PipelinedRedis
-from gateway.proxy import Plane
+from gateway.plane import Plane
 from gateway.request_rates import RequestRates
 from gateway.snapshot import SnapshotWatcher
 from gateway.upstream import Upstream
@@ -111,7 +111,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
-    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys)
+    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys, settings.answer_caps)
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     health.start()
     await watcher.start()

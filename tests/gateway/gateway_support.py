@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -260,6 +261,12 @@ class GatewayProcess:
                 raise RuntimeError(f"gateway process on {self.url} failed to start")
             time.sleep(0.05)
 
+    def peak_memory(self) -> int:
+        """The process's peak resident memory so far, in bytes (Linux's VmHWM)."""
+        status = Path(f"/proc/{self._process.pid}/status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024
+
     def kill(self) -> None:
         """Dies as a crashed gateway would: no cleanup, its leases left behind in Redis."""
         self._process.send_signal(signal.SIGKILL)
@@ -272,6 +279,46 @@ class GatewayProcess:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class RawEngineThread:
+    """An engine on raw sockets in a thread of its own, for gateways in any process: each
+    connection is answered by `handler` (tests/gateway/raw_engine.py's helpers read the
+    request), which writes exactly the bytes under test."""
+
+    def __init__(self, handler: Callable[..., Any]) -> None:
+        self._handler = handler
+        self._loop = asyncio.new_event_loop()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> RawEngineThread:
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, sock=self._sock), self._loop
+        ).result(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._handler(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
 
 def _listening(port: int) -> bool:
