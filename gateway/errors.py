@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from starlette.responses import JSONResponse
 
@@ -315,9 +315,31 @@ def route_not_found(path: str, hint: str = "") -> JSONResponse:
         f"No route {path}. "
         + (
             hint
-            or "Use /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models or "
-            "/api/predict/<service>/<path>."
+            or "Use /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/responses, "
+            "/v1/models or /api/predict/<service>/<path>."
         ),
+    )
+
+
+def invalid_path(path: str, reason: str) -> JSONResponse:
+    """An EAS-form path whose meaning would differ between the gateway and the engine."""
+    return error_response(
+        400,
+        INVALID_REQUEST,
+        "invalid_path",
+        f"The path {path} has {reason}. Send the engine's path plainly, e.g. "
+        "/api/predict/<service>/v1/chat/completions.",
+    )
+
+
+def method_not_allowed(method: str, path: str, allowed: Collection[str]) -> JSONResponse:
+    methods = ", ".join(sorted(allowed))
+    return error_response(
+        405,
+        INVALID_REQUEST,
+        "method_not_allowed",
+        f"{path} does not take {method}; use {methods}.",
+        headers={"Allow": methods},
     )
 
 

@@ -368,8 +368,11 @@ def service(
     models: tuple[str, ...] = (),
     **limits: Any,
 ) -> RoutedService:
-    """A routed service; `limits`: rate_limit, max_queue_size, timeout."""
+    """A routed service; `limits`: rate_limit, max_queue_size, timeout (and any other field of
+    RoutedService). Its engine is custom unless a test says otherwise: the test engines serve
+    routes of their own (/echo, /status) besides OpenAI's."""
     limits.setdefault("rate_limit", 0)  # unlimited unless a test says otherwise
+    limits.setdefault("engine", "custom")
     return RoutedService(
         name=name,
         served_model_names=models,
