@@ -7,7 +7,8 @@ Routes:
 - GET  /v1/models, /v1/models/{model}  the models the presented token may call.
 - GET  /healthz  liveness, with the routing snapshot's version.
 - GET  /readyz  readiness: 503 until a routing snapshot has been read.
-- GET  /metrics  Prometheus metrics (gateway.metrics).
+- GET  /metrics  Prometheus metrics (gateway.metrics), for the operator's scraper only
+  (gateway.metrics_access).
 
 A request is authorized by its service's own token or by an API key in the snapshot
 (gateway.callers) before its body is read, then admitted by the limits (gateway.limits)
@@ -44,6 +45,7 @@ from gateway.forwarding import (
     with_adapter,
     with_model,
 )
+from gateway.metrics_access import metrics_response
 from gateway.plane import OPENAI_FORM
 from gateway.runtime import Runtime, running
 
@@ -161,8 +163,11 @@ async def readyz(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    body, content_type = runtime_of(request).plane.metrics.exposition()
-    return Response(body, media_type=content_type)
+    """The metrics, for the operator's scraper alone (gateway.metrics_access)."""
+    runtime = runtime_of(request)
+    authorization = request.headers.get("authorization")
+    exposition = runtime.plane.metrics.exposition
+    return metrics_response(runtime.settings.metrics_token, authorization, exposition)
 
 
 def _no_route(request: Request) -> Response:

@@ -343,6 +343,53 @@ def method_not_allowed(method: str, path: str, allowed: Collection[str]) -> JSON
     )
 
 
+_METRICS_SETTINGS = (
+    "set WHARF_GATEWAY_METRICS_TOKEN (the scraper sends it as 'Authorization: Bearer <token>') "
+    "or WHARF_GATEWAY_METRICS_LISTEN (an address serving the metrics alone)"
+)
+
+
+def metrics_closed() -> JSONResponse:
+    """/metrics on the gateway's port with no token configured: it names every service."""
+    return error_response(
+        403,
+        INVALID_REQUEST,
+        "metrics_closed",
+        f"The gateway's metrics are not served on this port. To scrape them, {_METRICS_SETTINGS}.",
+    )
+
+
+def metrics_token_missing() -> JSONResponse:
+    return error_response(
+        401,
+        INVALID_REQUEST,
+        "missing_metrics_token",
+        "The gateway's metrics need the operator's metrics token as 'Authorization: Bearer "
+        "<token>' (WHARF_GATEWAY_METRICS_TOKEN).",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def metrics_token_invalid() -> JSONResponse:
+    return error_response(
+        401,
+        INVALID_REQUEST,
+        "invalid_metrics_token",
+        "The token is not the gateway's metrics token (WHARF_GATEWAY_METRICS_TOKEN); a service "
+        "token or API key does not open the metrics.",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def listener_route_not_found() -> dict:
+    return error_body(INVALID_REQUEST, "route_not_found",
+                      "This address serves GET /metrics only.")  # fmt: skip
+
+
+def listener_method_not_allowed() -> dict:
+    return error_body(INVALID_REQUEST, "method_not_allowed", "Use GET /metrics.")
+
+
 def internal_error() -> JSONResponse:
     return error_response(
         500,

@@ -33,6 +33,9 @@ from gateway.app import create_app
 from gateway.config import Settings
 
 SECRET_KEY = b"wharf-gateway-tests-secret"
+# The scrapers' token of the tests' gateways (WHARF_GATEWAY_METRICS_TOKEN).
+METRICS_TOKEN = "wharf-gateway-tests-metrics"
+METRICS_AUTHORIZATION = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
 class ServerThread:
@@ -107,7 +110,9 @@ class Gateway:
         return read_usage(self.redis_url, self.settings.usage_prefix)
 
     def metrics(self) -> str:
-        return httpx.get(self.url + "/metrics", trust_env=False).text
+        answer = httpx.get(self.url + "/metrics", headers=METRICS_AUTHORIZATION, trust_env=False)
+        answer.raise_for_status()
+        return answer.text
 
 
 def assert_error(
@@ -232,6 +237,7 @@ def isolated_settings(redis_url: str, prefix: str | None = None, **overrides: An
         "limits_prefix": f"{prefix}:limit:",
         "usage_prefix": f"{prefix}:usage:",
         "usage_flush_interval": 0.05,
+        "metrics_token": METRICS_TOKEN,
         **overrides,
     }
     return Settings(redis_url=redis_url, secret_key=SECRET_KEY, **fields)
