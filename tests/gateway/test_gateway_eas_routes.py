@@ -186,7 +186,7 @@ def usage_of(gateway: Gateway, svc: RoutedService, key_id: str) -> dict[str, int
         ("vllm", "sleep?level=1"),
         ("custom", "collective_rpc"),
         ("custom", "COLLECTIVE_RPC"),
-        ("custom", "x/../collective_rpc/"),
+        ("custom", "x/%2e%2E/collective_rpc/"),
         ("custom", "%63ollective_rpc"),
     ],
 )
@@ -217,7 +217,10 @@ def test_a_path_the_engine_could_read_otherwise_is_400(
                  "invalid_path")  # fmt: skip
 
 
-@pytest.mark.parametrize("tail", ["v1/%63ompletions", "v1/x/../completions", "v1//completions/"])
+# Dots encoded: httpx resolves plain ones itself before sending.
+@pytest.mark.parametrize(
+    "tail", ["v1/%63ompletions", "v1/x/%2E%2E/completions", "v1//completions/"]
+)
 def test_an_encoded_or_dotted_path_is_admitted_as_the_route_it_reaches(
     start_gateway: Callable[..., Gateway], engines: list[Engine], tail: str
 ) -> None:
