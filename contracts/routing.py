@@ -26,7 +26,10 @@ Snapshot JSON::
           "session_header": "x-session-id",# the header routing "session" reads
           "scale_from_zero": false,        # autoscaler min 0: with no instance, hold the
                                            # request (gateway/activation.py) until one serves
-          "adapters": ["sql", "chat"]      # LoRA adapters: models "<name>:<adapter>"
+          "adapters": ["sql", "chat"],     # LoRA adapters: models "<name>:<adapter>"
+          "engine": "vllm"                 # whose API its instances serve (contracts.engines:
+                                           # "custom" for a given command): which routes the
+                                           # EAS form reaches (contracts.engine_routes)
         }
       },
       "keys": {                            # API keys, by token digest
@@ -98,6 +101,9 @@ class RoutedService:
     session_header: str = DEFAULT_SESSION_HEADER
     scale_from_zero: bool = False
     adapters: tuple[str, ...] = ()  # LoRA adapters its engines serve
+    # Whose API its instances serve ("custom": the user's own); "" from a control plane that
+    # predates the field, which the gateway treats as an engine it does not know.
+    engine: str = ""
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
@@ -175,6 +181,7 @@ class Snapshot:
                         "session_header": svc.session_header,
                         "scale_from_zero": svc.scale_from_zero,
                         "adapters": list(svc.adapters),
+                        "engine": svc.engine,
                     }
                     for name, svc in sorted(self.services.items())
                 },
@@ -296,6 +303,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         session_header=str(entry.get("session_header", DEFAULT_SESSION_HEADER)),
         scale_from_zero=entry.get("scale_from_zero", False) is True,
         adapters=_strings(entry.get("adapters", [])),
+        engine=str(entry.get("engine", "")),
     )
 
 

@@ -1,7 +1,8 @@
 """A generation request's body: read with a size cap, parsed once, the fields we read checked.
 
 The gateway reads few fields: `model` (which service), `stream` and `stream_options` (to ask
-for the usage event), `max_tokens` / `max_completion_tokens` (charged against the token
+for the usage event), `max_tokens` / `max_completion_tokens` (`max_output_tokens` for the
+Responses API) times `n` or `best_of` (the sequences generated: charged against the token
 limits, and overridden for a prefill leg). Those must have the types OpenAI documents, so
 that what the gateway makes of them is what the engine will: `"stream": "yes"` would be a
 stream to the engine but not to the gateway. Every other field goes through untouched, for
@@ -17,6 +18,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from contracts.engine_routes import GENERATION, RESPONSES
+
 # Tool schemas and multimodal content nest a few levels; no real request comes near this.
 MAX_DEPTH = 64
 # Longer than any served model name, local paths included.
@@ -26,6 +29,8 @@ MAX_TOKENS = 2**31 - 1
 # Admission charges prompt + max_tokens against a key's tokens per minute; without a
 # max_tokens, OpenAI's completions default. The real usage replaces the estimate afterwards.
 DEFAULT_MAX_TOKENS = 16
+# Sequences one request may generate (`n`, `best_of`): OpenAI's bound on n.
+MAX_CHOICES = 128
 _INCLUDE_USAGE = b'"stream_options":{"include_usage":true},'
 
 
@@ -119,16 +124,31 @@ def check_fields(data: dict[str, Any], *, model_required: bool) -> Invalid | Non
         )
         or _check_count("max_tokens", data.get("max_tokens"))
         or _check_count("max_completion_tokens", data.get("max_completion_tokens"))
+        or _check_count("max_output_tokens", data.get("max_output_tokens"))
+        or _check_count("n", data.get("n"), low=1, high=MAX_CHOICES)
+        or _check_count("best_of", data.get("best_of"), low=1, high=MAX_CHOICES)
     )
 
 
-def max_tokens(data: dict[str, Any] | None) -> int:
-    """The completion tokens to charge in advance: what the request allows, else the default."""
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = (data or {}).get(name)
-        if isinstance(value, int) and value > 0:
-            return value
-    return DEFAULT_MAX_TOKENS
+def completion_budget(data: dict[str, Any] | None, kind: str = GENERATION) -> int:
+    """The completion tokens to charge in advance: what the request allows for each sequence
+    (else the default), times the sequences a generation makes (`best_of` of them, of which
+    `n` are returned)."""
+    names = ("max_output_tokens",) if kind == RESPONSES else ("max_tokens", "max_completion_tokens")
+    data = data or {}
+    budget = DEFAULT_MAX_TOKENS
+    for name in names:
+        value = data.get(name)
+        if type(value) is int and value > 0:
+            budget = value
+            break
+    if kind == GENERATION:
+        budget *= max(_positive(data.get("n")), _positive(data.get("best_of")))
+    return budget
+
+
+def _positive(value: Any) -> int:
+    return value if type(value) is int and value > 0 else 1
 
 
 def ask_for_usage(data: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
@@ -207,20 +227,20 @@ def _check_type(param: str, value: Any, expected: type) -> Invalid | None:
     )
 
 
-def _check_count(param: str, value: Any) -> Invalid | None:
+def _check_count(param: str, value: Any, low: int = 0, high: int = MAX_TOKENS) -> Invalid | None:
     invalid = _check_type(param, value, int)
     if invalid is not None or value is None:
         return invalid
-    if value < 0:
+    if value < low:
         return Invalid(
             "integer_below_min_value",
-            f"Invalid '{param}': expected a value >= 0, but got {value} instead.",
+            f"Invalid '{param}': expected a value >= {low}, but got {value} instead.",
             param,
         )
-    if value > MAX_TOKENS:
+    if value > high:
         return Invalid(
             "integer_above_max_value",
-            f"Invalid '{param}': expected a value <= {MAX_TOKENS}, but got a larger one.",
+            f"Invalid '{param}': expected a value <= {high}, but got a larger one.",
             param,
         )
     return None

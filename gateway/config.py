@@ -11,6 +11,13 @@ from contracts.usage import USAGE_PREFIX
 # A request body is held whole before it is forwarded (and a generation call's parsed), so
 # larger ones are refused with 413: four times a 1M-token prompt, room for inline images.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# What the gateway holds of an engine's answer (gateway.taps, gateway.prefill): past these
+# the one request ends, so no engine can grow the gateway's memory or its work per byte.
+# One streamed event is a token or a few (an echoed long prompt a few hundred KiB); a prefill
+# leg's answer is one token and the connector's transfer parameters.
+MAX_SSE_EVENT_BYTES = 1024 * 1024
+JSON_TAP_BYTES = 1024 * 1024
+MAX_PREFILL_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 UPSTREAM_KEEPALIVE_S = 4.0
@@ -19,6 +26,15 @@ UPSTREAM_KEEPALIVE_S = 4.0
 # larger one several: five minutes covers most without holding a caller forever.
 ACTIVATION_QUEUE = 64
 ACTIVATION_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class AnswerCaps:
+    """How much of one engine answer the gateway holds, in bytes (the settings' caps)."""
+
+    sse_event: int = MAX_SSE_EVENT_BYTES
+    json_copy: int = JSON_TAP_BYTES
+    prefill_answer: int = MAX_PREFILL_ANSWER_BYTES
 
 
 class ConfigError(RuntimeError):
@@ -50,6 +66,23 @@ class Settings:
     cooldown: float = 5.0
     usage_flush_interval: float = 1.0
     max_body_bytes: int = MAX_BODY_BYTES
+    # An engine's streamed event that grows past this without ending cuts its stream.
+    max_sse_event_bytes: int = MAX_SSE_EVENT_BYTES
+    # The head of a JSON answer kept to read its usage; past it, only a tail is kept.
+    json_tap_bytes: int = JSON_TAP_BYTES
+    # A prefill leg's answer larger than this fails the prefill leg.
+    max_prefill_answer_bytes: int = MAX_PREFILL_ANSWER_BYTES
+    # GET /metrics: the bearer token a scraper sends ("" : closed on the main port), and an
+    # address ("host:port") where a listener serves the metrics alone, without a token.
+    metrics_token: str = ""
+    metrics_listen: str = ""
+
+    @property
+    def answer_caps(self) -> AnswerCaps:
+        return AnswerCaps(
+            self.max_sse_event_bytes, self.json_tap_bytes, self.max_prefill_answer_bytes
+        )
+
     # Idle connections to engines are closed after this long (0: one request per connection).
     # Below the engines' own idle timeout (uvicorn's, vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE: 5 s)
     # the gateway closes first; at or above it, a request can meet a connection the engine
@@ -97,6 +130,7 @@ def load_settings() -> Settings:
             "WHARF_GATEWAY_ACTIVATION_TIMEOUT a number of seconds from 0 to 3600 (how long a "
             "request waits for a service scaled to zero to start)."
         )
+    answer_caps = _answer_caps()
     return Settings(
         redis_url=env.envstr("REDIS_URL", "redis://127.0.0.1:6379/0"),
         secret_key=secret.encode(),
@@ -106,4 +140,43 @@ def load_settings() -> Settings:
         upstream_keepalive=keepalive,
         activation_queue=queue,
         activation_timeout=activation,
+        max_sse_event_bytes=answer_caps[0],
+        json_tap_bytes=answer_caps[1],
+        max_prefill_answer_bytes=answer_caps[2],
+        metrics_token=env.secret("WHARF_GATEWAY_METRICS_TOKEN"),
+        metrics_listen=_metrics_listen(),
     )
+
+
+def _answer_caps() -> tuple[int, int, int]:
+    """(SSE event, JSON tap, prefill answer) byte caps, each a positive number of bytes."""
+    caps = (
+        ("WHARF_GATEWAY_MAX_SSE_EVENT_BYTES", MAX_SSE_EVENT_BYTES),
+        ("WHARF_GATEWAY_JSON_TAP_BYTES", JSON_TAP_BYTES),
+        ("WHARF_GATEWAY_MAX_PREFILL_ANSWER_BYTES", MAX_PREFILL_ANSWER_BYTES),
+    )
+    values = tuple(env.envint(name, default) for name, default in caps)
+    for (name, _), value in zip(caps, values, strict=True):
+        if value <= 0:
+            raise ConfigError(f"{name} must be a positive number of bytes.")
+    return values[0], values[1], values[2]
+
+
+def _metrics_listen() -> str:
+    """WHARF_GATEWAY_METRICS_LISTEN as given, once it is known to be a usable host:port."""
+    value = env.envstr("WHARF_GATEWAY_METRICS_LISTEN").strip()
+    if value and listen_address(value) is None:
+        raise ConfigError(
+            f"WHARF_GATEWAY_METRICS_LISTEN must be host:port (127.0.0.1:9091, [::1]:9091, "
+            f"0.0.0.0:9091), not {value!r}."
+        )
+    return value
+
+
+def listen_address(value: str) -> tuple[str, int] | None:
+    """("host", port) from "host:port" ("[v6]:port" for IPv6), or None if it is not one."""
+    host, colon, port = value.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or not port.isdecimal() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)

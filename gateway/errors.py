@@ -9,8 +9,9 @@ Wharf name of the case (`missing_api_key`, `no_ready_instance`, ...).
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from starlette.responses import JSONResponse
 
@@ -25,6 +26,10 @@ EAS_QUEUE_FULL = 450
 EAS_TIMEOUT = 408
 
 
+def error_body(error_type: str, code: str, message: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
 def error_response(
     status: int,
     error_type: str,
@@ -33,7 +38,7 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     param: str | None = None,
 ) -> JSONResponse:
-    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    body = error_body(error_type, code, message, param)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -275,6 +280,114 @@ def prefill_failed(service: str) -> JSONResponse:
         f"The prefill instance of service '{service}' failed the request. Retry; if this "
         "persists, check the prefill instance's logs in the console.",
     )
+
+
+def prefill_answer_too_large(service: str, limit: int) -> JSONResponse:
+    return error_response(
+        502,
+        SERVER_ERROR,
+        "prefill_answer_too_large",
+        f"The prefill instance of service '{service}' answered more than the gateway's limit "
+        f"of {limit} bytes (WHARF_GATEWAY_MAX_PREFILL_ANSWER_BYTES) for a one-token answer. "
+        "Check the prefill instance's engine and the request's options (prompt_logprobs).",
+    )
+
+
+def event_too_large(service: str, limit: int) -> bytes:
+    """The event that ends a stream whose engine sent an event past the gateway's limit (too
+    late for a 502: the answer has started). The blank line first ends whatever part of the
+    long event the client got, so that this one is read on its own."""
+    body = error_body(
+        SERVER_ERROR,
+        "upstream_event_too_large",
+        f"The instance of service '{service}' sent a streamed event longer than the gateway's "
+        f"limit of {limit} bytes (WHARF_GATEWAY_MAX_SSE_EVENT_BYTES), so the stream was cut. "
+        "Check the engine, or ask the operator to raise the limit.",
+    )
+    return b"\n\ndata: " + json.dumps(body).encode() + b"\n\n"
+
+
+def route_not_found(path: str, hint: str = "") -> JSONResponse:
+    return error_response(
+        404,
+        INVALID_REQUEST,
+        "route_not_found",
+        f"No route {path}. "
+        + (
+            hint
+            or "Use /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/responses, "
+            "/v1/models or /api/predict/<service>/<path>."
+        ),
+    )
+
+
+def invalid_path(path: str, reason: str) -> JSONResponse:
+    """An EAS-form path whose meaning would differ between the gateway and the engine."""
+    return error_response(
+        400,
+        INVALID_REQUEST,
+        "invalid_path",
+        f"The path {path} has {reason}. Send the engine's path plainly, e.g. "
+        "/api/predict/<service>/v1/chat/completions.",
+    )
+
+
+def method_not_allowed(method: str, path: str, allowed: Collection[str]) -> JSONResponse:
+    methods = ", ".join(sorted(allowed))
+    return error_response(
+        405,
+        INVALID_REQUEST,
+        "method_not_allowed",
+        f"{path} does not take {method}; use {methods}.",
+        headers={"Allow": methods},
+    )
+
+
+_METRICS_SETTINGS = (
+    "set WHARF_GATEWAY_METRICS_TOKEN (the scraper sends it as 'Authorization: Bearer <token>') "
+    "or WHARF_GATEWAY_METRICS_LISTEN (an address serving the metrics alone)"
+)
+
+
+def metrics_closed() -> JSONResponse:
+    """/metrics on the gateway's port with no token configured: it names every service."""
+    return error_response(
+        403,
+        INVALID_REQUEST,
+        "metrics_closed",
+        f"The gateway's metrics are not served on this port. To scrape them, {_METRICS_SETTINGS}.",
+    )
+
+
+def metrics_token_missing() -> JSONResponse:
+    return error_response(
+        401,
+        INVALID_REQUEST,
+        "missing_metrics_token",
+        "The gateway's metrics need the operator's metrics token as 'Authorization: Bearer "
+        "<token>' (WHARF_GATEWAY_METRICS_TOKEN).",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def metrics_token_invalid() -> JSONResponse:
+    return error_response(
+        401,
+        INVALID_REQUEST,
+        "invalid_metrics_token",
+        "The token is not the gateway's metrics token (WHARF_GATEWAY_METRICS_TOKEN); a service "
+        "token or API key does not open the metrics.",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def listener_route_not_found() -> dict:
+    return error_body(INVALID_REQUEST, "route_not_found",
+                      "This address serves GET /metrics only.")  # fmt: skip
+
+
+def listener_method_not_allowed() -> dict:
+    return error_body(INVALID_REQUEST, "method_not_allowed", "Use GET /metrics.")
 
 
 def internal_error() -> JSONResponse:

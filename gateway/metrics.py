@@ -38,6 +38,7 @@ UPSTREAM_CONNECT = "connect"
 UPSTREAM_TIMEOUT = "timeout"
 UPSTREAM_BROKEN = "broken"
 UPSTREAM_5XX = "http_5xx"
+UPSTREAM_TOO_LARGE = "too_large"  # an answer past what the gateway holds (gateway.config)
 
 
 class Metrics:
@@ -82,8 +83,9 @@ class Metrics:
         )
         self.upstream_errors = Counter(
             "wharf_gateway_upstream_errors",
-            "Engine instances failing a request: connect, timeout, broken (cut off early) or "
-            "http_5xx (answered with a server error, passed on as is).",
+            "Engine instances failing a request: connect, timeout, broken (cut off early), "
+            "http_5xx (answered with a server error, passed on as is) or too_large (an event "
+            "or a prefill answer past the gateway's cap).",
             ["service", "kind"],
             registry=self.registry,
         )

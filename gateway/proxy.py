@@ -14,7 +14,6 @@ HTTP/1.1 client, since its cost is paid on every request.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, replace
@@ -22,72 +21,32 @@ from dataclasses import dataclass, replace
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from contracts.routing import RoutedInstance, RoutedService
+from contracts.routing import RoutedInstance
 from contracts.usage import usage_model
 from gateway import errors, metrics
-from gateway.balancer import Balancer
-from gateway.engine_auth import EngineKeys
+from gateway.config import AnswerCaps
 from gateway.headers import client_response_headers
 from gateway.limit_rules import Refusal
-from gateway.limits import Admission, Demand, Limiter
-from gateway.metrics import Metrics
-from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
-from gateway.policies import RoutingKey
-from gateway.taps import JsonTap, SseTap
+from gateway.limits import Admission, Demand
+from gateway.plane import EAS_FORM, OPENAI_FORM, Call, Plane
+from gateway.prefill import run_prefill
+from gateway.taps import EventTooLargeError, JsonTap, SseTap
 from gateway.upstream import (
     Answer,
     ConnectFailedError,
-    Upstream,
     UpstreamBrokenError,
     UpstreamError,
     UpstreamTimeoutError,
 )
-from gateway.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
 # nginx's status for "the client closed the connection before the answer".
 CLIENT_CLOSED = 499
-OPENAI_FORM, EAS_FORM = "openai", "eas"
+__all__ = ["EAS_FORM", "OPENAI_FORM", "Call", "Plane", "ProxyResponse"]
 _CLIENT_LEFT, _EXPIRED = "client_left", "expired"
 # An engine's 404 for a route it lacks is read whole, up to this, to see whose it is.
 _MISSING_ROUTE_READ = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Plane:
-    """The per-process parts every forwarded request uses."""
-
-    upstream: Upstream
-    balancer: Balancer
-    limiter: Limiter
-    usage: UsageRecorder
-    metrics: Metrics
-    engine_keys: EngineKeys
-
-
-@dataclass(frozen=True)
-class Call:
-    """One authorized request, ready to forward."""
-
-    service: RoutedService
-    key_id: str  # contracts.usage.SERVICE_TOKEN_ID for a service token
-    demand: Demand
-    method: str
-    path: str
-    query: bytes
-    headers: list[tuple[str, str]]
-    body: bytes
-    timeout: float
-    prompt_estimate: int  # tokens, from the body's size
-    strip_usage: bool = False  # the gateway asked for the stream's usage event, not the client
-    arrived: float = 0.0  # time.perf_counter() when the request came in
-    policy: str = "least_outstanding"  # how instances are ranked (gateway.policies)
-    routing_key: RoutingKey | None = None  # the prompt and session, for the policies needing them
-    prefill: PrefillLeg | None = None  # a prefill/decode service: prefill first, then decode
-    form: str = OPENAI_FORM  # how the caller called: OpenAI's routes or EAS's /api/predict/...
-    keepalive: float | None = None  # seconds for the whole request (metadata.rpc.keepalive)
-    adapter: str = ""  # the LoRA adapter called ("" for the base model)
 
 
 @dataclass
@@ -108,8 +67,6 @@ class ProxyResponse(Response):
     def __init__(self, plane: Plane, call: Call) -> None:
         self.plane = plane
         self.call = call
-        path = call.path if call.path.startswith("/") else "/" + call.path
-        self.target = f"{path}?{call.query.decode('latin-1')}" if call.query else path
         self.status_code = 0  # known once the engine answers
         self.background = None
 
@@ -151,10 +108,11 @@ class ProxyResponse(Response):
             deadline = asyncio.get_running_loop().call_later(max(left, 0), stop, _EXPIRED)
         try:
             if call.prefill is not None:
-                failure = await self._prefill(call.prefill)
-                if failure is not None:
-                    await self._error(failure, outcome, scope, receive, send)
+                decode_body = await run_prefill(plane, call, call.prefill)
+                if isinstance(decode_body, Response):
+                    await self._error(decode_body, outcome, scope, receive, send)
                     return
+                self.call = replace(call, body=decode_body)
             await self._relay(ranked, demand, admission, outcome, scope, receive, send)
         except asyncio.CancelledError:
             if not outcome.stopped:
@@ -259,58 +217,15 @@ class ProxyResponse(Response):
             response = errors.upstream_unreachable(service.name)
         await self._error(response, outcome, scope, receive, send)
 
-    async def _prefill(self, leg: PrefillLeg) -> Response | None:
-        """Run the prefill leg; None to go on to decode, else the error to answer with.
-
-        Its answer (one token) is not relayed: only decode's reaches the client, so usage is
-        counted once. When prefill cannot serve, `on_prefill_failure: decode_only` lets decode
-        do the whole request (slower, but answered).
-        """
-        plane, call = self.plane, self.call
-        name = call.service.name
-        fallback = leg.pd.on_prefill_failure == "decode_only"
-        ranked = plane.balancer.ranked(
-            f"{name}/prefill", leg.instances, policy=leg.pd.prefill_policy, key=call.routing_key
-        )
-        if not ranked:
-            return None if fallback else errors.no_prefill_instance(name)
-        instance = ranked[0]
-        headers = [(n, v) for n, v in call.headers if n.lower() != "content-type"]
-        headers += [("content-type", "application/json"), plane.engine_keys.authorization(instance)]
-        body = json.dumps(prefill_body(leg.data, leg.pd)).encode()
-        plane.balancer.acquire(instance.url)
-        try:
-            answer = await plane.upstream.request(
-                instance.url, "POST", self.target, headers, body, call.timeout
-            )
-            try:
-                if answer.status != 200:
-                    raise UpstreamBrokenError(f"prefill answered {answer.status}")
-                result = json.loads(await answer.read())
-            finally:
-                answer.release()
-        except (UpstreamError, ValueError) as exc:
-            self._failed(instance, metrics.UPSTREAM_CONNECT, exc)
-            return None if fallback else errors.prefill_failed(name)
-        finally:
-            plane.balancer.release(instance.url)
-        if isinstance(result, dict):
-            self.call = replace(call, body=with_transfer_params(call.body, leg.pd, result))
-        return None
-
     async def _open(self, instance: RoutedInstance) -> Answer:
         call, plane = self.call, self.plane
         headers = [*call.headers, plane.engine_keys.authorization(instance)]
         return await plane.upstream.request(
-            instance.url, call.method, self.target, headers, call.body, call.timeout
+            instance.url, call.method, call.target, headers, call.body, call.timeout
         )
 
     def _failed(self, instance: RoutedInstance, kind: str, why: BaseException | str) -> None:
-        """An instance that cannot be reached or stopped answering sits out its cool-down."""
-        log.warning("instance %s (%s) failed (%s): %r", instance.name, instance.url, kind, why)
-        self.plane.metrics.upstream_errors.labels(self.call.service.name, kind).inc()
-        if kind != metrics.UPSTREAM_BROKEN:
-            self.plane.balancer.cool_down(instance.url)
+        self.plane.instance_failed(self.call.service.name, instance, kind, why)
 
     async def _next(
         self, failed: RoutedInstance, demand: Demand, admission: Admission, tried: set[str]
@@ -336,7 +251,7 @@ class ProxyResponse(Response):
         send: Send,
     ) -> None:
         call = self.call
-        sse, json_tap = _taps(answer, call.strip_usage)
+        sse, json_tap = _taps(answer, call.strip_usage, self.plane.caps)
         headers = client_response_headers(
             answer.headers, instance, sse is not None and call.strip_usage, answer.status
         )
@@ -376,6 +291,14 @@ class ProxyResponse(Response):
             # server drop the connection, so the client sees a truncated answer, not a
             # complete-looking one.
             self._failed(instance, metrics.UPSTREAM_BROKEN, exc)
+            return
+        except EventTooLargeError as exc:
+            # An event that never ends (the gateway would hold it all to read it): the stream
+            # ends with an error event naming the cap and is cut like a broken one's, and
+            # closing the engine's connection stops its generation.
+            self._failed(instance, metrics.UPSTREAM_TOO_LARGE, exc)
+            cut = errors.event_too_large(call.service.name, exc.limit)
+            await send({"type": "http.response.body", "body": cut, "more_body": True})
             return
         finally:
             if sse is not None:
@@ -442,13 +365,15 @@ def _first(ranked: list[RoutedInstance], url: str | None) -> RoutedInstance | No
     return ranked[0] if ranked else None
 
 
-def _taps(answer: Answer, strip_usage: bool) -> tuple[SseTap | None, JsonTap | None]:
+def _taps(
+    answer: Answer, strip_usage: bool, caps: AnswerCaps
+) -> tuple[SseTap | None, JsonTap | None]:
     """Which tap reads the answer's usage: only successful, unencoded JSON or event streams."""
     if not 200 <= answer.status < 300 or answer.header(b"content-encoding"):
         return None, None
     content_type = (answer.header(b"content-type") or b"").lower()
     if content_type.startswith(b"text/event-stream"):
-        return SseTap(strip_usage), None
+        return SseTap(strip_usage, caps.sse_event), None
     if content_type.startswith(b"application/json"):
-        return None, JsonTap()
+        return None, JsonTap(caps.json_copy)
     return None, None

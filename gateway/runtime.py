@@ -13,15 +13,16 @@ from redis.backoff import NoBackoff
 from contracts.routing import Snapshot
 from gateway.activation import Activator
 from gateway.balancer import Balancer
-from gateway.config import Settings
+from gateway.config import Settings, listen_address
 from gateway.engine_auth import EngineKeys
 from gateway.engine_figures import EngineFiguresReader
 from gateway.health import RedisHealth
 from gateway.inflight import InflightReporter
 from gateway.limits import Limiter
 from gateway.metrics import Metrics
+from gateway.metrics_access import MetricsListener
 from gateway.pipelined import PipelinedRedis
-from gateway.proxy import Plane
+from gateway.plane import Plane
 from gateway.request_rates import RequestRates
 from gateway.snapshot import SnapshotWatcher
 from gateway.upstream import Upstream
@@ -59,6 +60,12 @@ def _client(settings: Settings) -> aioredis.Redis:
             retry=Retry(NoBackoff(), 1),
         )
     )
+
+
+def _metrics_listener(settings: Settings, counters: Metrics) -> MetricsListener | None:
+    """The metrics' own listener, where the operator named an address for it."""
+    address = listen_address(settings.metrics_listen) if settings.metrics_listen else None
+    return MetricsListener(*address, counters.exposition) if address else None
 
 
 @asynccontextmanager
@@ -111,8 +118,9 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
-    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys)
+    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys, settings.answer_caps)
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
+    listener = _metrics_listener(settings, counters)
     health.start()
     await watcher.start()
     limiter.start()
@@ -120,8 +128,12 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     inflight.start()
     figures.start()
     try:
+        if listener is not None:
+            await listener.start()
         yield Runtime(settings, watcher, plane, activator, rates)
     finally:
+        if listener is not None:
+            await listener.stop()
         await figures.stop()
         await inflight.stop()
         await watcher.stop()

@@ -66,6 +66,14 @@ class UpstreamBrokenError(UpstreamError):
     """The connection failed or the answer was malformed after the request was sent."""
 
 
+class AnswerTooLargeError(UpstreamError):
+    """An answer read whole was longer than the reader holds."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer is longer than {limit} bytes")
+        self.limit = limit
+
+
 # Reading pauses while this much of an answer waits for the gateway to relay it.
 _HIGH_WATER = 256 * 1024
 # An engine's answer head larger than this is not an answer.
@@ -322,10 +330,13 @@ class Answer:
             pass  # the reads that follow raise it
         return b"".join(connection.chunks)[:limit]
 
-    async def read(self) -> bytes:
-        """The whole body."""
-        parts = []
+    async def read(self, limit: int) -> bytes:
+        """The whole body; AnswerTooLargeError as soon as it is known to pass `limit` bytes."""
+        parts, size = [], 0
         while chunk := await self.read_chunk():
+            size += len(chunk)
+            if size > limit:
+                raise AnswerTooLargeError(limit)
             parts.append(chunk)
         return b"".join(parts)
 

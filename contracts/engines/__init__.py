@@ -17,7 +17,7 @@ from contracts.limits import bounded
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
 
-__all__ = ["ContainerPlan", "Mount", "Placement", "render", "validate"]
+__all__ = ["ContainerPlan", "Mount", "Placement", "engine_name", "render", "validate"]
 
 GB = 1024**3
 MODULES = {
@@ -42,14 +42,18 @@ def default_images() -> dict[str, str]:
     return found
 
 
-def adapter(spec: ServiceSpec) -> ModuleType:
-    """The engine that renders `spec`: a given command is always run verbatim (custom)."""
+def engine_name(spec: ServiceSpec) -> str:
+    """The engine whose API `spec`'s instances serve (a key of MODULES): a given command is
+    always run verbatim, so whatever it starts is a custom engine to Wharf."""
     container = spec.containers[0] if spec.containers else None
     if spec.llm is None or (container and (container.command or container.script)):
-        name = "custom"
-    else:
-        name = MODULES[spec.llm.engine]
-    return importlib.import_module(f"contracts.engines.{name}")
+        return "custom"
+    return spec.llm.engine
+
+
+def adapter(spec: ServiceSpec) -> ModuleType:
+    """The engine that renders `spec`."""
+    return importlib.import_module(f"contracts.engines.{MODULES[engine_name(spec)]}")
 
 
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:

@@ -10,6 +10,7 @@ import redis
 from django.conf import settings
 
 from contracts import spec_facts
+from contracts.engines import engine_name
 from contracts.routing import (
     DEFAULT_RATE_LIMIT,
     DEFAULT_SESSION_HEADER,
@@ -86,6 +87,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         # autoscaler starts one (contracts.inflight's "held").
         scale_from_zero=any(s.min == 0 for _, s in spec_facts.autoscalers(spec).values()),
         adapters=spec_facts.adapter_names(spec),
+        engine=engine_name(spec),
     )
 
 

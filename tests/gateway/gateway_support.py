@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -32,6 +33,9 @@ from gateway.app import create_app
 from gateway.config import Settings
 
 SECRET_KEY = b"wharf-gateway-tests-secret"
+# The scrapers' token of the tests' gateways (WHARF_GATEWAY_METRICS_TOKEN).
+METRICS_TOKEN = "wharf-gateway-tests-metrics"
+METRICS_AUTHORIZATION = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
 class ServerThread:
@@ -106,7 +110,9 @@ class Gateway:
         return read_usage(self.redis_url, self.settings.usage_prefix)
 
     def metrics(self) -> str:
-        return httpx.get(self.url + "/metrics", trust_env=False).text
+        answer = httpx.get(self.url + "/metrics", headers=METRICS_AUTHORIZATION, trust_env=False)
+        answer.raise_for_status()
+        return answer.text
 
 
 def assert_error(
@@ -231,6 +237,7 @@ def isolated_settings(redis_url: str, prefix: str | None = None, **overrides: An
         "limits_prefix": f"{prefix}:limit:",
         "usage_prefix": f"{prefix}:usage:",
         "usage_flush_interval": 0.05,
+        "metrics_token": METRICS_TOKEN,
         **overrides,
     }
     return Settings(redis_url=redis_url, secret_key=SECRET_KEY, **fields)
@@ -260,6 +267,12 @@ class GatewayProcess:
                 raise RuntimeError(f"gateway process on {self.url} failed to start")
             time.sleep(0.05)
 
+    def peak_memory(self) -> int:
+        """The process's peak resident memory so far, in bytes (Linux's VmHWM)."""
+        status = Path(f"/proc/{self._process.pid}/status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024
+
     def kill(self) -> None:
         """Dies as a crashed gateway would: no cleanup, its leases left behind in Redis."""
         self._process.send_signal(signal.SIGKILL)
@@ -272,6 +285,46 @@ class GatewayProcess:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+class RawEngineThread:
+    """An engine on raw sockets in a thread of its own, for gateways in any process: each
+    connection is answered by `handler` (tests/gateway/raw_engine.py's helpers read the
+    request), which writes exactly the bytes under test."""
+
+    def __init__(self, handler: Callable[..., Any]) -> None:
+        self._handler = handler
+        self._loop = asyncio.new_event_loop()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> RawEngineThread:
+        self._thread.start()
+        self._server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._serve, sock=self._sock), self._loop
+        ).result(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._handler(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
 
 def _listening(port: int) -> bool:
@@ -321,8 +374,11 @@ def service(
     models: tuple[str, ...] = (),
     **limits: Any,
 ) -> RoutedService:
-    """A routed service; `limits`: rate_limit, max_queue_size, timeout."""
+    """A routed service; `limits`: rate_limit, max_queue_size, timeout (and any other field of
+    RoutedService). Its engine is custom unless a test says otherwise: the test engines serve
+    routes of their own (/echo, /status) besides OpenAI's."""
     limits.setdefault("rate_limit", 0)  # unlimited unless a test says otherwise
+    limits.setdefault("engine", "custom")
     return RoutedService(
         name=name,
         served_model_names=models,

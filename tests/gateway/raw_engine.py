@@ -84,7 +84,7 @@ def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
 async def exchange(upstream: Upstream, engine: Engine) -> bytes:
     """One call to the engine: its whole body, the connection given back for reuse."""
     answer = await upstream.request(engine.url, "POST", "/", [], b"{}", 5)
-    body = await answer.read()
+    body = await answer.read(1024)
     answer.release()
     return body
 

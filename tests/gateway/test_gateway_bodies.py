@@ -83,7 +83,7 @@ def test_wrong_type_for_a_field_the_gateway_reads_is_400_naming_it(
 def test_fields_the_gateway_does_not_read_reach_the_engine_untouched(
     deployed: Deployed, http: httpx.Client
 ) -> None:
-    fields = {"model": "tiny", "prompt": "x", "n": "two", "temperature": [1], "extra": {"a": None}}
+    fields = {"model": "tiny", "prompt": "x", "top_p": "two", "temperature": [1], "x": {"a": None}}
     response = http.post(
         deployed.gateway.url + "/v1/completions",
         json=fields,

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from contracts.engine_routes import POOLING, RESPONSES
 from gateway import body
-from gateway.body import MAX_DEPTH, MAX_MODEL_LENGTH, MAX_TOKENS, Invalid
+from gateway.body import MAX_CHOICES, MAX_DEPTH, MAX_MODEL_LENGTH, MAX_TOKENS, Invalid
 from gateway.config import MAX_BODY_BYTES, ConfigError, load_settings
 
 
@@ -65,6 +66,12 @@ _USAGE = "stream_options.include_usage"
         (_body(max_tokens=-1), "integer_below_min_value", "max_tokens"),
         (_body(max_tokens=10**30), "integer_above_max_value", "max_tokens"),
         (_body(max_tokens=MAX_TOKENS + 1), "integer_above_max_value", "max_tokens"),
+        (_body(max_output_tokens="9"), "invalid_type", "max_output_tokens"),
+        (_body(n=0), "integer_below_min_value", "n"),
+        (_body(n=2.0), "invalid_type", "n"),
+        (_body(n=MAX_CHOICES + 1), "integer_above_max_value", "n"),
+        (_body(best_of=True), "invalid_type", "best_of"),
+        (_body(best_of=-3), "integer_below_min_value", "best_of"),
         (_body(max_completion_tokens="x"), "invalid_type", "max_completion_tokens"),
         (_body(max_completion_tokens=False), "invalid_type", "max_completion_tokens"),
         (_body(max_completion_tokens=-5), "integer_below_min_value", "max_completion_tokens"),
@@ -88,10 +95,11 @@ def test_refuses_body_naming_the_field(raw: bytes, code: str, param: str | None)
         {"stream": True, "stream_options": {"include_usage": False, "other": "x"}},
         {"stream_options": {"include_usage": None}},
         {"max_tokens": 0, "max_completion_tokens": MAX_TOKENS},
+        {"n": 1, "best_of": MAX_CHOICES, "max_output_tokens": 0},
         {"model": "m" * MAX_MODEL_LENGTH},
         {"model": "modèle-🚀", "prompt": "\ud800"},  # only the model must be encodable
         # Fields the gateway does not read go to the engine as they are, whatever they hold.
-        {"n": "many", "temperature": "hot", "messages": 42, "prompt": {"a": [1e308, None]}},
+        {"top_p": "many", "temperature": "hot", "messages": 42, "prompt": {"a": [1e308, None]}},
         {"x": json.loads(b"[" * (MAX_DEPTH - 2) + b"]" * (MAX_DEPTH - 2))},
         {"prompt": "[" * 1000 + "{" * 1000},  # brackets in a string are not nesting
     ],
@@ -140,10 +148,30 @@ def test_eas_form_still_checks_the_fields_it_reads() -> None:
         ({"max_tokens": 7}, 7),
         ({"max_completion_tokens": 9}, 9),
         ({"max_tokens": 7, "max_completion_tokens": 9}, 7),
+        ({"max_tokens": 7, "n": 3}, 21),
+        ({"max_tokens": 7, "n": 2, "best_of": 5}, 35),  # best_of sequences are generated
+        ({"n": 4}, 4 * body.DEFAULT_MAX_TOKENS),
+        ({"max_completion_tokens": 9, "n": None, "best_of": 2}, 18),
     ],
 )
-def test_charges_max_tokens_else_the_default(data: dict[str, Any] | None, expected: int) -> None:
-    assert body.max_tokens(data) == expected
+def test_charges_max_tokens_times_the_sequences_else_the_default(
+    data: dict[str, Any] | None, expected: int
+) -> None:
+    assert body.completion_budget(data) == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "expected"),
+    [
+        (RESPONSES, {"max_output_tokens": 40, "max_tokens": 7, "n": 3}, 40),
+        (RESPONSES, {}, body.DEFAULT_MAX_TOKENS),
+        (POOLING, {"n": 3}, body.DEFAULT_MAX_TOKENS),
+    ],
+)
+def test_other_inference_routes_charge_their_own_field(
+    kind: str, data: dict[str, Any], expected: int
+) -> None:
+    assert body.completion_budget(data, kind) == expected
 
 
 @pytest.mark.parametrize(

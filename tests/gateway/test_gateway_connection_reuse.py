@@ -98,7 +98,7 @@ def test_an_idempotent_request_closed_unanswered_on_a_reused_connection_is_retri
             upstream = Upstream()
             assert await exchange(upstream, engine) == b"{}"
             answer = await upstream.request(engine.url, method, "/", [], b"", 5)
-            assert answer.status == 200 and await answer.read() == b"{}"
+            assert answer.status == 200 and await answer.read(1024) == b"{}"
             assert engine.connections == 2
             answer.release()
             await upstream.close()
@@ -113,7 +113,7 @@ def test_a_post_with_an_idempotency_key_is_retried_like_an_idempotent_one() -> N
             assert await exchange(upstream, engine) == b"{}"
             headers = [("Idempotency-Key", "k1")]
             answer = await upstream.request(engine.url, "POST", "/", headers, b"{}", 5)
-            assert await answer.read() == b"{}"
+            assert await answer.read(1024) == b"{}"
             assert engine.connections == 2
             answer.release()
             await upstream.close()

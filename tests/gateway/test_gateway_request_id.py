@@ -144,7 +144,7 @@ def test_a_502_carries_the_id_and_its_log_line_too(
     token, digest = make_token()
     gone = RoutedInstance(name="gone", url=free_port_refusing_connections())
     gateway = start_gateway(snapshot(1, service(unique("dead"), [gone], [digest], ("dead",))))
-    with logged("gateway.proxy") as lines:
+    with logged("gateway.plane") as lines:
         answer = completion(gateway, token, {"x-request-id": "gone-1"}, model="dead")
     assert answer.status_code == 502
     assert answer.headers["x-request-id"] == "gone-1"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from gateway.taps import JsonTap, SseTap
+from gateway.taps import EventTooLargeError, JsonTap, SseTap
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
 
@@ -96,3 +97,79 @@ def test_answers_without_usage_report_none() -> None:
     broken = JsonTap()
     broken.feed(b"<html>")
     assert broken.usage() is None
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("strip", [True, False], ids=["cutting", "copying"])
+@pytest.mark.parametrize("read", [64 * 1024, 100 * MIB], ids=["64KiB-reads", "one-read"])
+def test_an_endless_event_is_held_up_to_the_limit_then_refused(strip: bool, read: int) -> None:
+    tap = SseTap(strip_usage_event=strip, event_limit=MIB)
+    endless = b"data: " + b"x" * (100 * MIB)
+    fed = 0
+    with pytest.raises(EventTooLargeError) as refused:
+        for at in range(0, len(endless), read):
+            tap.feed(endless[at : at + read])
+            fed += read
+            assert tap.held <= MIB
+    assert refused.value.limit == MIB
+    assert fed <= MIB  # refused as soon as the event passed the limit, not at its end
+    assert tap.held == 0
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("strip", [True, False], ids=["cutting", "copying"])
+def test_an_unfinished_event_costs_time_linear_in_its_size(strip: bool) -> None:
+    # 64 MiB in 4 KiB reads: re-copying or re-searching what is held on every read would
+    # cost about 16,000 x 32 MiB (minutes); once per byte it is milliseconds.
+    tap = SseTap(strip_usage_event=strip, event_limit=128 * MIB)
+    piece = b"x" * 4096
+    started = time.process_time()
+    tap.feed(b"data: ")
+    for _ in range(64 * MIB // len(piece)):
+        tap.feed(piece)
+    tap.feed(b"\n\n" + event({"choices": [], "usage": USAGE}))
+    assert time.process_time() - started < 3
+    assert (tap.held, tap.counts, tap.events) == (0, (5, 2), 2)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5], ids=lambda n: f"reads-of-{n}")
+def test_a_boundary_split_across_reads_ends_the_event(size: int) -> None:
+    tap = SseTap(strip_usage_event=True, event_limit=64)
+    whole = b"".join(event({"choices": [{"text": "a" * 20}]}, b"\r\n") for _ in range(20))
+    sent = b"".join(tap.feed(whole[i : i + size]) for i in range(0, len(whole), size))
+    assert sent == whole and tap.held == 0 and tap.events == 20
+
+
+def test_a_huge_json_answer_is_kept_up_to_its_copy_limit() -> None:
+    tap = JsonTap(copy_limit=MIB)
+    tap.feed(b'{"choices": [{"text": "')
+    for _ in range(100):
+        tap.feed(b"x" * MIB)
+        assert tap.held <= MIB
+    tap.feed(b'"}], "usage": ' + json.dumps(USAGE).encode() + b"}")
+    assert tap.usage() == (5, 2)
+
+
+RESPONSES_USAGE = {"input_tokens": 9, "output_tokens": 4, "total_tokens": 13}
+
+
+def test_a_responses_api_answer_is_metered_from_its_input_and_output_tokens() -> None:
+    answer = json.dumps({"object": "response", "output": [], "usage": RESPONSES_USAGE}).encode()
+    whole = JsonTap()
+    whole.feed(answer)
+    assert whole.usage() == (9, 4)
+    tail = JsonTap(copy_limit=16)  # past the copy: read from the tail
+    for i in range(0, len(answer), 10):
+        tail.feed(answer[i : i + 10])
+    assert tail.usage() == (9, 4)
+
+
+def test_a_responses_api_stream_is_metered_from_its_completed_event() -> None:
+    created = {"type": "response.created", "response": {"usage": None}}
+    completed = {"type": "response.completed", "response": {"usage": RESPONSES_USAGE}}
+    chunks = [event(created), event({"type": "response.output_text.delta"}), event(completed)]
+    tap = SseTap(strip_usage_event=False)
+    assert relay(tap, chunks) == b"".join(chunks)
+    assert tap.counts == (9, 4)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 from gateway_support import (
+    METRICS_AUTHORIZATION,
     Engine,
     Gateway,
     make_key,
@@ -200,7 +201,7 @@ def test_metrics_count_requests_latency_first_bytes_and_redis_health(
         client.completions.create(model="m", prompt="x", max_tokens=1)
     http.post(gateway.url + "/v1/completions", json={"model": "m", "prompt": "x"})  # 401
 
-    response = http.get(gateway.url + "/metrics")
+    response = http.get(gateway.url + "/metrics", headers=METRICS_AUTHORIZATION)
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
     name = svc.name

@@ -7,7 +7,8 @@ Request bodies may carry test knobs next to the OpenAI fields:
 - `stop_after`: stop after this many tokens, as a stop sequence would (fewer than max_tokens).
 Streams honour `stream_options.include_usage` as vLLM does: one last event with empty
 `choices` and the usage, and no `usage` field on the other events.
-`/v1/embeddings` answers as vLLM does for an embedding model; `/status/<code>` answers an
+`/v1/embeddings` answers as vLLM does for an embedding model, `/v1/responses` as it does for
+the Responses API (usage in input and output tokens); `/status/<code>` answers an
 empty body with that status. Requests with an `x-test-id` header are recorded in `Recorder`,
 so tests can see what the engine saw and when: its body, when it finished, and whether the
 client went away (an abort).
@@ -204,6 +205,28 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
         model = body.get("model", "unknown")
         return JSONResponse({"object": "list", "data": data, "model": model, "usage": usage})
 
+    async def responses(request: Request) -> Response:
+        """The Responses API as vLLM answers it: usage in input and output tokens, streamed in
+        the response.completed event."""
+        seen = recorder.start(request)
+        seen.body = body = await request.json()
+        tokens = int(body.get("max_output_tokens") or 3)
+        prompt_tokens = len(str(body.get("input")).split())
+        usage = {"input_tokens": prompt_tokens, "output_tokens": tokens,
+                 "total_tokens": prompt_tokens + tokens}  # fmt: skip
+        response = {"id": f"resp-{name}", "object": "response", "status": "completed",
+                    "output": [], "usage": usage}  # fmt: skip
+        if not body.get("stream"):
+            return JSONResponse(response)
+        events = [
+            {"type": "response.created", "response": {**response, "usage": None}},
+            {"type": "response.output_text.delta", "delta": f"{name} "},
+            {"type": "response.completed", "response": response},
+        ]
+        return StreamingResponse(
+            iter([_sse(event) for event in events]), media_type="text/event-stream"
+        )
+
     async def status(request: Request) -> Response:
         """An empty answer with the status asked for (204, 304...), and an ETag."""
         return Response(status_code=int(request.path_params["code"]), headers={"etag": '"v1"'})
@@ -216,6 +239,7 @@ def create_upstream(name: str, recorder: Recorder) -> Starlette:
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/embeddings", embeddings, methods=["POST"]),
+            Route("/v1/responses", responses, methods=["POST"]),
             Route("/health", health),
             Route("/status/{code:int}", status),
             Route("/teapot", teapot, methods=["GET", "POST"]),
