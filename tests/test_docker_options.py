@@ -80,7 +80,11 @@ def test_tmpfs_and_shared_memory(tmp_path):
 
 def test_a_host_network_instance_joins_the_nodes_network_and_publishes_nothing(tmp_path):
     opts = options(tmp_path, "10.0.0.7", host_network=True)
-    assert opts["network_mode"] == "host" and "ports" not in opts
+    assert opts["network_mode"] == "host" and "ports" not in opts and "network" not in opts
+
+
+def test_a_bridged_instance_is_on_its_services_own_network(tmp_path):
+    assert options(tmp_path)["network"] == "wharf-svc-svc"
 
 
 def test_listing_again_when_a_container_goes_between_list_and_inspect():

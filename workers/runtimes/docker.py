@@ -40,6 +40,14 @@ LABEL_HEALTH_PATH = "wharf.health-path"
 LABEL_PORT = "wharf.port"
 
 
+def service_network(service: str) -> str:
+    """The bridge network of a service's containers on a node. Docker keeps user-defined
+    bridges apart, so one service's engines cannot reach another's container addresses (on
+    its default bridge every container reaches every other's ports); the gateway reaches
+    each at the port published on the node's address."""
+    return f"wharf-svc-{service}"
+
+
 def listed(client, label: str, attempts: int = 5) -> list:
     """The containers with `label`, stopped ones too. docker-py lists, then inspects each, so
     one removed in between (the agent stops instances on other threads) fails the whole call
@@ -90,6 +98,8 @@ def run_options(
         # The engine binds the node's address itself (its --host); nothing to publish.
         del options["ports"]
         options["network_mode"] = "host"
+    else:
+        options["network"] = service_network(request.service)
     if plan.gpus:
         ids = [str(i) for i in plan.gpus]
         options["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
@@ -239,6 +249,8 @@ class DockerRuntime:
                 request, plan=replace(plan, mounts=plan.mounts + self._files(request))
             )
         address = publish_address(self.node_address)
+        if not plan.host_network:
+            self._network(request.service)
         try:
             container = self.client.containers.run(
                 plan.image,
@@ -266,10 +278,36 @@ class DockerRuntime:
             mounts.append(Mount("bind", target, str(path)))
         return mounts
 
+    def _network(self, service: str) -> None:
+        """The service's own bridge network on this node (service_network), made once."""
+        name = service_network(service)
+        if self._networks(name):
+            return
+        labels = {LABEL_SERVICE: service, LABEL_NODE: self.node}
+        try:
+            self.client.networks.create(name, driver="bridge", labels=labels,
+                                        check_duplicate=True)  # fmt: skip
+        except APIError as exc:
+            if self._networks(name):  # another start made it meanwhile
+                return
+            raise InstanceError(
+                f"docker could not make the service's network {name}: "
+                f"{exc.explanation or exc}; with many services on one node, give dockerd "
+                "smaller default-address-pools (daemon.json)"
+            ) from exc
+
     def forget(self, service: str) -> None:
-        """Remove what a deleted service shared between its instances (the KV volume)."""
+        """Remove what a deleted service shared between its instances (the KV volume, its
+        network)."""
         with contextlib.suppress(NotFound, APIError):
             self.client.volumes.get(f"wharf-kv-{service}").remove(force=True)
+        for network in self._networks(service_network(service)):
+            with contextlib.suppress(NotFound, APIError):  # still in use: the next forget
+                network.remove()
+
+    def _networks(self, name: str) -> list:
+        """The networks named `name` exactly (Docker's name filter also matches parts)."""
+        return [n for n in self.client.networks.list(names=[name]) if n.name == name]
 
     def _observe(self, container) -> ObservedInstance:
         labels = container.labels

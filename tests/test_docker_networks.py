@@ -1,0 +1,61 @@
+"""Engines only through the gateway, on Docker: each service's containers are on a bridge
+network of their own, so one service's engine cannot reach another's container address (on
+Docker's default bridge every container reached every other's ports), while instances of one
+service still reach each other. Real dockerd, the worker's own runtime and renderer."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from contracts.engines import render
+from contracts.spec import parse_spec
+from tests.test_docker_limits import IMAGE, DockerNode, node  # noqa: F401 (the fixture)
+from workers.runtimes.base import InstanceRequest
+from workers.runtimes.docker import service_network
+
+SERVER = "exec python3 -m http.server 8000 --bind 0.0.0.0"
+PROBE = ("import socket,sys; s=socket.socket(); s.settimeout(3); "
+         "print(s.connect_ex((sys.argv[1], 8000)))")  # fmt: skip
+
+
+def server(name: str) -> dict:
+    return {"name": name, "containers": [{"image": IMAGE, "command": SERVER, "port": 8000}]}
+
+
+def address(container) -> str:
+    (network,) = container.attrs["NetworkSettings"]["Networks"].values()
+    return network["IPAddress"]
+
+
+def reaches(container, ip: str, wait: float = 0) -> bool:
+    deadline = time.monotonic() + wait
+    while True:
+        code, out = container.exec_run(["python3", "-c", PROBE, ip])
+        if code == 0 and out.decode().strip() == "0":
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
+def test_one_services_engines_cannot_reach_anothers(node: DockerNode):  # noqa: F811
+    ours, theirs = (f"net-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    target = node.start(server(theirs))
+    first = node.start(server(ours))
+    runtime = node.runtime()
+    assert list(first.attrs["NetworkSettings"]["Networks"]) == [service_network(ours)]
+    plan = render(parse_spec(server(ours)), runtime.placement())
+    node.created.append(f"{ours}-2")
+    runtime.create(InstanceRequest(ours, f"{ours}-2", "h", plan))
+    sibling = runtime.client.containers.get(f"{ours}-2")
+    assert reaches(sibling, address(first), wait=20)  # its own service's: reachable
+    assert reaches(first, address(sibling), wait=20)
+    assert not reaches(first, address(target))  # another service's engine: not
+    # Deleted, a service leaves no network behind on the node.
+    for name in (f"{ours}-1", f"{ours}-2"):
+        runtime.remove(name)
+    runtime.forget(ours)
+    assert [n for n in runtime.client.networks.list() if n.name == service_network(ours)] == []
+    runtime.remove(f"{theirs}-1")
+    runtime.forget(theirs)
