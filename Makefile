@@ -50,9 +50,11 @@ venv: $(RUNTIME)
 ## The development environment: the runtime one plus the test and lint tools.
 venv-dev: $(DEV)
 
-## Bring the whole system up on embedded defaults and deploy the demo model.
+## Bring the whole system up on embedded defaults and deploy the demo model
+## (`make run UP_FLAGS=--no-demo`: everything but the demo).
+UP_FLAGS ?=
 run: venv console
-	$(PY) manage.py up
+	$(PY) manage.py up $(UP_FLAGS)
 
 ## The whole test suite (unit, API, gateway, end to end on Docker and local processes).
 test: venv-dev lint console

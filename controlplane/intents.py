@@ -9,7 +9,7 @@ import redis
 from celery import Celery
 from django.conf import settings
 
-from contracts import node_logs, reconcile
+from contracts import node_logs, node_tokenizer, reconcile
 from controlplane.services.models import Service
 
 
@@ -45,3 +45,9 @@ def reconcile_every_service() -> None:
 def instance_log(node: str, instance: str, tail: int) -> str | None:
     """The last `tail` lines of `instance`'s log, read on `node`; None if it does not answer."""
     return node_logs.fetch(_redis(), node, instance, tail)
+
+
+def tokenizer_files(node: str, instance: str) -> dict | None:
+    """The tokenizer of `instance`'s model, read on `node`: {"files": …} or {"error": …};
+    None if the node does not answer."""
+    return node_tokenizer.fetch(_redis(), node, instance)

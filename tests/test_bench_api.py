@@ -1,6 +1,7 @@
 """Benchmark runs in the API (POST/GET /api/v1/services/<name>/benchmarks, every bad field of
-a run named) and the service's tokenizer (GET .../tokenizer: only from the model store, never
-a file outside it), against the configured database."""
+a run named) and the service's tokenizer when no node can be asked (GET .../tokenizer: a
+model-store model from the API host's store, never a file outside it; tests/test_node_tokenizer.py
+has it read on the nodes), against the configured database."""
 
 from __future__ import annotations
 
@@ -193,12 +194,13 @@ def test_the_tokenizer_of_a_model_store_model_is_served(api, store):
     files = answer.json()["files"]
     assert files["tokenizer.json"] == (store / "tiny-llama" / "tokenizer.json").read_text()
     assert json.loads(files["tokenizer_config.json"])["bos_token"] == "<|begin_of_text|>"
-    assert answer.json()["model"] == "tiny-llama"
+    assert (answer.json()["model"], answer.json()["node"]) == ("tiny-llama", None)
 
 
 def test_tokenizer_config_is_optional(api, store):
     (store / "tiny-llama" / "tokenizer_config.json").unlink()
-    assert set(api.get(serve("svc", "tiny-llama")).json()["files"]) == {"tokenizer.json"}
+    files = api.get(serve("svc", "tiny-llama")).json()["files"]
+    assert set(files) == {"tokenizer.json", "special_tokens_map.json"}
 
 
 @pytest.mark.parametrize(
@@ -253,4 +255,4 @@ def test_the_benchmark_views_are_described_in_valid_openapi(db):
     assert set(row["properties"]["rows"]["items"]["required"]) == set(validation.FIGURES)
     assert runs_path["get"]["operationId"] == "services_benchmarks_list"
     tokenizer = schema["paths"]["/api/v1/services/{name}/tokenizer"]["get"]
-    assert set(tokenizer["responses"]) == {"200", "404"}
+    assert set(tokenizer["responses"]) == {"200", "404", "504"}

@@ -3,7 +3,9 @@ gateway, Redis, the database) serving the tiny model with vLLM's CPU build as a 
 
 The engine's own counters (/metrics) say how many prompt and output tokens it processed: they
 must be exactly what the benchmark asked, which proves the prompts' lengths without trusting
-the CLI's reading of the answers."""
+the CLI's reading of the answers. Without --tokenizer it counts with the service's own, which
+the node that runs it reads wherever the model comes from: the model store, object storage (a
+real S3 server, moto) or a hub (a local one that answers as Hugging Face Hub does)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import boto3
 import httpx
 import pytest
 
 from controlplane.services.tiny_model import write_tiny_model
+from tests.hub_fake import FakeHub
+from tests.hub_models import tiny_files
+from tests.moto_support import KEY_ID, SECRET
 from tests.system import start_system
 from wharfcli.bench.runner import PROBE_TEXT_TOKENS
 from wharfcli.bench.stats import FIGURES
@@ -35,9 +41,18 @@ def models(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def system(tmp_path_factory, redis_url, models):
+def hub():
+    with FakeHub() as fake:
+        fake.add_repo("wharf/tiny", tiny_files())
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory, redis_url, models, moto, hub):
     home = tmp_path_factory.mktemp("wharf-bench")
-    system = start_system("process", home, models, redis_url, {}, redis_number=6,
+    sources = {"WHARF_S3_ENDPOINT": moto.url, "WHARF_S3_ACCESS_KEY_ID": KEY_ID,
+               "WHARF_S3_ACCESS_KEY_SECRET": SECRET, "WHARF_HF_ENDPOINT": hub.url}  # fmt: skip
+    system = start_system("process", home, models, redis_url, sources, redis_number=6,
                           database="wharf_bench", token_name="bench")  # fmt: skip
     yield system
     system.remove_instances()  # of a service a failed test left behind
@@ -167,3 +182,57 @@ def test_dynamic_on_a_generated_dataset_sends_each_rate_and_is_stored(
     run = stored(wharf, "dynamic")
     assert [row["request_rate"] for row in run["rows"]] == [2.0, 4.0]
     assert run["parameters"]["dataset_type"] == "custom" and run["created_by"]
+
+
+# The tiny model staged by the node rather than found in its store.
+STAGED = {"bench-s3": "s3://bench-models/tiny/", "bench-hf": "hf://wharf/tiny"}
+
+
+@pytest.fixture(scope="module")
+def staged_services(system, moto, models):
+    """The tiny model deployed from object storage and from a hub, both at once: {name: its
+    service token}; deleted (and gone) afterwards."""
+    s3 = boto3.client("s3", endpoint_url=moto.url, region_name="us-east-1",
+                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)  # fmt: skip
+    s3.create_bucket(Bucket="bench-models")
+    for path in (models / "tiny-llama").iterdir():
+        s3.upload_file(str(path), "bench-models", f"tiny/{path.name}")
+    tokens = {}
+    with system.api() as api:
+        for name, model in STAGED.items():
+            spec = {"name": name, "metadata": {"instance": 1, "shm_size": 1},
+                    "llm": {"engine": "vllm-cpu", "model": model, "max_model_len": 512,
+                            "max_num_seqs": 4}}  # fmt: skip
+            created = api.post("/services", json=spec)
+            assert created.status_code == 201, created.text
+            tokens[name] = created.json()["token"]
+    for name in STAGED:
+        deployed = system.wait_phase(name, {"running", "failed"}, timeout=420)
+        assert deployed["phase"] == "running", deployed
+    yield tokens
+    with system.api() as api:
+        for name in STAGED:
+            api.delete(f"/services/{name}")
+    for name in STAGED:
+        system.wait_phase(name, {"gone"}, timeout=120)
+
+
+@pytest.mark.parametrize("name", sorted(STAGED))
+def test_static_counts_with_the_tokenizer_the_node_reads_wherever_the_model_comes_from(
+    system, staged_services, wharf, tmp_path, name
+):
+    """No --tokenizer: the service's own, read on its node (the API host's store has only
+    tiny-llama under its own name, so nothing else could have served it)."""
+    code, out, err = wharf(
+        "bench", "static", name, "--parallel-num", "1", "--prompt-tokens", "24",
+        "--output-tokens", "4", "--epochs", "1", "--csv", str(tmp_path / "static.csv"),
+        "--token", staged_services[name], "--no-store",
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"counts a {PROBE_TOKENS}-token prompt as {PROBE_TOKENS}" in err
+    (row,) = read_csv(tmp_path / "static.csv")
+    assert (row["requests"], row["failed"], row["token_mismatches"]) == ("1", "0", "0")
+    assert float(row["mean_prompt_tokens"]) == 24
+    with system.api() as api:
+        served = api.get(f"/services/{name}/tokenizer").json()
+    assert served["model"] == STAGED[name] and served["node"], served

@@ -130,7 +130,7 @@ def test_help_everywhere_and_eascmd_aliases():
     runner = CliRunner()
     top = runner.invoke(cli, ["--help"])
     assert top.exit_code == 0 and "Exit codes" in top.output
-    for alias in ("create", "modify", "desc", "list", "delete", "start", "stop"):
+    for alias in ("create", "modify", "desc", "describe", "list", "delete", "start", "stop"):
         assert f"  {alias} " in top.output
     groups = {name: command for name, command in cli.commands.items()}
     for name, command in groups.items():
@@ -139,6 +139,12 @@ def test_help_everywhere_and_eascmd_aliases():
             result = runner.invoke(cli, [*leaf, "--help"])
             assert result.exit_code == 0, (leaf, result.output)
             assert "Usage: " in result.output
+
+
+def test_describe_at_the_top_is_services_describe():
+    """kubectl's habit, beside eascmd's `desc`: the same command, not a look-alike."""
+    describe = cli.commands["services"].commands["describe"]  # type: ignore[attr-defined]
+    assert cli.commands["describe"] is describe and cli.commands["desc"] is describe
 
 
 def test_an_unreachable_api_exits_5(tmp_path, monkeypatch):

@@ -75,6 +75,7 @@ def test_refusals_have_exit_codes_scripts_can_trust(wharf, tmp_path):
     code, _, err = wharf("create", "-f", spec_file(tmp_path, llm={"engine": "nope"}))
     assert code == 1 and "llm.engine" in err  # the field is named
     assert wharf("desc", "no-such-service")[0] == 4
+    assert wharf("describe", "no-such-service")[0] == 4
     assert wharf("services", "list", token_env="not-a-token")[0] == 3
     assert wharf("services", "scale", "x", "--instances", "-1")[0] == 2  # usage
 
@@ -99,8 +100,9 @@ def test_the_service_lifecycle(system, wharf, tmp_path):
     (listed,) = [s for s in json.loads(out) if s["name"] == NAME]
     assert listed["phase"] == "running" and listed["ready_instances"] == 1
 
-    code, out, _ = wharf("desc", NAME)
-    assert code == 0 and "instances:" in out and "ready" in out
+    for verb in (["desc"], ["describe"], ["services", "describe"]):  # eascmd's, kubectl's
+        code, out, _ = wharf(*verb, NAME)
+        assert code == 0 and "instances:" in out and "ready" in out, verb
 
     code, out, _ = wharf("services", "logs", NAME, "--tail", "500")
     assert code == 0 and "vllm" in out.lower()

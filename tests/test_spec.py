@@ -1,11 +1,13 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from contracts.spec import SpecError, parse_spec
 
-SPECS = sorted((Path(__file__).parent.parent / "deploy_specs").glob("*.json"))
+ROOT = Path(__file__).parent.parent
+SPECS = sorted((ROOT / "deploy_specs").glob("*.json"))
 
 
 def errors_of(data) -> dict[str, list[str]]:
@@ -24,6 +26,15 @@ def tiny(**overrides):
 def test_every_deploy_spec_validates(path):
     spec = parse_spec(json.loads(path.read_text()))
     assert spec.name
+
+
+def test_every_spec_file_a_readme_names_exists():
+    """A newcomer copies these paths from the READMEs: each must be a file of deploy_specs/."""
+    readmes = [ROOT / "README.md", *ROOT.glob("*/README.md")]
+    spec_file = re.compile(r"deploy_specs/[\w.-]+\.json")
+    named = {name for path in readmes for name in spec_file.findall(path.read_text())}
+    assert named, "the README names no spec file"
+    assert sorted(name for name in named if not (ROOT / name).is_file()) == []
 
 
 def test_eas_bladellm_seed_example_validates():

@@ -3,6 +3,7 @@ search for anything of its stack left running afterwards."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -28,21 +29,42 @@ def newcomer_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, "WHARF_HOME": str(home), **extra}
 
 
+# What a shell's make does not inherit: the make running pytest (`make test`), if any.
+MAKE_VARIABLES = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")
+PORT_VARIABLES = ("WHARF_API_PORT", "WHARF_GATEWAY_PORT")
+
+
 class Up:
     """A running `manage.py up`, its output (stdout and stderr together) read as it comes."""
 
-    def __init__(self, env: dict[str, str], *args: str, sigint_ignored: bool = False):
-        """`sigint_ignored`: started as a script's background job is, SIGINT ignored."""
+    def __init__(self, env: dict[str, str], *args: str, sigint_ignored: bool = False,
+                 command: list[str] | None = None):  # fmt: skip
+        """`sigint_ignored`: started as a script's background job is, SIGINT ignored.
+        `command`: what runs instead of `manage.py up ARGS` (see make_run)."""
         self.home = Path(env["WHARF_HOME"])
+        self.ports: tuple[int, ...] = ()  # the API's and gateway's, where known
         self.lines: list[str] = []
         ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "up", *args], cwd=ROOT, env=env,
+            command or [sys.executable, str(ROOT / "manage.py"), "up", *args], cwd=ROOT, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-            preexec_fn=ignore,
+            preexec_fn=ignore, start_new_session=command is not None,
         )  # fmt: skip
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+
+    @classmethod
+    def make_run(cls, env: dict[str, str], *make_args: str) -> Up:
+        """`make run` as a shell runs a job: a process group of its own (make, `manage.py up`
+        and whatever they leave in it), which a terminal's Ctrl-C or a service manager signals
+        as a whole (signal_group)."""
+        env = {name: value for name, value in env.items() if name not in MAKE_VARIABLES}
+        run = cls(env, command=["make", "--no-print-directory", "run", *make_args])
+        run.ports = tuple(int(env[name]) for name in PORT_VARIABLES if name in env)
+        return run
+
+    def signal_group(self, signum: int) -> None:
+        os.killpg(self.proc.pid, signum)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -78,9 +100,10 @@ class Up:
 
 
 def stack_processes(home: Path) -> list[tuple[int, str]]:
-    """(pid, command line) of every process that inherited WHARF_HOME=home: the API, gateway,
-    worker and embedded Redis of a stack started with that home."""
-    marker = f"WHARF_HOME={home}".encode()
+    """(pid, command line) of every running process that inherited WHARF_HOME=home (`up`, the
+    API, gateway and worker of a stack started with that home) or works in home (its embedded
+    Redis, whose process title overwrites its environment)."""
+    marker, workdir = f"WHARF_HOME={home}".encode(), os.path.realpath(home)
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -88,9 +111,10 @@ def stack_processes(home: Path) -> list[tuple[int, str]]:
         try:
             environ = (proc / "environ").read_bytes().split(b"\0")
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # gone meanwhile, or a kernel thread
+            cwd = os.readlink(proc / "cwd")
+        except OSError:  # gone meanwhile, a zombie, or a kernel thread
             continue
-        if marker in environ:
+        if marker in environ or cwd == workdir:
             found.append((int(proc.name), cmdline.strip()))
     return found
 
@@ -101,7 +125,7 @@ def leftovers(home: Path, ports: tuple[int, ...] = (), services: tuple[str, ...]
     ports still held, and Docker containers of its services."""
     found = [f"process {pid}: {cmdline}" for pid, cmdline in stack_processes(home)]
     found += [f"port {port} still in use" for port in ports if port_taken(port)]
-    return found + _local_engines(home) + _containers(services)
+    return found + _local_engines(home) + _containers(home, services)
 
 
 def _local_engines(home: Path) -> list[str]:
@@ -111,13 +135,35 @@ def _local_engines(home: Path) -> list[str]:
     return [f"engine process {i.name}" for i in runtime.list() if i.running]
 
 
-def _containers(services: tuple[str, ...]) -> list[str]:
+def _containers(home: Path, services: tuple[str, ...]) -> list[str]:
+    """Containers of `services` that read from `home` (its model store or cache): another
+    stack's `demo` on the same Docker daemon is not this one's."""
     from workers.runtimes.docker import DockerRuntime
 
     if not services or not DockerRuntime.available():
         return []
     runtime = DockerRuntime(model_dir="/nonexistent")
-    return [f"container {i.name}" for name in services for i in runtime.list(service=name)]
+    within = os.path.realpath(home) + os.sep
+    return [f"container {i.name}" for name in services for i in runtime.list(service=name)
+            if any(os.path.realpath(p).startswith(within) for p in i.paths or ())]  # fmt: skip
+
+
+def end_everything(home: Path, services: tuple[str, ...] = ()) -> None:
+    """What a failed test left of the stack whose home is `home`, ended: its processes (by
+    pid), its engine processes and its containers of `services`."""
+    from workers.runtimes.docker import DockerRuntime
+    from workers.runtimes.process import ProcessRuntime
+
+    for pid, _ in stack_processes(home):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    engines = ProcessRuntime("/nonexistent", home / "instances")
+    for instance in engines.list():
+        engines.remove(instance.name)
+    if services and DockerRuntime.available():
+        runtime = DockerRuntime(model_dir="/nonexistent")
+        for found in _containers(home, services):
+            runtime.remove(found.removeprefix("container "))
 
 
 def wait_gone(home: Path, timeout: float = 5, **kwargs) -> list[str]:

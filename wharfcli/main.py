@@ -14,9 +14,10 @@ from wharfcli.services import create, delete, describe, list_services, services,
 from wharfcli.tools import call, estimate, login, preview
 from wharfcli.workspaces import audit, members, workspaces
 
-# eascmd's verbs, for hands used to EAS: `wharf desc NAME` is `wharf services describe NAME`.
-EASCMD_ALIASES = {"create": create, "modify": update, "desc": describe, "list": list_services,
-                  "delete": delete, "start": start, "stop": stop}  # fmt: skip
+# eascmd's verbs, for hands used to EAS: `wharf desc NAME` is `wharf services describe NAME`;
+# and kubectl's `describe`, for hands used to Kubernetes.
+VERB_ALIASES = {"create": create, "modify": update, "desc": describe, "describe": describe,
+                "list": list_services, "delete": delete, "start": start, "stop": stop}  # fmt: skip
 
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,7 +32,7 @@ COMMANDS = (login, services, adapters, keys, usage, nodes, preview, estimate, ca
             workspaces, members, audit)  # fmt: skip
 for command in COMMANDS:
     cli.add_command(command)
-for alias, command in EASCMD_ALIASES.items():
+for alias, command in VERB_ALIASES.items():
     cli.add_command(command, alias)
 
 

@@ -59,13 +59,15 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 
 @worker_ready.connect
 def start_node(sender, **kwargs) -> None:
-    """The node's heartbeat, its agent and its log server, in the worker's main process; and
-    the autoscaler, whose passes run on one worker at a time (workers.autoscaling)."""
+    """The node's heartbeat, its agent, its log and tokenizer servers, in the worker's main
+    process; and the autoscaler, whose passes run on one worker at a time
+    (workers.autoscaling)."""
     from workers.agent import Agent
     from workers.autoscaling import Autoscaler
     from workers.fleet import FleetSettings
     from workers.node import Heartbeat
     from workers.node_logs import LogServer
+    from workers.node_tokenizer import TokenizerServer
     from workers.runtimes import get_runtime
     from workers.scraper import Scraper
     from workers.tasks import enqueue_reconcile
@@ -82,6 +84,7 @@ def start_node(sender, **kwargs) -> None:
         return
     _threads.append(Heartbeat(get_runtime(), settings.WHARF_NODE_HEARTBEAT))
     _threads.append(LogServer(settings.WHARF_NODE_NAME, get_runtime()))
+    _threads.append(TokenizerServer(settings.WHARF_NODE_NAME, get_runtime()))
     _threads.append(Scraper(settings.WHARF_NODE_NAME))
     _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
                           on_change=reconcile))  # fmt: skip

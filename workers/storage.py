@@ -163,6 +163,12 @@ def _copies(cache_root: Path, key: str) -> list[Path]:
     return sorted(found, key=lambda path: (_mtime(path), path.name), reverse=True)
 
 
+def newest_copy(cache_root: Path, key: str) -> Path | None:
+    """The source's most recently staged (or reused) copy on this node, if any."""
+    copies = _copies(cache_root, key)
+    return copies[0] if copies else None
+
+
 def _reusable(copies: list[Path]) -> dict[tuple[str, int, str], Path]:
     """Files earlier copies hold, by (relative path, size, ETag): candidates for a hard link."""
     found: dict[tuple[str, int, str], Path] = {}

@@ -1,7 +1,8 @@
 """The tokenizer `wharf bench` counts with: a folder given with --tokenizer, or the service's
-own, fetched once from GET /api/v1/services/<name>/tokenizer and kept in a cache folder in
-the temporary directory (one per user, readable by its owner only), by API, service, spec
-generation and model, so a changed spec fetches again."""
+own, fetched once from GET /api/v1/services/<name>/tokenizer (read on a node that runs the
+service, wherever its model comes from) and kept in a cache folder in the temporary directory
+(one per user, readable by its owner only), by API, service, spec generation and model, so a
+changed spec fetches again."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from pathlib import Path
 from wharfcli.bench.prompts import CONFIG_FILE, TOKENIZER_FILE, PromptError, PromptTokenizer
 from wharfcli.client import Client, CliError
 
-ACCEPTED_FILES = (TOKENIZER_FILE, CONFIG_FILE)
+# What the API serves (contracts.node_tokenizer.TOKENIZER_FILES): the folder is a whole
+# tokenizer, as transformers loads one too; only tokenizer.json and its config count here.
+ACCEPTED_FILES = (TOKENIZER_FILE, CONFIG_FILE, "special_tokens_map.json", "added_tokens.json",
+                  "vocab.json", "merges.txt", "vocab.txt")  # fmt: skip
 
 
 def cache_root() -> Path:

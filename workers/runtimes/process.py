@@ -12,14 +12,13 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from contracts.engines.plan import ContainerPlan, Placement
+from workers.runtimes import process_groups
 from workers.runtimes.base import (
     InstanceError,
     InstanceRequest,
@@ -233,24 +232,12 @@ class ProcessRuntime:
     @staticmethod
     def _stop_group(pid: int) -> None:
         """SIGTERM the whole group (vLLM's EngineCore is a second process), SIGKILL if slow."""
-        try:
-            os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + STOP_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                break
+
+        def reap() -> None:  # the engine, where this worker started it
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.2)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+
+        process_groups.stop_groups([pid], STOP_TIMEOUT, reap=reap)
 
     def forget(self, service: str) -> None:
         """Remove what a deleted service shared between its instances (the KV folder)."""

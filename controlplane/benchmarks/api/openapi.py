@@ -9,9 +9,10 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter
 
+from contracts.node_tokenizer import TOKENIZER, TOKENIZER_FILES
 from controlplane.benchmarks import validation
 from controlplane.benchmarks.api.runs import MAX_LIMIT, BenchmarkRuns
-from controlplane.benchmarks.api.tokenizer import OPTIONAL, TOKENIZER, ServiceTokenizer
+from controlplane.benchmarks.api.tokenizer import ServiceTokenizer
 
 NUMBER = {"type": "number", "minimum": 0}
 COUNT = {"type": "integer", "minimum": 0}
@@ -61,12 +62,15 @@ RUN = {
         "created_by": {"type": ["string", "null"], "description": "who posted it"},
     },
 }
-TOKENIZER_FILES = {
+TOKENIZER_ANSWER = {
     "type": "object",
     "properties": {
-        "model": {"type": "string", "description": "the model-store name"},
-        "files": {"type": "object", "required": [TOKENIZER], "description": "file name -> text",
-                  "properties": {name: {"type": "string"} for name in (TOKENIZER, *OPTIONAL)}},
+        "model": {"type": "string", "description": "the service's llm.model"},
+        "node": {"type": ["string", "null"],
+                 "description": "the node that read them; null: the API host's model store"},
+        "files": {"type": "object", "required": [TOKENIZER], "additionalProperties": False,
+                  "description": "file name -> text (only these names, each size-capped)",
+                  "properties": {name: {"type": "string"} for name in TOKENIZER_FILES}},
     },
 }  # fmt: skip
 
@@ -81,6 +85,7 @@ def describe_benchmark_views(view: Callable, op: Callable, errors: dict) -> None
         post=op("services_benchmarks_create", "Store a benchmark run (`wharf bench`)",
                 request={"application/json": RUN_REQUEST}, responses={201: RUN}),
     )(BenchmarkRuns)  # fmt: skip
-    view(get=op("services_tokenizer", "The tokenizer files of the service's model (model-store "
-                "models only; 404 otherwise)", responses={200: TOKENIZER_FILES, 404: errors}),
+    view(get=op("services_tokenizer", "The tokenizer files of the service's model, read on a "
+                "node that runs it (404: none to give; 504: its node did not answer)",
+                responses={200: TOKENIZER_ANSWER, 404: errors, 504: errors}),
          )(ServiceTokenizer)  # fmt: skip

@@ -1,9 +1,13 @@
 """GET /api/v1/services/<name>/tokenizer: the tokenizer files of the model a service runs, so
 `wharf bench` can build prompts of exactly the asked token count without a copy of the model.
 
-Only a model-store name (llm.model `tiny-llama`, `org/model`) is served, from the API host's
-settings.WHARF_MODEL_DIR; every file is resolved and must stay inside the store, so a symlink
-cannot hand out a file from elsewhere. Anything else is a 404 that says to pass --tokenizer.
+The files come from where the model is: a node that runs an instance of the service reads
+them from the folder that instance's engine reads (model store, staged object storage or hub
+commit, a path on the node), asked through Redis as a log is (contracts.node_tokenizer), the
+nodes of ready instances first. A service with no instance to ask, or whose nodes do not
+answer, is served a model-store model from the API host's own store, when it has it. Only a
+tokenizer's small text files are served (each size-capped), and only from inside the model's
+folder. Who may read the service's logs may read its tokenizer.
 """
 
 from __future__ import annotations
@@ -11,24 +15,35 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
+from django.db.models import Case, IntegerField, Value, When
 from django.shortcuts import get_object_or_404
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import APIException, NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from contracts.node_logs import CLUSTER
+from contracts.node_tokenizer import TOKENIZER, TokenizerFilesError, read_tokenizer
 from contracts.spec import MODEL_STORE_NAME, SpecError, typed_spec
+from controlplane import intents
 from controlplane.services.api.views import visible_services
-from controlplane.services.models import Service
+from controlplane.services.choices import InstanceState
+from controlplane.services.models import Instance, Service
 
-TOKENIZER = "tokenizer.json"
-OPTIONAL = ("tokenizer_config.json",)
-MAX_FILE_BYTES = 64 * 1024 * 1024  # the largest tokenizer.json files on the hubs are ~30 MB
 PASS_DIR = "pass --tokenizer DIR (a folder with the model's tokenizer.json) to wharf bench"
+# The instances whose node has staged the model and may be asked, best first.
+HOLDING = (InstanceState.READY, InstanceState.UNHEALTHY, InstanceState.STARTING,
+           InstanceState.BACKOFF)  # fmt: skip
+MAX_NODES = 3  # nodes asked before giving up, each for up to node_tokenizer.fetch's timeout
 
 
-def _store_model(service: Service) -> str:
-    """The service's model-store name; NotFound saying why when it runs something else."""
+class NodeSilent(APIException):
+    status_code = 504
+    default_code = "node_silent"
+
+
+def _model(service: Service) -> str:
+    """The service's llm.model; NotFound saying so when it names none."""
     try:
         spec = typed_spec(service.plain_spec())
     except SpecError:
@@ -36,46 +51,58 @@ def _store_model(service: Service) -> str:
     model = spec.llm.model if spec is not None and spec.llm else None
     if not model:
         raise NotFound(f"Service {service.name!r} names no model (llm.model); {PASS_DIR}.")
-    if "://" in model or model.startswith("/") or not MODEL_STORE_NAME.fullmatch(model):
-        raise NotFound(
-            f"Service {service.name!r} runs {model!r}, which is not in the model store, so its "
-            f"tokenizer cannot be served here; {PASS_DIR}."
-        )
     return model
 
 
-def _inside(store: Path, path: Path) -> Path | None:
-    """`path` with every link followed, when it is a file inside the store; else None."""
-    resolved = path.resolve()
-    if not resolved.is_relative_to(store) or not resolved.is_file():
-        return None
-    return resolved
+def _holders(service: Service) -> list[Instance]:
+    """One instance per node that may be asked (not a pod: the cluster's workers cannot read
+    its files), ready ones first, at most MAX_NODES."""
+    rank = Case(*(When(state=state, then=Value(i)) for i, state in enumerate(HOLDING)),
+                output_field=IntegerField())  # fmt: skip
+    rows = (
+        Instance.objects.filter(service=service, state__in=HOLDING)
+        .exclude(node="")
+        .exclude(runtime=CLUSTER)
+        .order_by(rank, "name")
+    )
+    by_node: dict[str, Instance] = {}
+    for row in rows:
+        by_node.setdefault(row.node, row)
+    return list(by_node.values())[:MAX_NODES]
 
 
-def _read(store: Path, folder: Path, name: str, model: str) -> str | None:
-    path = _inside(store, folder / name)
-    if path is None:
+def _from_store(model: str) -> dict[str, str] | None:
+    """The tokenizer files of model-store model `model` in the API host's store, if there."""
+    if "://" in model or model.startswith("/") or not MODEL_STORE_NAME.fullmatch(model):
         return None
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise NotFound(f"{model}'s {name} is larger than {MAX_FILE_BYTES >> 20} MiB; {PASS_DIR}.")
+    store = Path(settings.WHARF_MODEL_DIR)
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:  # no path in the message: the store's business
-        reason = type(exc).__name__
-        raise NotFound(f"{model}'s {name} cannot be read ({reason}); {PASS_DIR}.") from None
+        return read_tokenizer(store / model, store)
+    except TokenizerFilesError:
+        return None
 
 
 class ServiceTokenizer(APIView):
     def get(self, request: Request, name: str) -> Response:
         service = get_object_or_404(visible_services(request), name=name)
-        model = _store_model(service)
-        store = Path(settings.WHARF_MODEL_DIR).resolve()
-        folder = store / model
-        tokenizer = _read(store, folder, TOKENIZER, model)
-        if tokenizer is None:
-            raise NotFound(f"The model store has no {TOKENIZER} for {model!r}; {PASS_DIR}.")
-        files = {TOKENIZER: tokenizer}
-        for optional in OPTIONAL:
-            if (text := _read(store, folder, optional, model)) is not None:
-                files[optional] = text
-        return Response({"model": model, "files": files})
+        model = _model(service)
+        silent = []
+        for instance in _holders(service):
+            answer = intents.tokenizer_files(instance.node, instance.name)
+            if answer is None:
+                silent.append(instance.node)
+            elif isinstance(answer.get("files"), dict):
+                return Response({"model": model, "node": instance.node, "files": answer["files"]})
+            else:
+                raise NotFound(f"No tokenizer for service {name!r}: {answer.get('error')}; "
+                               f"{PASS_DIR}.")  # fmt: skip
+        files = _from_store(model)
+        if files is not None:
+            return Response({"model": model, "node": None, "files": files})
+        if silent:
+            raise NodeSilent(f"node {', '.join(silent)} did not answer for the tokenizer of "
+                             f"{name!r}; is its worker running? Or {PASS_DIR}.")  # fmt: skip
+        raise NotFound(
+            f"No instance of service {name!r} runs on a node that could read {model!r}'s "
+            f"{TOKENIZER} (start the service, or wait until an instance is up); or {PASS_DIR}."
+        )

@@ -2,10 +2,12 @@
 
 Steps, each printed as it starts: checks (ports, runtime, Redis, database), database, admin
 account and token, tiny model, engine (a Docker image or a local virtualenv), the processes
-(launcher.stack), the demo service, and the call info. Ctrl-C or SIGTERM, at any moment,
-stops the processes and the instances they ran; so does any failure, which is reported in a
-few plain lines (with the failing part's last log lines), never a traceback. The database
-keeps the services, so the next `up` brings them back.
+(launcher.stack), the demo service, and the call info. Ctrl-C, SIGTERM or SIGHUP, at any
+moment and however many (launcher.stop_signals), stop the processes and the instances they
+ran; so does any failure, which is reported in a few plain lines (with the failing part's last
+log lines), never a traceback. "stopped" is printed only once nothing of it runs any more;
+what could not be stopped is named instead, with a non-zero exit. The database keeps the
+services, so the next `up` brings them back.
 """
 
 from __future__ import annotations
@@ -14,11 +16,9 @@ import contextlib
 import copy
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -32,12 +32,13 @@ from controlplane.services.tiny_model import write_tiny_model
 from controlplane.tokens.models import ApiToken, digest
 from controlplane.workspaces.members import ensure_member
 from launcher import preflight
-from launcher.stack import ROOT, Stack, StartError
+from launcher.stack import KILL_WAIT, ROOT, Stack, StartError
+from launcher.stop_signals import StopSignals
+from workers.runtimes import process_groups
 
 DEMO_SPEC = ROOT / "deploy_specs" / "demo-tiny-vllm.json"
 ENGINE_DIR = ROOT / "engine_images" / "vllm-cpu"
-# SIGINT too: started in the background by a script, it inherits SIGINT ignored.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOPPED = "stopped; `make run` brings the services back"
 
 
 class Command(BaseCommand):
@@ -56,52 +57,85 @@ class Command(BaseCommand):
         os.umask(0o077)
         # Progress as it happens, also when the output is piped (`make run | tee run.log`).
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-        # Ctrl-C, SIGTERM and SIGHUP stop the stack, start-up included.
-        for signum in STOP_SIGNALS:
-            signal.signal(signum, _interrupt)
+        self.signals = StopSignals()
+        self.signals.install()
+        self.stack: Stack | None = None
+        problem = None
         try:
             api_port = api_port or port_from_env("WHARF_API_PORT", 8000)
             gateway_port = gateway_port or port_from_env("WHARF_GATEWAY_PORT", 9000)
             self.bring_up(api_port, gateway_port, no_demo)
-        except KeyboardInterrupt:
-            self.stdout.write("stopped; `make run` brings the services back")
+        except KeyboardInterrupt:  # a stop signal (launcher.stop_signals)
+            pass
         except StartError as failure:
-            self.fail(failure.report())
-        except CommandError as problem:
-            self.fail(str(problem))
+            problem = failure.report()
+        except CommandError as error:
+            problem = str(error)
+        finally:  # whatever ended it, a failure of Wharf's own included
+            left = self.stop()
+        self.finish(problem, left)
 
-    def fail(self, message: str) -> None:
-        self.stderr.write(self.style.ERROR(message))
-        sys.exit(1)
+    def finish(self, problem: str | None, left: list[str]) -> None:
+        """The last lines: "stopped" only once nothing runs; else what does, and exit 1."""
+        if left:
+            self.say_error("could not stop everything; still running: " + ", ".join(left))
+        if problem:
+            self.say_error(problem)
+        if problem or left:
+            sys.exit(1)
+        self.say(STOPPED)
+
+    def say(self, line: str) -> None:
+        with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP, a pipe)
+            self.stdout.write(line)
+
+    def say_error(self, line: str) -> None:
+        with contextlib.suppress(OSError):
+            self.stderr.write(self.style.ERROR(line))
 
     def bring_up(self, api_port: int, gateway_port: int, no_demo: bool) -> None:
         self.step("checks")
         self.preflight_checks(api_port, gateway_port)
         self.step("database")
-        call_command("migrate", interactive=False, verbosity=0)
+        with self.signals.interruptible():
+            call_command("migrate", interactive=False, verbosity=0)
         admin_password, api_token = self.admin_login()
         runtime = self.prepare_engine()
-        stack = Stack(home=settings.WHARF_HOME, env=self.child_env(runtime),
-                      api_port=api_port, gateway_port=gateway_port)  # fmt: skip
-        try:
-            self.step("redis: " + preflight.redacted(stack.start_redis().split("?")[0]))
-            self.step(f"starting API, gateway and worker (logs in {stack.logs})")
-            stack.start()
+        self.signals.check()
+        # Kept on self before it starts anything, so that the stop finds whatever it started.
+        self.stack = stack = Stack(home=settings.WHARF_HOME, env=self.child_env(runtime),
+                                   api_port=api_port, gateway_port=gateway_port,
+                                   signals=self.signals)  # fmt: skip
+        redis_url = stack.start_redis()
+        self.step("redis: " + preflight.redacted(redis_url.split("?")[0]))
+        self.step(f"starting API, gateway and worker (logs in {stack.logs})")
+        stack.start()
+        with self.signals.interruptible():
             try:
                 token = None if no_demo else self.deploy_demo(stack, api_token)
             except httpx.HTTPError as error:
                 raise stack.failed("api", f"stopped answering ({error})") from None
-            self.summary(stack, admin_password, api_token, token)
-            while True:  # until Ctrl-C or a stop signal raises KeyboardInterrupt
-                for line in stack.supervise():
-                    self.stdout.write(line)
+        self.summary(stack, admin_password, api_token, token)
+        self.supervise(stack)
+
+    def supervise(self, stack: Stack) -> None:
+        """Restart what exits, until a stop signal (KeyboardInterrupt) ends the wait."""
+        while True:
+            for line in stack.supervise():
+                self.stdout.write(line)
+            with self.signals.interruptible():
                 time.sleep(1)
-        finally:
-            with signals_held():
-                with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP, a pipe)
-                    self.step("stopping")
-                stack.stop()
-                self.remove_instances()
+
+    def stop(self) -> list[str]:
+        """Everything started, stopped to its end: from here every stop signal is only noted
+        (launcher.stop_signals). What is still running, which should be nothing."""
+        self.signals.stop_begun()
+        if self.stack is None:  # nothing started (the engine build stops itself)
+            return []
+        with contextlib.suppress(OSError):
+            self.step("stopping")
+        left = self.stack.stop()
+        return left + self.remove_instances()
 
     def preflight_checks(self, api_port: int, gateway_port: int) -> None:
         """Every problem found before anything starts, one plain line each."""
@@ -150,14 +184,13 @@ class Command(BaseCommand):
         return runtime
 
     def run_script(self, script: Path, arg: str) -> None:
-        # A group of its own, so that an interrupt stops its children too (pip, docker import).
+        # A group of its own, so that a stop ends its children too (pip, docker import).
         proc = subprocess.Popen(["bash", str(script), arg], start_new_session=True)
         try:
-            code = proc.wait()
+            with self.signals.interruptible():
+                code = proc.wait()
         except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            process_groups.stop_groups([proc.pid], 0, KILL_WAIT, reap=proc.poll)
             raise
         if code != 0:
             raise CommandError(f"{script.name} failed (exit code {code}); see its output above")
@@ -229,21 +262,24 @@ class Command(BaseCommand):
         out("")
         out("Press Ctrl-C to stop.")
 
-    def remove_instances(self) -> None:
-        """The instances of this database's services: another checkout's on the same Docker
-        daemon are not ours to stop."""
+    def remove_instances(self) -> list[str]:
+        """Stop the instances of this database's services (another checkout's on the same
+        Docker daemon are not ours to stop); those still running afterwards."""
         from controlplane.services.models import Service
         from workers.runtimes import get_runtime
 
         try:
             # Whichever node's they are (the worker is node `local`, this process is not).
             runtime = copy.copy(get_runtime())
-            runtime.node = ""
-            for name in Service.objects.values_list("name", flat=True):
+            runtime.node = ""  # type: ignore[attr-defined]  # docker's and process's have one
+            names = list(Service.objects.values_list("name", flat=True))
+            for name in names:
                 for instance in runtime.list(service=name):
                     runtime.remove(instance.name)
+            return [f"instance {i.name}" for n in names for i in runtime.list(service=n)
+                    if i.running]  # fmt: skip
         except Exception as error:  # the last step of a stop: report it, never a traceback
-            self.stderr.write(f"could not remove every instance: {error}")
+            return [f"the instances, maybe ({type(error).__name__}: {error})"]
 
 
 def port_from_env(variable: str, default: int) -> int:
@@ -277,19 +313,3 @@ def why(api: httpx.Client, name: str) -> str:
             lines.append(f"  the last lines of {instance}'s log:")
             lines += [f"    {line}" for line in logs.json()["logs"].splitlines()]
     return "\n".join(lines)
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Cleanup runs to its end (it has its own timeouts): a second Ctrl-C or SIGTERM would
-    otherwise leave half the stack running."""
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
