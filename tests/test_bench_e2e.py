@@ -52,8 +52,10 @@ def system(tmp_path_factory, redis_url, models, moto, hub):
     home = tmp_path_factory.mktemp("wharf-bench")
     sources = {"WHARF_S3_ENDPOINT": moto.url, "WHARF_S3_ACCESS_KEY_ID": KEY_ID,
                "WHARF_S3_ACCESS_KEY_SECRET": SECRET, "WHARF_HF_ENDPOINT": hub.url}  # fmt: skip
+    # Staff let the workspace read the bench bucket with the platform's keys (contracts.grants).
     system = start_system("process", home, models, redis_url, sources, redis_number=6,
-                          database="wharf_bench", token_name="bench")  # fmt: skip
+                          database="wharf_bench", token_name="bench",
+                          grants={"platform_buckets": ["s3://bench-models"]})  # fmt: skip
     yield system
     system.remove_instances()  # of a service a failed test left behind
     system.stack.stop()
