@@ -104,3 +104,23 @@ def test_on_the_process_runtime_a_developers_own_command_is_refused(api, setting
     assert api.post("/api/v1/services", plain, format="json").status_code == 201
     grant(process_code=True)
     assert api.post("/api/v1/services", reader, format="json").status_code == 201
+
+
+def test_staff_set_grants_in_the_django_admin_checked_as_the_api_checks_them(client, settings):
+    from django.contrib.auth import get_user_model
+
+    settings.WHARF_K8S_MODEL_CLAIM = "wharf-models"
+    root = get_user_model().objects.create_superuser("root", password="pw-for-the-admin")
+    client.force_login(root)
+    workspace = Workspace.objects.get_or_create(name="default")[0]
+    url = f"/admin/workspaces/workspace/{workspace.pk}/change/"
+    form = {"name": "default", "quota_cards": "{}", "ceiling_cards": "{}",
+            "members-TOTAL_FORMS": "0", "members-INITIAL_FORMS": "0"}  # fmt: skip
+    bad = client.post(url, {**form, "grants": '{"nfs": ["nas"], "pvc": []}'})
+    assert bad.status_code == 200 and "grants.nfs" in bad.content.decode()
+    reserved = client.post(url, {**form, "grants": '{"pvc": [{"claim": "wharf-models"}]}'})
+    assert reserved.status_code == 200 and "Wharf&#x27;s own claim" in reserved.content.decode()
+    assert Workspace.objects.get(pk=workspace.pk).grants == {}
+    good = client.post(url, {**form, "grants": '{"nfs": ["nas:/exports"]}'})
+    assert good.status_code == 302, good.content.decode()[:2000]
+    assert Workspace.objects.get(pk=workspace.pk).parsed_grants().nfs == ["nas:/exports"]
