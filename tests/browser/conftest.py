@@ -64,8 +64,17 @@ def console_system(tmp_path_factory, redis_url) -> Iterator[System]:
     home = tmp_path_factory.mktemp("wharf-console")
     # Its Redis database is emptied first, as its PostgreSQL database is made anew, so that no
     # earlier run's snapshot or queued task leaks in.
+    # The free-edit and JSON-editor tests run their own commands on the process runtime: staff
+    # grant that to the workspace, as an operator would (contracts.grants' process_code).
     system = start_system(
-        "process", home, models, redis_url, {}, redis_number=REDIS_NUMBER, database=DATABASE
+        "process",
+        home,
+        models,
+        redis_url,
+        {},
+        redis_number=REDIS_NUMBER,
+        database=DATABASE,
+        grants={"process_code": True},
     )
     env = {**system.stack.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD}
     subprocess.run(

@@ -23,7 +23,7 @@ from contracts.spec import REDACTED
 from controlplane import intents
 from controlplane.nodes.models import Node
 from controlplane.services.models import Service
-from tests.api_support import client_for, member
+from tests.api_support import client_for, grant, member
 from tests.browser.chromium import require_browser, require_editor, signed_in
 from tests.browser.deploy_page import (
     EDITOR_MODEL,
@@ -153,6 +153,7 @@ def test_llm_form_deploys_what_its_preview_shows(live_server, page, rest, broker
 
 def test_llm_form_with_lora_adapters_deploys_what_its_preview_shows(live_server, page, rest,
                                                                    broker):  # fmt: skip
+    grant(platform_buckets=["oss://bucket"])  # the chat adapter is read with the platform's keys
     open_deploy(page, live_server.url, "llm")
     form = "#form-llm"
     page.fill(f'{form} [name="name"]', "llm-lora")
