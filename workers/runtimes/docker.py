@@ -263,6 +263,8 @@ class DockerRuntime:
                     limits=self.limits,
                 ),
             )
+        except NotFound as exc:  # its network went with the service's last container meanwhile
+            raise RuntimeError(f"starting {request.name} raced its network: {exc}") from exc
         except APIError as exc:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
         container.reload()
@@ -301,8 +303,11 @@ class DockerRuntime:
         network)."""
         with contextlib.suppress(NotFound, APIError):
             self.client.volumes.get(f"wharf-kv-{service}").remove(force=True)
+        self._drop_network(service)
+
+    def _drop_network(self, service: str) -> None:
         for network in self._networks(service_network(service)):
-            with contextlib.suppress(NotFound, APIError):  # still in use: the next forget
+            with contextlib.suppress(NotFound, APIError):  # in use again: by a new instance
                 network.remove()
 
     def _networks(self, name: str) -> list:
@@ -351,6 +356,9 @@ class DockerRuntime:
             container.stop(timeout=10)
         with contextlib.suppress(NotFound):
             container.remove(force=True)
+        service = container.labels.get(LABEL_SERVICE)
+        if service and not listed(self.client, f"{LABEL_SERVICE}={service}"):
+            self._drop_network(service)  # its last container here: Docker's pools are few
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:
