@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -192,7 +192,7 @@ def refusals(
     return found
 
 
-def _storage(spec: ServiceSpec, grants: Grants, refuse) -> None:
+def _storage(spec: ServiceSpec, grants: Grants, refuse: Callable[[str, str, str], None]) -> None:
     claims = {pvc.claim: pvc for pvc in grants.pvc}
     for i, entry in enumerate(spec.storage):
         where = f"storage[{i}]"
@@ -216,8 +216,7 @@ def _storage(spec: ServiceSpec, grants: Grants, refuse) -> None:
                 try:
                     key = _endpoint_key(store.endpoint)
                 except ValueError as exc:
-                    found = f"{where}.{scheme}.endpoint"
-                    refuse(found, str(exc), "storage_endpoints")
+                    refuse(f"{where}.{scheme}.endpoint", str(exc), "storage_endpoints")
                     continue
                 if key not in grants.storage_endpoints:
                     refuse(f"{where}.{scheme}.endpoint", f"endpoint {key} is not granted",
