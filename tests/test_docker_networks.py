@@ -64,3 +64,23 @@ def test_one_services_engines_cannot_reach_anothers(node: DockerNode):  # noqa: 
 
 def network_exists(runtime, service: str) -> bool:
     return any(n.name == service_network(service) for n in runtime.client.networks.list())
+
+
+def test_two_networks_of_one_name_are_shared_not_ambiguous(node: DockerNode):  # noqa: F811
+    """dockerd 20.10 checks duplicate names only as best it can: two workers on one dockerd
+    starting the same service at once may make two networks of one name, and dockerd then
+    starts no container on it ('ambiguous'). A start keeps the oldest and removes the other;
+    the kept one goes with the service's last container."""
+    service = f"dup-{uuid.uuid4().hex[:6]}"
+    client = node.runtime().client
+    older = client.networks.create(service_network(service), driver="bridge")
+    time.sleep(0.01)
+    client.networks.create(service_network(service), driver="bridge", check_duplicate=False)
+    first = node.start(server(service))
+    (attached,) = first.attrs["NetworkSettings"]["Networks"].values()
+    assert attached["NetworkID"] == older.id
+    assert [n.id for n in client.networks.list() if n.name == service_network(service)] == [
+        older.id
+    ]
+    node.runtime().remove(f"{service}-1")
+    assert not network_exists(node.runtime(), service)

@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from workers.runtimes.base import (
 )
 from workers.runtimes.pulls import pull
 
+# Serializes the making of service networks among this worker's threads.
+_NETWORKS = threading.Lock()
 LABEL_HEALTH_PATH = "wharf.health-path"
 LABEL_PORT = "wharf.port"
 
@@ -249,20 +252,12 @@ class DockerRuntime:
                 request, plan=replace(plan, mounts=plan.mounts + self._files(request))
             )
         address = publish_address(self.node_address)
+        options = run_options(request, model_dir=self.model_dir, bind_address=address,
+                              node=self.node, limits=self.limits)  # fmt: skip
         if not plan.host_network:
-            self._network(request.service)
+            options["network"] = self._network(request.service)  # by id: names may repeat
         try:
-            container = self.client.containers.run(
-                plan.image,
-                detach=True,
-                **run_options(
-                    request,
-                    model_dir=self.model_dir,
-                    bind_address=address,
-                    node=self.node,
-                    limits=self.limits,
-                ),
-            )
+            container = self.client.containers.run(plan.image, detach=True, **options)
         except NotFound as exc:  # its network went with the service's last container meanwhile
             raise RuntimeError(f"starting {request.name} raced its network: {exc}") from exc
         except APIError as exc:
@@ -280,23 +275,35 @@ class DockerRuntime:
             mounts.append(Mount("bind", target, str(path)))
         return mounts
 
-    def _network(self, service: str) -> None:
-        """The service's own bridge network on this node (service_network), made once."""
+    def _network(self, service: str) -> str:
+        """The id of the service's own bridge network on this node (service_network), made
+        at its first instance. dockerd checks for a duplicate name only as best it can: two
+        starts at once (two workers on one dockerd) may make two, and a container on a name
+        with two networks does not start ("ambiguous"): every start keeps the oldest and
+        removes the others, which no container can be on yet."""
         name = service_network(service)
-        if self._networks(name):
-            return
-        labels = {LABEL_SERVICE: service, LABEL_NODE: self.node}
-        try:
-            self.client.networks.create(name, driver="bridge", labels=labels,
-                                        check_duplicate=True)  # fmt: skip
-        except APIError as exc:
-            if self._networks(name):  # another start made it meanwhile
-                return
-            raise InstanceError(
-                f"docker could not make the service's network {name}: "
-                f"{exc.explanation or exc}; with many services on one node, give dockerd "
-                "smaller default-address-pools (daemon.json)"
-            ) from exc
+        with _NETWORKS:
+            found = self._networks(name)
+            if not found:
+                labels = {LABEL_SERVICE: service, LABEL_NODE: self.node}
+                try:
+                    self.client.networks.create(name, driver="bridge", labels=labels,
+                                                check_duplicate=True)  # fmt: skip
+                except APIError as exc:
+                    if not self._networks(name):  # not another start's meanwhile: refused
+                        raise InstanceError(
+                            f"docker could not make the service's network {name}: "
+                            f"{exc.explanation or exc}; with many services on one node, give "
+                            "dockerd smaller default-address-pools (daemon.json)"
+                        ) from exc
+                found = self._networks(name)
+        if not found:  # removed with the service's last container at this very moment
+            raise RuntimeError(f"the network {name} went while an instance was starting")
+        oldest, *others = sorted(found, key=lambda n: (n.attrs.get("Created", ""), n.id))
+        for extra in others:
+            with contextlib.suppress(NotFound):  # the other starter removed it first
+                extra.remove()
+        return oldest.id
 
     def forget(self, service: str) -> None:
         """Remove what a deleted service shared between its instances (the KV volume, its
