@@ -121,8 +121,10 @@ def test_a_private_hub_model_is_staged_once_at_its_versions_commit_and_answers(s
 def test_what_the_user_must_fix_is_an_event_on_a_failed_service_not_a_crash_loop(
     system, name, model, token, words
 ):
+    body = spec(name, model, token)
+    body["llm"]["served_model_name"] = name  # 'tiny' is the first test's: a name is one's own
     with system.api() as api:
-        assert api.post("/services", json=spec(name, model, token)).status_code == 201
+        assert api.post("/services", json=body).status_code == 201
         service = system.wait_phase(name, {"running", "failed"}, timeout=120)
         assert service["phase"] == "failed"
         failed = [e for e in events(api, name) if e["reason"] == "InstanceFailed"]
