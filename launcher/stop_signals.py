@@ -24,6 +24,20 @@ from types import FrameType
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def in_finalizer(frame: FrameType | None) -> bool:
+    """Whether the signal came while Python ran a finalizer (a weakref.finalize callback, a
+    __del__): an exception raised there is printed and dropped, so the signal is only noted
+    and the next check() (every interruptible block begins with one) acts on it."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (
+            code.co_name == "__call__" and code.co_filename.endswith("weakref.py")
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class StopSignals:
     """The stop signals received so far, and where they may interrupt. Not installed (the
     tests' stacks), it receives nothing and interrupts nothing."""
@@ -42,7 +56,7 @@ class StopSignals:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.received.append(signum)
-        if self._open and not self._raised and not self._stopping:
+        if self._open and not self._raised and not self._stopping and not in_finalizer(frame):
             self._raised = True  # the next signal, while this one unwinds, is only noted
             raise KeyboardInterrupt
 

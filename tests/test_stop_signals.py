@@ -111,3 +111,33 @@ def test_a_group_that_exits_on_sigterm_is_not_waited_for():
     started = time.monotonic()
     assert process_groups.stop_groups([leader.pid], 20.0, reap=leader.poll) == set()
     assert time.monotonic() - started < 5.0
+
+
+def test_a_signal_during_a_finalizer_is_noted_not_raised_into_it():
+    """Raised inside a weakref.finalize callback, the interrupt would be printed as
+    'Exception ignored' and lost; it waits for the next check() instead."""
+    import weakref
+
+    from launcher.stop_signals import StopSignals
+
+    signals = StopSignals()
+    seen: list[str] = []
+
+    class Owner:
+        pass
+
+    def cleanup() -> None:
+        import sys
+
+        try:
+            signals._on_signal(signal.SIGTERM, sys._getframe())
+            seen.append("noted")
+        except KeyboardInterrupt:
+            seen.append("raised")
+
+    with pytest.raises(KeyboardInterrupt), signals.interruptible():
+        owner = Owner()
+        weakref.finalize(owner, cleanup)
+        del owner  # the finalizer runs now, inside the block
+        assert seen == ["noted"]
+        signals.check()
