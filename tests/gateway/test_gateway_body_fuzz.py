@@ -33,10 +33,12 @@ READ_FIELDS = (
     "stream_options.include_usage",
     "max_tokens",
     "max_completion_tokens",
+    "max_output_tokens",
+    "n",
+    "best_of",
 )
 # The stand-in engine's test knobs (upstream_app) are set by the tests, never generated.
-_NOT_GENERATED = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-                  "prompt", "messages", "delay", "chunk_delay", "stop_after"}  # fmt: skip
+_NOT_GENERATED = set(READ_FIELDS) | {"prompt", "messages", "delay", "chunk_delay", "stop_after"}
 PATHS = ("/v1/completions", "/v1/chat/completions", "/api/predict/fuzz-svc/v1/completions")
 
 
@@ -217,6 +219,8 @@ valid_fields = st.fixed_dictionaries(
         | st.fixed_dictionaries({}, optional={"include_usage": st.none() | st.booleans()}),
         "max_tokens": st.none() | st.integers(0, 3),
         "max_completion_tokens": st.none() | st.integers(0, 3),
+        "n": st.none() | st.integers(1, 2),
+        "best_of": st.none() | st.integers(1, 2),
     },
 )
 
