@@ -11,6 +11,7 @@ The README's "Trust model" section is this module in words: keep the two in step
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import posixpath
 import re
 from collections.abc import Callable, Collection
@@ -35,6 +36,8 @@ CODE_FLAGS = frozenset({"--trust-remote-code", "--trust_remote_code"})
 # The KV connectors that move KV over a shared folder, not the network (engines.pd).
 FOLDER_CONNECTORS = frozenset({"ExampleConnector"})
 PROCESS = "process"
+# A registry as an image reference names it: a host name, IPv4 or [IPv6], and a port.
+REGISTRY = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?"
 
 
 class PvcGrant(_Strict):
@@ -76,6 +79,11 @@ class Grants(_Strict):
         default=[], max_length=MAX_GRANTS,
         description="metadata.resource values (node groups) the workspace may place on.",
     )  # fmt: skip
+    registries: list[str] = Field(
+        default=[], max_length=MAX_GRANTS,
+        description="Image registries at a loopback, link-local or private address that the "
+        "workspace's own images may come from, 'host[:port]' (no port: any).",
+    )  # fmt: skip
 
     @field_validator("nfs")
     @classmethod
@@ -99,6 +107,14 @@ class Grants(_Strict):
             if scheme not in OBJECT_STORAGE_SCHEMES or not rest:
                 raise ValueError(f"{prefix!r}: a prefix is oss://, obs:// or s3:// bucket/path")
         return value
+
+    @field_validator("registries")
+    @classmethod
+    def _registries(cls, value: list[str]) -> list[str]:
+        for registry in value:
+            if not re.fullmatch(REGISTRY, registry):
+                raise ValueError(f"{registry!r}: a registry is host[:port]")
+        return [registry.lower() for registry in value]
 
     @field_validator("resource_groups")
     @classmethod
@@ -185,6 +201,14 @@ def refusals(
             found[f"storage[{i}].pvc.claim_name"] = [
                 f"claim {entry.pvc.claim_name!r} is Wharf's own; no workspace may mount it"
             ]
+    registry = own_registry(spec, approved_images)
+    if (
+        registry is not None
+        and not registry_granted(registry, grants)
+        and (local_host(registry_address(registry)))
+    ):
+        refuse("containers[0].image", f"registry {registry} is at a local address",
+               "registries")  # fmt: skip
     group = spec.metadata.resource
     if group is not None and group not in grants.resource_groups:
         refuse("metadata.resource", f"resource group {group!r} is not granted",
@@ -289,3 +313,62 @@ def tenant_code(spec: ServiceSpec, approved_images: Collection[str] = ()) -> lis
         if CODE_ENV.match(name) or name in DEV_MODE_ENV:
             found.append((field, f"{name} loads or runs code in the engine"))
     return found
+
+
+def registry_host(image: str) -> str | None:
+    """The registry an image reference names, lower case, or None for Docker Hub: Docker's
+    rule, a first component with a '.' or ':', or 'localhost'."""
+    first, slash, _ = image.partition("/")
+    if not slash or not ("." in first or ":" in first or first == "localhost"):
+        return None
+    return first.lower()
+
+
+def own_registry(spec: ServiceSpec, approved_images: Collection[str] = ()) -> str | None:
+    """The registry the workspace's own image comes from (dockerd contacts it for them)."""
+    image = own_image(spec, approved_images)
+    return registry_host(image) if image else None
+
+
+def registry_address(registry: str) -> str:
+    """A registry's host without its port (and an IPv6 address without its brackets)."""
+    return _host_port(registry)[0]
+
+
+def _host_port(registry: str) -> tuple[str, str]:
+    if registry.startswith("["):
+        host, _, rest = registry[1:].partition("]")
+        return host, rest.removeprefix(":")
+    host, _, port = registry.partition(":")
+    return host, port
+
+
+def registry_granted(registry: str, grants: Grants) -> bool:
+    """Whether `registry` (host[:port]) is granted: the same entry, or its host's with no
+    port (any port)."""
+    host, port = _host_port(registry)
+    return any(
+        (granted_host, granted_port) in ((host, port), (host, ""))
+        for granted_host, granted_port in map(_host_port, grants.registries)
+    )
+
+
+def local_host(host: str) -> bool:
+    """Whether `host` is `localhost` or an address that is not on the public internet
+    (loopback, link-local, private, shared, reserved, unspecified). A name is not, by itself:
+    what it resolves to is checked where it is resolved (workers.starter)."""
+    host = host.rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return local_address(host)
+    except ValueError:
+        return False
+
+
+def local_address(address: str) -> bool:
+    """Whether an IP address (ValueError if it is none) is not a public one."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global

@@ -147,6 +147,36 @@ CASES = [
         {"dev_mode": True},
         ["containers[0].env[0].name"],
     ),
+    *[
+        (
+            f"registry {registry}",
+            {"containers": [{"image": f"{registry}/team/vllm:1"}]},
+            "docker",
+            {"registries": [granted]},
+            ["containers[0].image"],
+        )
+        for registry, granted in [
+            ("127.0.0.1:5000", "127.0.0.1:5000"),
+            ("localhost:5000", "localhost"),
+            ("registry.localhost", "registry.localhost"),
+            ("localhost.:5000", "localhost.:5000"),
+            ("10.1.2.3", "10.1.2.3"),
+            ("192.168.1.9:443", "192.168.1.9"),
+            ("169.254.169.254", "169.254.169.254"),
+            ("[::1]:5000", "[::1]:5000"),
+            ("[::ffff:127.0.0.1]:5000", "[::ffff:127.0.0.1]"),
+            ("[fe80::1]", "[fe80::1]"),
+        ]
+    ],
+    ("registry public", {"containers": [{"image": "registry.corp/team/vllm:1"}]}, "docker", {}, []),
+    ("registry public ip", {"containers": [{"image": "8.8.8.8:5000/vllm:1"}]}, "docker", {}, []),
+    (
+        "localhost, no port",
+        {"containers": [{"image": "localhost/vllm:1"}]},
+        "docker",
+        {"registries": ["localhost"]},
+        ["containers[0].image"],
+    ),  # fmt: skip
 ]
 
 
@@ -194,6 +224,11 @@ def test_a_capability_is_closed_by_default_and_opened_by_its_grant(parts, runtim
         ),
         ({"llm": {"model": "s3://team-a/x/"}}, {"platform_buckets": ["oss://team-a"]}, "llm.model"),
         ({"metadata": {"resource": "h200"}}, {"resource_groups": ["h100"]}, "metadata.resource"),
+        (
+            {"containers": [{"image": "127.0.0.1:5000/vllm:1"}]},
+            {"registries": ["127.0.0.1:5001", "localhost:5000", "127.0.0.2"]},
+            "containers[0].image",
+        ),
     ],
 )
 def test_a_grant_opens_only_what_it_names(parts, grants, field):
@@ -223,6 +258,8 @@ def test_an_approved_image_runs_on_the_host_network_without_the_grant():
         ({"pvc": [{"claim": "Bad_Name"}]}, "grants.pvc[0].claim"),
         ({"resource_groups": ["a b"]}, "grants.resource_groups"),
         ({"host_network": "yes"}, "grants.host_network"),
+        ({"registries": ["http://127.0.0.1:5000"]}, "grants.registries"),
+        ({"registries": ["127.0.0.1:5000/path"]}, "grants.registries"),
         ({"everything": True}, "grants.everything"),
     ],
 )
@@ -230,6 +267,11 @@ def test_bad_grants_name_the_field(grants, field):
     with pytest.raises(GrantsError) as raised:
         parse_grants(grants)
     assert field in raised.value.errors
+
+
+def test_an_approved_image_from_a_local_registry_needs_no_grant():
+    asked = spec(containers=[{"image": "127.0.0.1:5000/vllm:0.9"}])
+    assert refusals(asked, parse_grants({}), "t", "docker", ("127.0.0.1:5000/vllm:0.9",)) == {}
 
 
 def test_endpoints_are_compared_normalised():

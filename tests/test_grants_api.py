@@ -124,3 +124,51 @@ def test_staff_set_grants_in_the_django_admin_checked_as_the_api_checks_them(cli
     good = client.post(url, {**form, "grants": '{"nfs": ["nas:/exports"]}'})
     assert good.status_code == 302, good.content.decode()[:2000]
     assert Workspace.objects.get(pk=workspace.pk).parsed_grants().nfs == ["nas:/exports"]
+
+
+LOCAL = {"name": "local-image", "containers": [{"image": "127.0.0.1:5000/team/vllm:1"}],
+         "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}  # fmt: skip
+
+
+def test_an_image_from_a_loopback_registry_is_refused_until_granted(api, store):
+    answer = api.post("/api/v1/services", LOCAL, format="json")
+    assert answer.status_code == 403
+    why = answer.json()["errors"]["containers[0].image"][0]
+    assert "127.0.0.1:5000" in why and "grants.registries" in why
+    grant(registries=["127.0.0.1:5000"])
+    assert api.post("/api/v1/services", LOCAL, format="json").status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("resolved", "grants", "refused"),
+    [
+        (["10.0.0.7"], {}, True),
+        (["203.0.113.9", "fd00::5"], {}, True),  # one local address is enough
+        (["::ffff:169.254.169.254"], {}, True),
+        (["10.0.0.7"], {"registries": ["registry.corp"]}, False),
+        (["10.0.0.7"], {"registries": ["registry.corp:5000"]}, True),
+        (["8.8.8.8"], {}, False),
+        ([], {}, False),  # no answer: the pull says why
+    ],
+)
+def test_a_registry_name_that_resolves_to_a_local_address_is_refused_on_the_node(
+    resolved, grants, refused
+):
+    from contracts.spec import parse_spec
+    from controlplane.workspaces.policy import registry_refusals
+
+    spec = parse_spec({**LOCAL, "containers": [{"image": "registry.corp/team/vllm:1"}]})
+    grant(**grants)
+    workspace = Workspace.objects.get(name="default")
+    found = registry_refusals(spec, workspace, resolve=lambda host: resolved)
+    assert bool(found) is refused
+    if refused:
+        assert "resolves to" in found["containers[0].image"][0]
+        assert "grants.registries" in found["containers[0].image"][0]
+
+
+def test_the_nodes_resolver_answers_with_addresses():
+    from controlplane.workspaces.policy import addresses
+
+    assert "127.0.0.1" in addresses("localhost")
+    assert addresses("no-such-host.invalid") == []

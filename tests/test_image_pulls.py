@@ -377,6 +377,46 @@ def test_refused_credentials_fail_the_instance_without_the_secret_in_any_event(f
     assert SECRET not in texts and AUTH not in texts
 
 
+@pytest.mark.django_db
+def test_a_workspaces_image_from_a_local_registry_is_pulled_only_once_granted(
+    fleet, registry, runtime
+):
+    """The registry listens on 127.0.0.1: dockerd would contact it for the tenant. Saved
+    past the API (as if the grant was revoked since), the node refuses it before any pull,
+    and the registry hears nothing; granted, the real pull goes through."""
+    from django.db import transaction
+
+    from controlplane.services.models import Service
+    from controlplane.services.versions import record_version
+    from tests.api_support import grant
+    from workers.runtimes.memory import MemoryRuntime
+
+    class Pulling(MemoryRuntime):
+        def prepare(self, plan, docker_auth, report, tenant=False) -> None:
+            runtime.prepare(plan, docker_auth, report, tenant)  # the real daemon pulls
+
+    fleet.node("a")
+    fleet.runtimes["a"] = Pulling(node="a", address="10.0.0.1")
+    local = {**PRIVATE, "containers": [{**PRIVATE["containers"][0],
+             "image": f"{registry.address}/wharf-test/pulled:1"}]}  # fmt: skip
+    deploy(local)
+    asked = len(registry.requests)
+    fleet.settle(3)
+    assert fleet.states("private") == [("a", "failed")]
+    message = fleet.rows("private")[0].message
+    assert message.startswith("not granted to its workspace: containers[0].image")
+    assert "local address" in message and "grants.registries" in message
+    assert len(registry.requests) == asked
+    grant(registries=[registry.address])
+    with transaction.atomic():
+        service = Service.objects.get(name="private")
+        Service.objects.filter(pk=service.pk).update(generation=service.generation + 1)
+        record_version(service, local, "updated")
+    fleet.settle(3)
+    assert ("a", "ready") in fleet.states("private")
+    assert len(registry.requests) > asked
+
+
 # dockerAuth through the API
 
 

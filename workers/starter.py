@@ -25,7 +25,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from controlplane.workspaces.policy import platform_images, spec_refusals
+from controlplane.workspaces.policy import platform_images, registry_refusals, spec_refusals
 from workers import adapters, devices, provisioning
 from workers.hub_pins import VersionPins
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
@@ -154,7 +154,9 @@ def _check_grants(service: Service, spec: ServiceSpec, runtime: str) -> None:
     """The workspace's grants, again, on this node's runtime and as they are now: the API
     checked them on save against the runtime it knows of, and staff may have revoked one
     since. Nothing is staged, pulled or contacted for a spec past them."""
-    refused = spec_refusals(spec, service.workspace, runtime)
+    refused = spec_refusals(spec, service.workspace, runtime) or registry_refusals(
+        spec, service.workspace
+    )
     if refused:
         fields = "; ".join(f"{field}: {' '.join(why)}" for field, why in refused.items())
         raise InstanceError(f"not granted to its workspace: {fields}")

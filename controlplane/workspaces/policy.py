@@ -3,11 +3,21 @@ refuse, as one 403 naming each field and the grant that would allow it."""
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
+
 from django.conf import settings
 from rest_framework import exceptions
 
 from contracts.engines import default_images
-from contracts.grants import refusals
+from contracts.grants import (
+    Setting,
+    local_address,
+    own_registry,
+    refusals,
+    registry_address,
+    registry_granted,
+)
 from contracts.spec import ServiceSpec
 from controlplane.workspaces.models import Workspace
 
@@ -49,3 +59,28 @@ def check_spec(spec: ServiceSpec, workspace: Workspace) -> None:
     errors = spec_refusals(spec, workspace, settings.WHARF_RUNTIME)
     if errors:
         raise NotGranted(workspace.name, errors)
+
+
+def addresses(host: str) -> list[str]:
+    """What `host` resolves to here; none if it does not (the pull then says why)."""
+    try:
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
+    except (OSError, UnicodeError):
+        return []
+
+
+def registry_refusals(
+    spec: ServiceSpec, workspace: Workspace, resolve: Callable[[str], list[str]] = addresses
+) -> dict[str, list[str]]:
+    """The workspace's own image's registry as the node will reach it: a name that resolves
+    to a local address is refused as that address is (contracts.grants.local_host). Checked
+    where the image is pulled, with that node's resolver."""
+    registry = own_registry(spec, platform_images())
+    if registry is None or registry_granted(registry, workspace.parsed_grants()):
+        return {}
+    local = [a for a in resolve(registry_address(registry)) if local_address(a)]
+    if not local:
+        return {}
+    why = (f"registry {registry} resolves to {', '.join(local)}, a local address; "
+           f"{Setting('registries').hint(workspace.name)}")  # fmt: skip
+    return {"containers[0].image": [why]}
