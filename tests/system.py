@@ -78,6 +78,15 @@ class System:
             timeout=30,
         )
 
+    def engine(self, instance: dict) -> httpx.Client:
+        """A client of an instance's engine, through its front with its engine key (as the
+        stack's gateways and worker call it)."""
+        from contracts.engine_keys import engine_key
+
+        key = engine_key(self.stack.env["WHARF_SECRET_KEY"].encode(), instance["name"])
+        return httpx.Client(base_url=instance["url"], timeout=10, trust_env=False,
+                            headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+
     def instances(self):
         """The stack's runtime, as its worker sees it (to list and remove instances)."""
         from workers.runtimes.docker import DockerRuntime

@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 
 from controlplane.services.tiny_model import write_tiny_model
@@ -98,7 +97,9 @@ def engine_tokens(system) -> tuple[float, float]:
     with system.api() as api:
         (instance,) = api.get(f"/services/{NAME}/instances").json()
     counters = {}
-    for line in httpx.get(f"{instance['url']}/metrics", timeout=10).text.splitlines():
+    with system.engine(instance) as engine:
+        page = engine.get("/metrics").text
+    for line in page.splitlines():
         if line.startswith(("vllm:prompt_tokens_total", "vllm:generation_tokens_total")):
             counters[line.split("{")[0]] = float(line.rsplit(" ", 1)[1])
     return counters["vllm:prompt_tokens_total"], counters["vllm:generation_tokens_total"]

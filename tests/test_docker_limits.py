@@ -56,13 +56,14 @@ class DockerNode:
         get_runtime.cache_clear()
         return get_runtime()
 
-    def start(self, data: dict, **operator: float) -> Any:
-        """The service's one instance, as a worker renders and creates it; its container."""
+    def start(self, data: dict, key: str = "", **operator: float) -> Any:
+        """The service's one instance, as a worker renders and creates it (with engine key
+        `key`: behind its front); its container."""
         runtime = self.runtime(**operator)
         name = f"{data['name']}-1"
         plan = render(parse_spec(data), runtime.placement())
         self.created.append(name)
-        runtime.create(InstanceRequest(data["name"], name, "h", plan))
+        runtime.create(InstanceRequest(data["name"], name, "h", plan, engine_key=key))
         return runtime.client.containers.get(name)
 
 

@@ -84,3 +84,50 @@ def test_two_networks_of_one_name_are_shared_not_ambiguous(node: DockerNode):  #
     ]
     node.runtime().remove(f"{service}-1")
     assert not network_exists(node.runtime(), service)
+
+
+KEY = "wek-" + "c" * 64
+CALL = ("import sys, urllib.request as u, urllib.error as e\n"
+        "h = dict([sys.argv[2].split(': ')]) if sys.argv[2] else {}\n"
+        "r = u.Request(sys.argv[1], headers=h)\n"
+        "try: print(u.urlopen(r, timeout=5).status)\n"
+        "except e.HTTPError as x: print(x.code)\n"
+        "except Exception as x: print(type(x).__name__)")  # fmt: skip
+
+
+def call(container, url: str, header: str = "") -> str:
+    code, out = container.exec_run(["python3", "-c", CALL, url, header])
+    return out.decode().strip()
+
+
+def test_another_services_container_meets_the_engines_front_at_the_nodes_address(node):  # noqa: F811
+    """The engine's port is published nowhere; its front's is, on the node's address, and it
+    answers another service's container (which reaches that address) with a 401 unless it
+    has the engine key; the engine's own service still reaches the engine on their bridge."""
+    bridge = node.runtime().client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    ours, theirs = (f"front-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    engine = node.start(server(ours), key=KEY, WHARF_NODE_ADDRESS=bridge)
+    other = node.start(server(theirs), key=KEY.replace("c", "d"), WHARF_NODE_ADDRESS=bridge)
+    (observed,) = node.runtime().list(ours)
+    assert observed.url and observed.url.startswith(f"http://{bridge}:")
+    ports = engine.attrs["NetworkSettings"]["Ports"]
+    assert "8000/tcp" not in ports or not ports["8000/tcp"]  # the engine's port: unpublished
+    assert engine.attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    front = node.runtime().client.containers.get(f"{ours}-1-front")
+    assert front.attrs["HostConfig"]["NetworkMode"] == f"container:{engine.id}"
+    assert front.attrs["HostConfig"]["ReadonlyRootfs"] and front.attrs["HostConfig"]["CapDrop"]
+    deadline = time.monotonic() + 30
+    key = f"Authorization: Bearer {KEY}"
+    while call(other, observed.url + "/", key) != "200":  # the engine is up, with the key
+        assert time.monotonic() < deadline, node.runtime().logs(f"{ours}-1")
+        time.sleep(0.5)
+    assert call(other, observed.url + "/") == "401"
+    assert call(other, observed.url + "/", "Authorization: Bearer wek-guess") == "401"
+    assert not reaches(other, address(engine))  # nor the engine's container address
+    assert call(other, observed.url + "/.wharf/ready", key) == "200"
+    # The front going takes the instance down with it: the agent restarts the pair.
+    front.stop(timeout=1)
+    assert not node.runtime().list(ours)[0].running
+    node.runtime().remove(f"{ours}-1")
+    assert not [c for c in node.runtime().client.containers.list(all=True)
+                if c.name.startswith(f"{ours}-1")]  # fmt: skip

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from contracts.engine_front import front_port
 from tests.docker_support import empty_image
 from tests.fleet_nodes_support import (
     MARKER,
@@ -278,12 +279,17 @@ def test_three_process_nodes_place_move_and_never_run_anything_twice(fleet):
 
 
 def docker_containers(service: str) -> dict[str, dict]:
-    """Every container of `service` on this dockerd, running or not: name -> its details."""
+    """Every engine container of `service` on this dockerd, running or not: name -> its
+    details. Each engine's front (workers.runtimes.docker_front) goes with it: one each."""
     import docker
 
     from workers.runtimes.docker import listed
+    from workers.runtimes.docker_front import LABEL_FRONT
 
-    found = listed(docker.from_env(), f"wharf.service={service}")
+    every = listed(docker.from_env(), f"wharf.service={service}")
+    found = [c for c in every if LABEL_FRONT not in c.labels]
+    fronts = {c.labels[LABEL_FRONT] for c in every if LABEL_FRONT in c.labels}
+    assert {c.name for c in found if c.status == "running"} <= fronts <= {c.name for c in found}
     return {c.name: {"id": c.id, "node": c.labels.get("wharf.node"), "status": c.status,
                      "ports": c.attrs["NetworkSettings"]["Ports"]} for c in found}  # fmt: skip
 
@@ -323,7 +329,7 @@ def test_two_docker_nodes_on_one_dockerd_touch_only_their_own_containers(fleet):
     containers = docker_containers(service)
     assert {n: c["node"] for n, c in containers.items()} == {r["name"]: r["node"] for r in rows}
     for row in rows:
-        (binding,) = containers[row["name"]]["ports"]["8001/tcp"]
+        (binding,) = containers[row["name"]]["ports"][f"{front_port(8001)}/tcp"]  # its front's
         assert binding["HostIp"] == address[row["node"]] == host(row["url"])
     first = {r["node"]: r["name"] for r in rows}
     through_gateway(system, service, token, 2)
@@ -372,7 +378,8 @@ def test_two_docker_nodes_on_one_dockerd_touch_only_their_own_containers(fleet):
 
 def test_a_real_vllm_instance_on_another_node_listens_on_its_address_only(fleet):
     """vLLM's CPU build as a local process on node n4 (127.0.0.14), placed there by its resource
-    group: it binds that address alone, and the gateway reaches it there with its key."""
+    group: its front binds that address alone and lets in only its engine key, with which the
+    gateway reaches it there."""
     from controlplane.services.tiny_model import write_tiny_model
 
     system = fleet.system
@@ -393,7 +400,7 @@ def test_a_real_vllm_instance_on_another_node_listens_on_its_address_only(fleet)
     assert row["node"] == "n4" and host(row["url"]) == "127.0.0.14"
     with pytest.raises(httpx.ConnectError):  # not on the other loopback addresses
         httpx.get(f"http://127.0.0.1:{port(row['url'])}/health", timeout=5)
-    assert httpx.get(f"{row['url']}/health", timeout=5).status_code == 200
+    assert httpx.get(f"{row['url']}/health", timeout=5).status_code == 401  # no engine key
     answer = httpx.post(
         f"{system.stack.gateway_url}/v1/completions",
         headers={"Authorization": f"Bearer {token}"},

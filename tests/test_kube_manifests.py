@@ -67,7 +67,8 @@ def pod(objs: list[dict], role: str = "") -> dict:
 
 
 def engine(objs: list[dict], role: str = "") -> dict:
-    (container,) = pod(objs, role)["containers"]
+    container, front = pod(objs, role)["containers"]
+    assert (container["name"], front["name"]) == ("engine", "front")
     return container
 
 
@@ -151,7 +152,10 @@ def test_no_host_path_device_host_network_or_privilege(path):
         if obj["kind"] == "Deployment":
             spec = obj["spec"]["template"]["spec"]
             for container in spec["containers"] + spec.get("initContainers", []):
-                assert container["securityContext"] == restricted_for(container)
+                expected = restricted_for(container)
+                if container["name"] == "front":  # and it writes nothing
+                    expected = {**expected, "readOnlyRootFilesystem": True}
+                assert container["securityContext"] == expected
             assert spec["automountServiceAccountToken"] is False
             assert spec["enableServiceLinks"] is False
 
@@ -208,7 +212,7 @@ def test_a_workspaces_own_image_is_pulled_on_every_start(image, policy):
     data = spec_with(containers=[{"image": image}]) if image else BASE
     platform = replace(SETTINGS, platform_images=frozenset({"vllm/vllm-openai:v0.32.0"}))
     (deployment,) = [o for o in objects(data, platform) if o["kind"] == "Deployment"]
-    (engine,) = deployment["spec"]["template"]["spec"]["containers"]
+    engine, _ = deployment["spec"]["template"]["spec"]["containers"]
     assert engine.get("imagePullPolicy") == policy
 
 
@@ -444,15 +448,17 @@ def test_a_shared_kv_folder_needs_a_read_write_many_claim():
 
 
 @pytest.mark.parametrize(("data", "role", "ports"), [
-    (BASE, "", [("http", 8000)]),
-    (spec_with(containers=[{"port": 8123}]), "", [("http", 8123)]),
-    (example("pd-vllm-gpu-nixl"), "prefill", [("http", 8000), ("kv", 9000)]),
-    (example("pd-vllm-ascend-mooncake"), "prefill", [("http", 8000), ("kv", 9000), ("kv-1", 9001)]),
+    (BASE, "", [("engine", 8000)]),
+    (spec_with(containers=[{"port": 8123}]), "", [("engine", 8123)]),
+    (example("pd-vllm-gpu-nixl"), "prefill", [("engine", 8000), ("kv", 9000)]),
+    (example("pd-vllm-ascend-mooncake"), "prefill",
+     [("engine", 8000), ("kv", 9000), ("kv-1", 9001)]),
     (example("pd-vllm-ascend-mooncake"), "decode",
-     [("http", 8000), ("kv", 9000), ("kv-1", 9001), ("kv-2", 9002), ("kv-3", 9003)]),
-    (example("pd-vllm-cpu-1p1d"), "decode", [("http", 8000)]),  # a shared folder, no port
+     [("engine", 8000), ("kv", 9000), ("kv-1", 9001), ("kv-2", 9002), ("kv-3", 9003)]),
+    (example("pd-vllm-cpu-1p1d"), "decode", [("engine", 8000)]),  # a shared folder, no port
 ])  # fmt: skip
 def test_ports_are_the_serving_port_and_the_kv_side_channel(data, role, ports):
+    """The engine's own: the pod's `http` port is its front's (contracts.kube.front)."""
     found = engine(objects(data), role)["ports"]
     assert [(p["name"], p["containerPort"]) for p in found] == ports
     assert {p["protocol"] for p in found} == {"TCP"}
@@ -482,18 +488,18 @@ def test_command_and_environment_reach_the_engine_literally():
 
 # ---- probes ---------------------------------------------------------------------------------
 
-HTTP_HEALTH = {"httpGet": {"path": "/health", "port": "http"}}
+HTTP_HEALTH = {"httpGet": {"path": "/health", "port": "engine"}}
 PROBES = [
     (BASE, SETTINGS, HTTP_HEALTH, (5, 2, 3, 1), (0, 180)),
     (spec_with(health_check={"path": "/ready", "period_seconds": 10, "timeout_seconds": 3,
                              "failure_threshold": 5, "success_threshold": 2}), SETTINGS,
-     {"httpGet": {"path": "/ready", "port": "http"}}, (10, 3, 5, 2), (0, 90)),
+     {"httpGet": {"path": "/ready", "port": "engine"}}, (10, 3, 5, 2), (0, 90)),
     (spec_with(health_check={"initial_delay_seconds": 60, "period_seconds": 10,
                              "startup_timeout_seconds": 300}), SETTINGS,
      HTTP_HEALTH, (10, 2, 3, 1), (60, 24)),
     (BASE, KubeSettings(model_store_claim="m", health_timeout_s=120), HTTP_HEALTH,
      (5, 2, 3, 1), (0, 24)),
-    (example("bladellm-speculative"), SETTINGS, {"tcpSocket": {"port": "http"}}, (5, 2, 3, 1),
+    (example("bladellm-speculative"), SETTINGS, {"tcpSocket": {"port": "engine"}}, (5, 2, 3, 1),
      (0, 180)),  # no health path: a TCP check
 ]  # fmt: skip
 
@@ -525,7 +531,7 @@ def test_liveness_probe_only_when_the_spec_asks_for_one():
         "failureThreshold": 6, "successThreshold": 1,
     }  # fmt: skip
     own = engine(objects(spec_with(health_check={"liveness": {"path": "/live"}})))
-    assert own["livenessProbe"]["httpGet"] == {"path": "/live", "port": "http"}
+    assert own["livenessProbe"]["httpGet"] == {"path": "/live", "port": "engine"}
 
 
 # ---- secrets --------------------------------------------------------------------------------
@@ -704,3 +710,26 @@ def test_a_hub_model_is_staged_at_its_versions_commit_with_the_token_kept_from_t
     (plain,) = pod(objects(data))["initContainers"]
     assert "env" not in plain and "--commit" not in plain["args"]
     assert "hub-token" not in secret_values(objects(data)[0])
+
+
+def test_the_front_owns_the_pods_http_port_and_reads_its_secrets_by_reference():
+    """The gateways call the pod's `http` port (workers.kube.observe): the front's, which lets
+    in only the engine key; the metrics token, where set, is in the service's Secret."""
+    settings = replace(SETTINGS, metrics_token="prom-token")
+    objs = objects(BASE, settings)
+    _, front = pod(objs)["containers"]
+    assert front["image"] == SETTINGS.stager_image
+    assert front["ports"] == [{"name": "http", "containerPort": 18999, "protocol": "TCP"}]
+    args = front["args"]
+    assert args[:3] == ["python", "-m", "gateway.front"]
+    assert args[args.index("--upstream") + 1] == "127.0.0.1:8000"
+    assert args[args.index("--metrics-path") + 1] == "/metrics"
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in front["env"]}
+    assert set(refs) == {"WHARF_FRONT_KEY", "WHARF_FRONT_METRICS_TOKEN"}
+    (secret,) = [o for o in objs if o["kind"] == "Secret"]
+    assert (
+        base64.b64decode(secret["data"][refs["WHARF_FRONT_METRICS_TOKEN"]["key"]]) == b"prom-token"
+    )
+    assert refs["WHARF_FRONT_KEY"]["key"] in secret["data"]
+    assert "prom-token" not in json.dumps(pod(objs))
+    assert front["resources"]["limits"] == {"cpu": "1", "memory": "256Mi"}

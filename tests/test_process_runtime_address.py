@@ -1,5 +1,6 @@
-"""Local process instances listen on the node's address (WHARF_NODE_ADDRESS) and report it,
-so a gateway on another host can reach them, and nothing else of the host's can."""
+"""Local process instances are reached at the node's address (WHARF_NODE_ADDRESS), so a
+gateway on another host can call them: through their front, which checks the engine key,
+while the engine itself listens on loopback."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,7 @@ from workers.runtimes.base import InstanceRequest
 from workers.runtimes.process import ProcessRuntime
 
 NODE = "127.0.0.2"  # any of 127.0.0.0/8 is this host on Linux, yet not 127.0.0.1
+KEY = "wek-" + "b" * 64
 
 
 @pytest.fixture
@@ -35,31 +38,44 @@ def refuses(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) != 0
 
 
-def test_an_instance_listens_on_the_node_address_only_and_reports_it(runtime):
+def test_an_engine_listens_on_loopback_behind_its_front_on_the_node_address(runtime):
+    """The engine binds loopback; its front (gateway.front) the node's address, and lets in
+    only its engine key; the instance's URL is the front's."""
     placement = runtime.placement()
-    assert placement.host == NODE
+    assert placement.host == "127.0.0.1"
     port = placement.port
     assert port is not None
     server = [sys.executable, "-m", "http.server", str(port), "--bind", placement.host]
     plan = ContainerPlan(image="", args=server, port=port, health_path="/")
-    observed = runtime.create(InstanceRequest("addr", "addr-1", "h", plan))
-    assert observed.url == f"http://{NODE}:{port}"
+    observed = runtime.create(InstanceRequest("addr", "addr-1", "h", plan, engine_key=KEY))
+    assert observed.url.startswith(f"http://{NODE}:") and observed.url != f"http://{NODE}:{port}"
+    front_port = int(observed.url.rsplit(":", 1)[1])
     deadline = time.monotonic() + 15
-    while refuses(NODE, port):
+    while refuses("127.0.0.1", port) or refuses(NODE, front_port):
         assert time.monotonic() < deadline, runtime.logs("addr-1")
         time.sleep(0.1)
-    assert httpx.get(observed.url + "/", trust_env=False).status_code == 200
-    assert refuses("127.0.0.1", port)  # not on loopback's usual address, nor on every one
+    key = {"Authorization": f"Bearer {KEY}"}
+    assert httpx.get(observed.url + "/", headers=key, trust_env=False).status_code == 200
+    assert httpx.get(observed.url + "/", trust_env=False).status_code == 401
+    assert refuses(NODE, port)  # the engine itself: not on the node's address
+    assert refuses("127.0.0.1", front_port)  # the front: on the node's address only
     (listed,) = runtime.list("addr")
-    assert listed.url == observed.url  # as a restarted worker finds it
+    assert listed.url == observed.url and listed.running  # as a restarted worker finds it
+    runtime.remove("addr-1")
+    assert refuses("127.0.0.1", port)  # the engine went with its front's process group
 
 
-def test_vllm_is_told_to_listen_on_the_node_address(runtime):
+def test_a_prefill_decode_member_listens_on_the_node_address_for_its_peers(runtime):
+    placement = replace(runtime.placement(), host=NODE)  # workers.starter.pd_placement
+    port = placement.port
+    assert port is not None
+    server = [sys.executable, "-m", "http.server", str(port), "--bind", placement.host]
+    plan = ContainerPlan(image="", args=server, port=port, health_path="/")
+    request = InstanceRequest("pd", "pd-1", "h", plan, role="prefill", engine_key=KEY)
+    assert runtime.create(request).url == f"http://{NODE}:{port}"
+
+
+def test_vllm_is_told_to_listen_on_loopback(runtime):
     spec = parse_spec({"name": "svc", "llm": {"engine": "vllm-cpu", "model": "m"}})
     args = render(spec, runtime.placement()).args
-    assert args[args.index("--host") + 1] == NODE
-
-
-def test_the_default_node_address_is_loopback(tmp_path):
-    placement = ProcessRuntime(str(tmp_path), tmp_path / "instances").placement()
-    assert placement.host == "127.0.0.1"
+    assert args[args.index("--host") + 1] == "127.0.0.1"

@@ -108,29 +108,29 @@ def leftovers(system, name: str, groups: set[str]) -> list[str]:
     return [line for line in ps.splitlines() if line.split()[0] in groups]
 
 
-def engine_figures(url: str) -> dict[str, float]:
+def engine_figures(engine: httpx.Client) -> dict[str, float]:
     """The engine's running requests and generated tokens so far, from its /metrics."""
     names = {"vllm:num_requests_running": "running", "vllm:generation_tokens_total": "generated"}
     figures = {}
-    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+    for line in engine.get("/metrics").text.splitlines():
         if line.split("{", 1)[0] in names:
             figures[names[line.split("{", 1)[0]]] = float(line.rsplit(" ", 1)[1])
     assert figures.keys() == set(names.values()), f"not all of {names} in /metrics"
     return figures
 
 
-def assert_disconnect_aborts_the_engine_request(gateway, token, model, instance_url):
+def assert_disconnect_aborts_the_engine_request(gateway, token, model, engine: httpx.Client):
     """A client that goes away mid-stream must not leave the engine generating for nobody."""
     # ~1900 tokens take this CPU several seconds: the count drops fast only if aborted.
     body = {"model": model, "prompt": "Go on", "max_tokens": 1900, "stream": True,
             "ignore_eos": True}  # fmt: skip
     headers = {"Authorization": f"Bearer {token}"}
-    before = engine_figures(instance_url)
+    before = engine_figures(engine)
     started = time.monotonic()
     seen = []  # (seconds, running, tokens generated): what a failure message shows
 
     def look() -> float:
-        figures = engine_figures(instance_url)
+        figures = engine_figures(engine)
         seen.append((round(time.monotonic() - started, 2), figures["running"],
                      figures["generated"] - before["generated"]))  # fmt: skip
         return figures["running"]
@@ -197,7 +197,8 @@ def test_tiny_vllm_spec_serves_completions_through_the_gateway(system):
             base_url=f"{gateway}/v1", api_key="wsk-wrong", max_retries=0
         ).completions.create(model=name, prompt="Hi", max_tokens=2)
 
-    assert_disconnect_aborts_the_engine_request(gateway, token, name, instance["url"])
+    with system.engine(instance) as engine:
+        assert_disconnect_aborts_the_engine_request(gateway, token, name, engine)
 
     groups = process_groups(system, name) if system.runtime == "process" else set()
     assert leftovers(system, name, groups)  # the check below can fail
@@ -262,8 +263,8 @@ def test_missing_model_fails_with_an_event_naming_it(system):
     assert_deploy_fails(system, spec, "no-such-model", "model store")
 
 
-def spec_decode_counters(url: str) -> dict[str, float]:
-    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+def spec_decode_counters(engine: httpx.Client) -> dict[str, float]:
+    metrics = engine.get("/metrics").text
     return {
         line.split("{")[0].split(" ")[0]: float(line.rsplit(" ", 1)[1])
         for line in metrics.splitlines()
@@ -279,14 +280,16 @@ def test_speculative_decoding_with_a_draft_model(system):
     spec["llm"]["speculative"] = {"model": "tiny-llama-draft", "num_speculative_tokens": 3}
     token = deploy(system, spec)
     instance = only_instance(system, name)
-    before = spec_decode_counters(instance["url"])
+    engine = system.engine(instance)
+    before = spec_decode_counters(engine)
     client = openai.OpenAI(base_url=f"{system.stack.gateway_url}/v1", api_key=token)
     completion = client.completions.create(
         model=name, prompt="Speculate about this", max_tokens=24, temperature=0,
         extra_body={"ignore_eos": True},
     )  # fmt: skip
     assert completion.usage.completion_tokens == 24
-    after = spec_decode_counters(instance["url"])
+    after = spec_decode_counters(engine)
+    engine.close()
     drafted = "vllm:spec_decode_num_draft_tokens_total"
     assert after[drafted] > before.get(drafted, 0), after
     delete(system, name)
@@ -414,7 +417,8 @@ def test_prefill_decode_separation_on_cpu(system):
 
 def test_an_engine_refuses_direct_calls_without_its_key(system):
     """Only the gateways (and the control plane) derive an instance's key: a direct call to
-    the engine's OpenAI routes without it is refused, one through the gateway is not."""
+    the engine without it is refused by its front, on every route (vLLM's own key guards
+    /v1 alone), while one through the gateway is not."""
     if system.runtime != "process":
         pytest.skip("one runtime is enough: both hand the key over in the plan's env")
     name = "e2e-keyed"
@@ -427,7 +431,10 @@ def test_an_engine_refuses_direct_calls_without_its_key(system):
     assert as_caller.status_code == 401  # the service's token is for the gateway only
     with_key = httpx.get(models, headers={"Authorization": f"Bearer {key}"}, timeout=10)
     assert with_key.status_code == 200 and with_key.json()["data"][0]["id"] == f"{name}-model"
-    assert httpx.get(f"{instance['url']}/health", timeout=10).status_code == 200  # the worker's
+    for route in ("/health", "/metrics", "/tokenize", "/invocations"):  # vLLM's open routes
+        assert httpx.get(instance["url"] + route, timeout=10).status_code == 401, route
+    with system.engine(instance) as engine:
+        assert engine.get("/health").status_code == 200  # as the worker checks it
     for pid in process_groups(system, name):  # in the environment, not on the command line
         assert key.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
     answer = complete(system.stack.gateway_url, token, name, "Through the front door")

@@ -34,7 +34,6 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from contracts.engine_keys import engine_key
 from contracts.engines.models import adapter_folder, locate_adapter
 from contracts.hub_refs import is_hub_ref
 from contracts.spec import RUNTIME_LORA_ENGINES, ServiceSpec
@@ -137,8 +136,7 @@ def sync(row: Instance, found: ObservedInstance, runtime: Runtime) -> set[str]:
     assert spec is not None and spec.llm is not None and spec.llm.lora is not None
     folder = adapters_dir(row.service.name)
     placement = replace(runtime.placement(), adapters_dir=str(folder))
-    key = engine_key(settings.WHARF_TOKEN_KEY.encode(), row.engine_key_name or row.name)
-    headers = {"Authorization": f"Bearer {key}"}
+    headers = {"Authorization": f"Bearer {row.engine_key()}"}
     failed: dict[str, str] = {}
     with httpx.Client(base_url=found.url, headers=headers, timeout=TIMEOUT_S,
                       trust_env=False) as engine:  # fmt: skip

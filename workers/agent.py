@@ -48,7 +48,7 @@ def converge(
     busy: frozenset[str] = frozenset(),
     now: datetime | None = None,
     liveness_clock: dict[str, float] | None = None,
-    check: Callable[[str, str, probes.Probe], bool] = probes.check,
+    check: Callable[[str, str, probes.Probe, str], bool] = probes.check,
     background: Background = lambda name, work: work(),
 ) -> set[str]:
     """One pass over this node; the names of services whose instances changed state."""
@@ -211,7 +211,9 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
     if not checks:
         return set()
     with ThreadPoolExecutor(max_workers=min(8, len(checks))) as pool:
-        results = list(pool.map(lambda c: check(c[1].url or "", c[1].health_path, c[3]), checks))
+        results = list(pool.map(
+            lambda c: check(c[1].url or "", c[1].health_path, c[3], c[0].engine_key()), checks
+        ))  # fmt: skip
     touched = set()
     for (row, _, kind, probe), passed in zip(checks, results, strict=True):
         if kind == "readiness":

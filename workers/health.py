@@ -6,9 +6,11 @@ from urllib.parse import urlsplit
 import httpx
 
 
-def is_healthy(url: str, path: str, timeout: float = 2.0) -> bool:
-    """Ready when the engine's health endpoint answers 2xx or 3xx; with no health path (a custom
-    command), when its port accepts a connection, as EAS's default TCP check does."""
+def is_healthy(url: str, path: str, timeout: float = 2.0, key: str = "") -> bool:
+    """Ready when the engine's health endpoint answers 2xx or 3xx, asked with its engine `key`
+    (its front lets no one in without it: gateway.front); with no health path (a custom
+    command without a front), when its port accepts a connection, as EAS's default TCP check
+    does."""
     if not path:
         parts = urlsplit(url)
         try:
@@ -17,6 +19,8 @@ def is_healthy(url: str, path: str, timeout: float = 2.0) -> bool:
         except OSError:
             return False
     try:
-        return 200 <= httpx.get(url.rstrip("/") + path, timeout=timeout).status_code < 400
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        answer = httpx.get(url.rstrip("/") + path, timeout=timeout, headers=headers)
+        return 200 <= answer.status_code < 400
     except httpx.HTTPError:
         return False

@@ -67,5 +67,5 @@ def due(last: float | None, started: float, now: float, probe: Probe) -> bool:
     return last is None or now - last >= probe.period
 
 
-def check(url: str, default_path: str, probe: Probe) -> bool:
-    return is_healthy(url, probe.path or default_path, timeout=probe.timeout)
+def check(url: str, default_path: str, probe: Probe, key: str = "") -> bool:
+    return is_healthy(url, probe.path or default_path, timeout=probe.timeout, key=key)

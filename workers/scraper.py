@@ -4,7 +4,7 @@ sample (for the gateways' routing and the autoscaler) and a short series (for th
 
 Each engine is read by its own task in a small pool, with a hard 1 s deadline, and its sample
 written as soon as it is read: a slow or hung engine delays no other. vLLM serves /metrics
-without its API key (its key guards /v1 only), so none is sent. An engine, Redis or database
+through its front (gateway.front) with the instance's engine key. An engine, Redis or database
 error is logged (once a minute per engine and kind) and the loop goes on.
 """
 
@@ -95,7 +95,7 @@ class Scraper(threading.Thread):
     def _scrape(self, target: Target) -> int:
         name = target.instance.name
         try:
-            text = self._fetch(target.metrics_url)
+            text = self._fetch(target.metrics_url, target.instance.engine_key())
             sample, adapters = read(text, time.time())
             write(self.store, name, sample, adapters)
         except (httpx.HTTPError, MetricsError) as exc:
@@ -110,12 +110,13 @@ class Scraper(threading.Thread):
                 self._busy.discard(name)
         return 1
 
-    def _fetch(self, url: str) -> str:
+    def _fetch(self, url: str, key: str) -> str:
         """The page, read within TIMEOUT seconds in all (httpx's timeout bounds each read
         only, so an engine sending a byte a second would hold the task) and MAX_TEXT bytes."""
         deadline = time.monotonic() + TIMEOUT
         body = bytearray()
-        with self._http.stream("GET", url) as response:
+        headers = {"Authorization": f"Bearer {key}"}
+        with self._http.stream("GET", url, headers=headers) as response:
             response.raise_for_status()
             for chunk in response.iter_bytes():
                 body += chunk

@@ -80,7 +80,7 @@ def start_instance(
         report(f"starting the engine on node {node}")
         observed = runtime.create(InstanceRequest(
             service.name, name, row.spec_hash, plan, row.devices, row.role, row.pd_index,
-            tuple(staged.values()),
+            tuple(staged.values()), engine_key=placement.engine_key,
         ))  # fmt: skip
     except InstanceError as exc:  # the user must change something: a permanent failure
         _fail(row, str(exc))
@@ -135,8 +135,8 @@ def pd_placement(placement: Placement, row: Instance, spec: ServiceSpec) -> Plac
     )  # fmt: skip
     if row.port:
         placement = replace(placement, port=row.port, kv_port=row.kv_port)
-    if on_host_network(spec, placement):
-        placement = replace(placement, host=node_ip)
+    if on_host_network(spec, placement) or not placement.in_container:
+        placement = replace(placement, host=node_ip)  # a local process: its peers call it
     return placement
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from contracts.engines import render as render_plan
 from contracts.kube import names, rank_tables
+from contracts.kube.front import METRICS_TOKEN
 from contracts.kube.names import KubeSettings
 from contracts.kube.pod_template import (
     HUB_TOKEN,
@@ -157,6 +158,8 @@ def _secret(
     hub_token: str | None,
 ) -> dict:
     data = {engine_key_entry(role): engine_keys[role] for role in replicas}
+    if meta.settings.metrics_token:  # read by the engines' fronts (contracts.kube.front)
+        data[METRICS_TOKEN] = meta.settings.metrics_token
     if hub_token:  # read by the init containers that stage hub models, never by an engine
         data[HUB_TOKEN] = hub_token
     for n, source in enumerate(staged):

@@ -120,3 +120,6 @@ class KubeSettings:
     # other is a workspace's own, pulled on every start so the registry checks its pull secret
     # (a kubelet would otherwise run another workspace's private image from its node's store).
     platform_images: frozenset[str] = frozenset()
+    # The token with which Prometheus reads engines' metrics pages through their fronts (in
+    # the service's Secret; "": only the engine key opens them).
+    metrics_token: str = field(default="", repr=False)  # WHARF_ENGINE_METRICS_TOKEN

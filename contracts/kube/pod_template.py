@@ -26,6 +26,7 @@ from contracts.engines.vllm_ascend import DRIVER_FILES
 from contracts.grants import own_image
 from contracts.hub_refs import is_hub_ref
 from contracts.kube import rank_tables
+from contracts.kube.front import ENGINE_PORT, front_container
 from contracts.kube.names import KubeSettings
 from contracts.limits import TenantLimits, granted_capabilities
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
@@ -263,7 +264,7 @@ def env(spec: ServiceSpec, plan: ContainerPlan, secret: str, key: str) -> list[d
 
 def ports(spec: ServiceSpec, plan: ContainerPlan, placement: Placement) -> list[dict]:
     """The serving port, and the KV side channel of a connector that has one."""
-    found = [{"name": "http", "containerPort": plan.port, "protocol": "TCP"}]
+    found = [{"name": ENGINE_PORT, "containerPort": plan.port, "protocol": "TCP"}]
     connector = pd_connector(spec, placement)
     if connector is None or connector == "ExampleConnector":
         return found
@@ -302,8 +303,9 @@ def cpu_and_memory(spec: ServiceSpec, plan: ContainerPlan) -> dict:
 
 
 def check(path: str) -> dict:
-    """An HTTP GET of `path` on the serving port; a TCP connect where the engine has no path."""
-    return {"httpGet": {"path": path, "port": "http"}} if path else {"tcpSocket": {"port": "http"}}
+    """An HTTP GET of `path` on the engine's port; a TCP connect where the engine has no path."""
+    port = ENGINE_PORT
+    return {"httpGet": {"path": path, "port": port}} if path else {"tcpSocket": {"port": port}}
 
 
 def probes(spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings) -> dict:
@@ -445,9 +447,10 @@ def pod_spec(
     staged: list[StagedSource], refs: PodNames,
 ) -> dict:  # fmt: skip
     found = volumes(spec, plan, settings, staged, refs.files)
+    serving = engine(spec, plan, placement, settings, found.mounts, refs.secret, refs.key)
+    front = front_container(plan, settings, refs.secret, refs.key, restricted())
     pod: dict = {
-        "containers": [engine(spec, plan, placement, settings, found.mounts, refs.secret,
-                              refs.key)],
+        "containers": [serving, front],
         "volumes": list(found.volumes.values()),
         # The spec's grace covers in-flight requests; the preStop wait comes before it.
         "terminationGracePeriodSeconds": (

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from contracts.engine_keys import engine_key
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from controlplane.services.choices import DesiredState, InstanceState, Phase
 from controlplane.services.sealing import unseal
@@ -114,6 +115,10 @@ class Instance(models.Model):
 
     class Meta:
         ordering = ["name"]
+
+    def engine_key(self) -> str:
+        """The key its engine (or the engine's front, gateway.front) lets callers in with."""
+        return engine_key(settings.WHARF_TOKEN_KEY.encode(), self.engine_key_name or self.name)
 
     def placed_spec(self) -> ServiceSpec | None:
         """The spec this instance was placed for: the service's current one, or the kept

@@ -108,7 +108,7 @@ def test_a_service_becomes_a_deployment_whose_ready_pods_are_routed(kube, cluste
     assert (service.phase, service.ready_instances) == ("running", 2)
     pods = rows("chat")
     assert {r.state for r in pods} == {"ready"} and all(r.runtime == "kubernetes" for r in pods)
-    assert all(r.url.startswith("http://10.") and r.url.endswith(":8000") for r in pods)
+    assert all(r.url.startswith("http://10.") and r.url.endswith(":18999") for r in pods)
     assert {r.node for r in pods} <= {"gpu-node-1", "gpu-node-2"}
     routed = published(store).services["chat"].instances
     assert {i.name for i in routed} == {r.name for r in pods}
@@ -178,7 +178,8 @@ def test_pods_are_bounded_and_unprivileged_and_the_defaults_reserve_nothing(kube
     settle(kube, cluster, "lean")
     (pod,) = kube.core.list_namespaced_pod("default", label_selector=names.selector("lean")).items
     assert pod.spec.node_name  # scheduled: requests of 0, not the limits copied into them
-    (engine,) = pod.spec.containers
+    engine, front = pod.spec.containers
+    assert front.name == "front" and front.security_context.read_only_root_filesystem
     assert engine.resources.limits == {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "1"}
     assert engine.resources.requests == {"cpu": "0", "memory": "0", "nvidia.com/gpu": "1"}
     context = engine.security_context

@@ -17,6 +17,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from contracts.kube import names
+from contracts.kube.pod_template import ENGINE
 
 APPLY = "application/apply-patch+yaml"  # server-side apply; a JSON body is YAML too
 TIMEOUT = (5, 30)  # seconds: connect, read (watches set their own)
@@ -114,8 +115,8 @@ class Cluster:
         return list(_json(response).get("items") or [])
 
     def log(self, pod: str, tail: int = 200) -> str:
-        response = self.core.read_namespaced_pod_log(
-            pod, self.namespace, tail_lines=tail, _preload_content=False,
+        response = self.core.read_namespaced_pod_log(  # the engine's, not its front's
+            pod, self.namespace, container=ENGINE, tail_lines=tail, _preload_content=False,
             _request_timeout=TIMEOUT,
         )  # fmt: skip
         return bytes(response.data or b"").decode(errors="replace")

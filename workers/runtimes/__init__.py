@@ -23,13 +23,14 @@ def get_runtime() -> Runtime:
         return DockerRuntime(
             str(settings.WHARF_MODEL_DIR), settings.WHARF_NODE_ADDRESS,
             settings.WHARF_INSTANCE_LOG_DIR, node=settings.WHARF_NODE_NAME,
-            limits=tenant_limits(),
+            limits=tenant_limits(), front_image=settings.WHARF_FRONT_IMAGE,
+            metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN,
         )  # fmt: skip
     if choice == "process":
         return ProcessRuntime(
             str(settings.WHARF_MODEL_DIR), settings.WHARF_INSTANCE_LOG_DIR,
             settings.WHARF_VLLM_VENV, node_address=settings.WHARF_NODE_ADDRESS,
-            node=settings.WHARF_NODE_NAME,
+            node=settings.WHARF_NODE_NAME, metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN,
         )  # fmt: skip
     if choice == "kubernetes":  # no node runtime: workers.kube reconciles on the cluster
         raise ValueError("WHARF_RUNTIME=kubernetes runs no instance on this host")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from contracts.engines.plan import ContainerPlan, Placement
@@ -52,6 +52,9 @@ class InstanceRequest:
     role: str = ""
     pd_index: int = 0
     paths: tuple[str, ...] = ()  # the staged model folders it reads (workers.storage)
+    # The instance's engine key (contracts.engine_keys): its front lets in only callers with
+    # it (gateway.front); "" starts the engine with no front (tests of the runtime alone).
+    engine_key: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)

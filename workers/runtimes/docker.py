@@ -35,6 +35,14 @@ from workers.runtimes.base import (
     missing_bind_source,
     owned_by,
 )
+from workers.runtimes.docker_front import (
+    LABEL_FRONT,
+    LABEL_FRONTED,
+    engine_options,
+    front_name,
+    front_options,
+    fronted,
+)
 from workers.runtimes.pulls import pull
 
 # Serializes the making of service networks among this worker's threads.
@@ -103,6 +111,11 @@ def run_options(
         options["network_mode"] = "host"
     else:
         options["network"] = service_network(request.service)
+    if fronted(request):  # the front's port is published, not the engine's (docker_front)
+        front = engine_options(request, bind_address)
+        labels.update({LABEL_PORT: front["port"], LABEL_HEALTH_PATH: front["health_path"],
+                       LABEL_FRONTED: "1"})  # fmt: skip
+        options.update(ports=front["ports"], restart_policy=front["restart_policy"])
     if plan.gpus:
         ids = [str(i) for i in plan.gpus]
         options["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
@@ -194,8 +207,11 @@ class DockerRuntime:
         files_dir: Path | None = None,
         node: str = "",
         limits: TenantLimits | None = None,
+        front_image: str = "wharf/wharf:latest",
+        metrics_token: str = "",
     ):
         self.client = docker.from_env()
+        self.front_image, self.metrics_token = front_image, metrics_token
         self.operator_limits = limits or TenantLimits()
         self.node = node  # lists and labels only this node's containers
         self.model_dir = model_dir.rstrip("/")
@@ -233,6 +249,11 @@ class DockerRuntime:
         registry checks this workspace's credentials (the spec's dockerAuth, never the node's
         login), so one workspace cannot run another's private image from the node's store.
         An image built on the node (no registry digest) is the operator's: nothing to ask."""
+        if not plan.host_network:  # its front's (docker_front), the platform's own image
+            try:
+                self.client.images.get(self.front_image)
+            except ImageNotFound:
+                pull(self.client.api, self.front_image, None, report, node_login=True)
         try:
             image = self.client.images.get(plan.image)
         except ImageNotFound:
@@ -262,8 +283,24 @@ class DockerRuntime:
             raise RuntimeError(f"starting {request.name} raced its network: {exc}") from exc
         except APIError as exc:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
+        if fronted(request):
+            self._start_front(request, container)
         container.reload()
         return self._observe(container)
+
+    def _start_front(self, request: InstanceRequest, engine) -> None:
+        """The engine's front in its network namespace; without it, no engine either."""
+        self._remove_container(front_name(request.name), timeout=1)  # a crash's leftover
+        options = front_options(request, engine.id, self.node, self.metrics_token)
+        try:
+            self.client.containers.run(self.front_image, detach=True, **options)
+        except (APIError, ImageNotFound) as exc:
+            self._remove_container(request.name, timeout=1)
+            if isinstance(exc, ImageNotFound):
+                raise InstanceError(f"the engine front's image {self.front_image} is not on "
+                                    "this node (WHARF_FRONT_IMAGE)") from exc  # fmt: skip
+            raise InstanceError(f"docker refused the engine's front: "
+                                f"{exc.explanation or exc}") from exc  # fmt: skip
 
     def _files(self, request: InstanceRequest) -> list[Mount]:
         root = self.files_dir / request.name
@@ -321,7 +358,9 @@ class DockerRuntime:
         """The networks named `name` exactly (Docker's name filter also matches parts)."""
         return [n for n in self.client.networks.list(names=[name]) if n.name == name]
 
-    def _observe(self, container) -> ObservedInstance:
+    def _observe(self, container, front_running: bool = True) -> ObservedInstance:
+        """The instance of an engine `container`; with a front (docker_front), running only
+        while its front runs too (`front_running`)."""
         labels = container.labels
         port = labels.get(LABEL_PORT, "")
         bindings = (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(
@@ -335,7 +374,9 @@ class DockerRuntime:
             service=labels[LABEL_SERVICE],
             name=labels[LABEL_INSTANCE],
             spec_hash=labels.get(LABEL_SPEC_HASH, ""),
-            running=state.get("Running", False) and not state.get("Restarting", False),
+            running=state.get("Running", False)
+            and not state.get("Restarting", False)
+            and (front_running or labels.get(LABEL_FRONTED) != "1"),
             url=url,
             health_path=labels.get(LABEL_HEALTH_PATH, ""),
             exit_code=None if state.get("Running") else state.get("ExitCode"),
@@ -350,25 +391,42 @@ class DockerRuntime:
         label = f"{LABEL_SERVICE}={service}" if service else LABEL_SERVICE
         containers = listed(self.client, label)
         mine = [c for c in containers if owned_by(self.node, c.labels.get(LABEL_NODE))]
-        return [self._observe(c) for c in mine]
+        fronts = {c.labels[LABEL_FRONT]: c for c in mine if LABEL_FRONT in c.labels}
+        engines = [c for c in mine if LABEL_FRONT not in c.labels]
+        for name in set(fronts) - {c.name for c in engines}:  # its engine went: so does it
+            self._remove_container(fronts[name].name, timeout=1)
+        return [self._observe(c, _runs(fronts.get(c.name))) for c in engines]
 
     def remove(self, name: str) -> None:
         shutil.rmtree(self.files_dir / name, ignore_errors=True)
-        try:
-            container = self.client.containers.get(name)
-        except NotFound:
-            return
+        self._remove_container(front_name(name), timeout=1)  # no new calls reach it
         # vLLM takes a while to drain on SIGTERM; ten seconds, then SIGKILL.
-        with contextlib.suppress(APIError):
-            container.stop(timeout=10)
-        with contextlib.suppress(NotFound):
-            container.remove(force=True)
+        container = self._remove_container(name, timeout=10)
+        if container is None:
+            return
         service = container.labels.get(LABEL_SERVICE)
         if service and not listed(self.client, f"{LABEL_SERVICE}={service}"):
             self._drop_network(service)  # its last container here: Docker's pools are few
+
+    def _remove_container(self, name: str, timeout: int):
+        """Stop (SIGTERM, SIGKILL after `timeout` s) and remove container `name`, if any."""
+        try:
+            container = self.client.containers.get(name)
+        except NotFound:
+            return None
+        with contextlib.suppress(APIError):
+            container.stop(timeout=timeout)
+        with contextlib.suppress(NotFound, APIError):
+            container.remove(force=True)
+        return container
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:
             return self.client.containers.get(name).logs(tail=tail).decode(errors="replace")
         except NotFound:
             return ""
+
+
+def _runs(container) -> bool:
+    state = container.attrs.get("State", {}) if container is not None else {}
+    return bool(state.get("Running")) and not state.get("Restarting", False)

@@ -59,7 +59,7 @@ class MemoryRuntime:
     def exit(self, name: str, code: int = 1) -> None:
         self.instances[name] = replace(self.instances[name], running=False, exit_code=code)
 
-    def check(self, url: str, default_path: str, probe) -> bool:
+    def check(self, url: str, default_path: str, probe, key: str = "") -> bool:
         return url in self.healthy
 
     def make_healthy(self) -> None:

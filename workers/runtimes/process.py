@@ -14,9 +14,11 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from contracts import engine_front as front
 from contracts.engines.plan import ContainerPlan, Placement
 from workers.runtimes import process_groups
 from workers.runtimes.base import (
@@ -28,6 +30,7 @@ from workers.runtimes.base import (
 )
 
 STOP_TIMEOUT = 15.0
+ROOT = Path(__file__).resolve().parents[2]  # where `python -m gateway.front` finds it
 
 # What an engine process inherits from the worker's environment, and why. Nothing else: the
 # worker holds the control plane's secrets (DATABASE_URL, REDIS_URL, WHARF_SECRET_KEY, the
@@ -48,7 +51,10 @@ INHERITED_ENV = frozenset(
 INHERITED_PREFIXES = ("LC_",)  # the locale's categories (LC_ALL, LC_CTYPE, ...), as LANG
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -83,8 +89,10 @@ class ProcessRuntime:
         venv: Path | None = None,
         node_address: str = "127.0.0.1",
         node: str = "",
+        metrics_token: str = "",
     ):
         self.node = node  # lists only this node's instances (nodes may share a state dir)
+        self.metrics_token = metrics_token
         self.model_dir = model_dir.rstrip("/")
         self.state_dir = Path(state_dir)
         self.venv = venv
@@ -98,10 +106,11 @@ class ProcessRuntime:
         self._children: dict[int, subprocess.Popen] = {}
 
     def placement(self) -> Placement:
-        host = self.node_address
-        return Placement(
-            in_container=False, model_store=self.model_dir, host=host, port=free_port(host)
-        )
+        """An engine listens on this host's loopback, behind its front (gateway.front) on the
+        node's address; a prefill/decode member is placed on the node's address instead
+        (workers.starter.pd_placement): its peers call it."""
+        return Placement(in_container=False, model_store=self.model_dir, host=LOOPBACK,
+                         port=free_port(LOOPBACK))  # fmt: skip
 
     def prepare(
         self, plan: ContainerPlan, docker_auth: str | None, report: Report, tenant: bool = False
@@ -139,11 +148,26 @@ class ProcessRuntime:
         if self.venv and not (self.venv / "bin" / "python").exists():
             raise InstanceError(f"no engine virtualenv at {self.venv}; run `make engines`")
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        args, env, url = plan.args, self._env(plan), f"http://{self.node_address}:{plan.port}"
+        health_path = plan.health_path
+        if self._fronted(request):
+            port = free_port(self.node_address)
+            args = [sys.executable, "-m", "gateway.front", "--cwd", str(self.state_dir),
+                    "--listen", f"{self.node_address}:{port}",
+                    "--upstream", f"{LOOPBACK}:{plan.port}"]  # fmt: skip
+            if plan.metrics_path:
+                args += ["--metrics-path", "/" + plan.metrics_path.lstrip("/")]
+            args += ["--", *plan.args]
+            env[front.KEY_ENV] = request.engine_key
+            if self.metrics_token:
+                env[front.METRICS_TOKEN_ENV] = self.metrics_token
+            url, health_path = f"http://{self.node_address}:{port}", health_path or front.READY_PATH
         with open(self._log_path(request.name), "ab") as log:
             try:
                 proc = subprocess.Popen(
-                    plan.args, env=self._env(plan), stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.state_dir,
+                    args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                    cwd=ROOT if args is not plan.args else self.state_dir,
                 )  # fmt: skip
             except OSError as exc:
                 raise InstanceError(f"cannot start {plan.args[0]}: {exc}") from exc
@@ -154,8 +178,8 @@ class ProcessRuntime:
             "spec_hash": request.spec_hash,
             "pid": proc.pid,
             "start_time": _proc_start_time(proc.pid),
-            "url": f"http://{self.node_address}:{plan.port}",
-            "health_path": plan.health_path,
+            "url": url,
+            "health_path": health_path,
             "devices": request.devices,
             "role": request.role,
             "pd_index": request.pd_index,
@@ -166,6 +190,11 @@ class ProcessRuntime:
         tmp.write_text(json.dumps(state))
         tmp.replace(self._state_path(request.name))
         return self._observe(state)
+
+    def _fronted(self, request: InstanceRequest) -> bool:
+        """Whether the engine gets a front: every one with a key, but a prefill/decode member,
+        which listens on the node's address for its peers (workers.starter.pd_placement)."""
+        return bool(request.engine_key) and not request.role
 
     def _observe(self, state: dict) -> ObservedInstance:
         alive = (

@@ -38,6 +38,7 @@ from workers.runtimes import process_groups
 
 DEMO_SPEC = ROOT / "deploy_specs" / "demo-tiny-vllm.json"
 ENGINE_DIR = ROOT / "engine_images" / "vllm-cpu"
+WHARF_IMAGE_BUILD = ROOT / "images" / "wharf" / "build.sh"
 STOPPED = "stopped; `make run` brings the services back"
 
 
@@ -178,6 +179,9 @@ class Command(BaseCommand):
         if runtime == "docker":
             self.step(f"engine image {settings.WHARF_VLLM_CPU_IMAGE} (first build: ~5 min)")
             self.run_script(ENGINE_DIR / "build.sh", settings.WHARF_VLLM_CPU_IMAGE)
+            if not image_exists(settings.WHARF_FRONT_IMAGE):  # engines' fronts (gateway.front)
+                self.step(f"engine front image {settings.WHARF_FRONT_IMAGE} (~1 min)")
+                self.run_script(WHARF_IMAGE_BUILD, settings.WHARF_FRONT_IMAGE)
         else:
             self.step(f"engine virtualenv {settings.WHARF_VLLM_VENV} (first install: ~3 min)")
             self.run_script(ENGINE_DIR / "install_venv.sh", str(settings.WHARF_VLLM_VENV))
@@ -313,3 +317,8 @@ def why(api: httpx.Client, name: str) -> str:
             lines.append(f"  the last lines of {instance}'s log:")
             lines += [f"    {line}" for line in logs.json()["logs"].splitlines()]
     return "\n".join(lines)
+
+
+def image_exists(image: str) -> bool:
+    done = subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False)
+    return done.returncode == 0
