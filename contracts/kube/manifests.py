@@ -21,6 +21,7 @@ import json
 from dataclasses import dataclass
 
 from contracts.engines import render as render_plan
+from contracts.grants import registry_host
 from contracts.kube import names, rank_tables
 from contracts.kube.front import METRICS_TOKEN
 from contracts.kube.names import KubeSettings
@@ -179,10 +180,7 @@ def _secret(
 
 def registry(image: str) -> str:
     """The registry an image reference pulls from, as Docker's config names it."""
-    first, slash, _ = image.partition("/")
-    if slash and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return DOCKER_HUB
+    return registry_host(image) or DOCKER_HUB
 
 
 def _pull_secret(meta: _Meta, name: str, auth: str, plans) -> dict:
