@@ -17,6 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from contracts.spec_cloud import METADATA as CLOUD_METADATA
+from contracts.spec_cloud import TOP as CLOUD_TOP
+from contracts.spec_cloud import CloudOnlyMetadata, CloudOnlyTop, Networking
 from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
     MAX_INSTANCES,
     MAX_STRING,
@@ -187,7 +190,7 @@ class Rpc(_Strict):
     )  # fmt: skip
 
 
-class Metadata(_Strict):
+class Metadata(CloudOnlyMetadata):
     instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     cpu: float | None = Field(default=None, gt=0, le=4096)
     memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
@@ -324,7 +327,7 @@ class Llm(_Strict):
         return None if value is None else model_reference(value)
 
 
-class ServiceSpec(_Strict):
+class ServiceSpec(CloudOnlyTop):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
@@ -345,6 +348,7 @@ class ServiceSpec(_Strict):
         description="Scale on load between min and max instances (each role on its own "
         "signals in a prefill/decode service); metadata.instance is the count it starts with.",
     )
+    networking: Networking | None = None
 
     @field_validator("name")
     @classmethod
@@ -374,12 +378,13 @@ class ServiceSpec(_Strict):
         fields were all null rolls its instances once, on the upgrade that added this), and
         so does llm.lora unset. Nor do the LoRA adapters of an engine that loads them while it
         runs (RUNTIME_LORA_ENGINES): workers.adapters applies them to running instances."""
-        data = self.model_dump(
-            mode="json", exclude={"rolling_strategy", "health_check", "dockerAuth", "autoscaler"}
-        )
+        data = self.model_dump(mode="json", exclude={
+            "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "networking",
+            *CLOUD_TOP,  # EAS's cloud-only fields (contracts.spec_cloud): they shape nothing
+        })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging
             del data["llm"]["hub_token"]
-        for key in ("instance", "termination_grace_period"):
+        for key in ("instance", "termination_grace_period", *CLOUD_METADATA):
             data["metadata"].pop(key, None)
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]

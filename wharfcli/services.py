@@ -57,10 +57,18 @@ def create(spec_file: str, wait: bool, timeout: float) -> None:
     client = _client()
     service = client.post("services", read_spec(spec_file))
     client.config.remember_service_token(service["name"], service["token"])
+    _warn(service)
     if wait:
         service = {**_follow(client, service["name"], "running", timeout, False),
                    "token": service["token"]}  # fmt: skip
     emit(service, text=_created(service))
+
+
+def _warn(service: dict) -> None:
+    """The fields the API took but which have no effect here (EAS's cloud-only ones), on
+    stderr, one line each."""
+    for warning in service.get("warnings") or []:
+        click.echo(f"warning: {warning['field']}: {warning['message']}", err=True)
 
 
 def _created(service: dict) -> str:
@@ -121,6 +129,7 @@ def update(name: str, spec_file: str, wait: bool, timeout: float) -> None:
     """Replace a service's spec: a new version, rolled out instance by instance."""
     client = _client()
     service = client.call("PUT", f"services/{name}", json=read_spec(spec_file))
+    _warn(service)
     if wait:
         service = _follow(client, name, "running", timeout, True)
     show(service)

@@ -12,8 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from contracts.eas import normalise
 from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
+from contracts.spec_cloud import cloud_only_warnings
 from contracts.spec_facts import card_need, replicas
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
@@ -40,6 +42,23 @@ from controlplane.workspaces.policy import check_spec
 from controlplane.workspaces.quota_checks import check_quotas
 
 MAX_EVENTS = 1000  # events in one answer
+
+
+def _canonical(data):
+    """A spec as its user wrote it (any of EAS's spellings: contracts.eas) in Wharf's one
+    canonical form, which is what is validated and stored; a 400 naming what cannot be."""
+    try:
+        return normalise(data)
+    except SpecError as exc:
+        raise SpecInvalid(exc.errors) from None
+
+
+def _warned(service: Service, body: dict, data: dict) -> dict:
+    """`body` with the warnings `data` earns (EAS's cloud-only fields), each also an event."""
+    warnings = cloud_only_warnings(data) if isinstance(data, dict) else []
+    for warning in warnings:
+        record(service, "FieldIgnored", f"{warning['field']}: {warning['message']}")
+    return {**body, "warnings": warnings}
 
 
 def _validated(data, workspace: Workspace | None) -> ServiceSpec:
@@ -115,7 +134,8 @@ class ServiceList(APIView):
         return Response(ServiceSerializer(services, many=True).data)
 
     def post(self, request: Request) -> Response:
-        spec = _validated(request.data, access(request).workspace)
+        data = _canonical(request.data)
+        spec = _validated(data, access(request).workspace)
         if Service.objects.filter(name=spec.name).exists():
             return Response(
                 {"detail": f"A service named {spec.name!r} exists; choose another name or "
@@ -127,17 +147,17 @@ class ServiceList(APIView):
                 check_model_names(spec, access(request).workspace)
                 check_quotas(access(request).workspace, spec, running=True)
                 service = Service.objects.create(
-                    name=spec.name, spec=seal(request.data), owner=request.user,
+                    name=spec.name, spec=seal(data), owner=request.user,
                     workspace=access(request).workspace,
                 )  # fmt: skip
                 token = ServiceToken.issue(service)
                 record_version(service, service.spec, "created")
                 record(service, "Created", f"service created (generation {service.generation})")
+                body = _warned(service, ServiceSerializer(service).data, data)
                 _on_commit_reconcile(service.name)
         except IntegrityError:  # a concurrent create of the same name won the race
             return Response({"detail": "A service with that name exists.",
                              "errors": {"name": ["already exists"]}}, status=409)  # fmt: skip
-        body = ServiceSerializer(service).data
         body["token"] = token  # shown once; only its digest is kept
         return Response(body, status=status.HTTP_201_CREATED)
 
@@ -147,9 +167,10 @@ class ServiceDetail(APIView):
         return Response(ServiceSerializer(live_service(request, name)).data)
 
     def put(self, request: Request, name: str) -> Response:
-        if isinstance(request.data, dict) and request.data.get("name", name) != name:
+        data = _canonical(request.data)
+        if isinstance(data, dict) and data.get("name", name) != name:
             raise SpecInvalid({"name": ["a service cannot be renamed; create a new service"]})
-        data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
+        data = {**data, "name": name} if isinstance(data, dict) else data
         with transaction.atomic():
             service = live_service(request, name)
             try:
@@ -157,7 +178,8 @@ class ServiceDetail(APIView):
             except SecretsLostError as exc:
                 raise SpecInvalid(exc.errors) from None
             update_spec(service, data, "updated", "spec updated")
-        return Response(ServiceSerializer(service).data)
+            body = _warned(service, ServiceSerializer(service).data, data)
+        return Response(body)
 
     def delete(self, request: Request, name: str) -> Response:
         with transaction.atomic():
@@ -226,7 +248,7 @@ class SpecPreview(APIView):
     def post(self, request: Request) -> Response:
         from contracts.engines import Placement, render
 
-        spec = _validated(request.data, None)  # what a workspace is granted: checked on save
+        spec = _validated(_canonical(request.data), None)  # grants: checked on save
         roles = replicas(spec)
         containers = []
         for role, instances in roles.items():

@@ -1,0 +1,87 @@
+"""EAS service JSON through the real API (PostgreSQL): published files deployed unchanged are
+stored in Wharf's canonical spelling, with a warning (in the answer and as an event) for each
+cloud-only field; EAS processor services are refused naming each processor field and what to
+deploy instead; spellings of one setting that disagree are a 400 naming it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controlplane.services.models import Event, Service
+
+pytestmark = pytest.mark.django_db
+
+CORPUS = Path(__file__).parent / "eas_corpus"
+
+
+def published(name: str) -> dict:
+    return json.loads((CORPUS / f"{name}.json").read_text())
+
+
+def test_the_eas_quick_start_deploys_unchanged_with_a_warning_per_cloud_only_field(api, store):
+    sent = published("02-json-deploy-quickstart-2026")
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 201, answer.json()
+    body = answer.json()
+    assert body["name"] == "demo"
+    warned = {w["field"]: w["message"] for w in body["warnings"]}
+    assert set(warned) == {"cloud", "metadata.workspace_id"}
+    assert all(message.startswith("no effect here: ") for message in warned.values())
+    stored = Service.objects.get(name="demo").spec
+    assert stored["name"] == "demo" and "name" not in stored["metadata"]  # canonical
+    assert stored["cloud"] == sent["cloud"]  # kept as given
+    reasons = Event.objects.filter(service__name="demo", reason="FieldIgnored")
+    assert sorted(e.message.split(":")[0] for e in reasons) == ["cloud", "metadata.workspace_id"]
+
+
+def test_an_update_in_eas_spellings_is_stored_canonical(api, store):
+    sent = published("01-json-deploy-quickstart-2025")
+    assert api.post("/api/v1/services", sent, format="json").status_code == 201
+    name = sent["metadata"]["name"]
+    more = {"instance": "2", "rpc.keepalive": "5000", "eas.termination_grace_period": 60}
+    changed = {**sent, "metadata": {**sent["metadata"], **more}}
+    answer = api.put(f"/api/v1/services/{name}", changed, format="json")
+    assert answer.status_code == 200, answer.json()
+    assert [w["field"] for w in answer.json()["warnings"]] == ["cloud"]
+    metadata = Service.objects.get(name=name).spec["metadata"]
+    assert metadata["instance"] == 2 and metadata["rpc"] == {"keepalive": 5000}
+    assert metadata["termination_grace_period"] == 60
+
+
+@pytest.mark.parametrize(
+    ("file", "fields"),
+    [
+        ("21-eascmd-create-tf-processor", {"processor", "model_path"}),
+        ("30-triton-processor", {"processor", "processor_params"}),
+        ("31-pai-prediction-echo-cpp", {"processor_path", "processor_entry", "processor_type",
+                                        "model_path"}),
+    ],
+)  # fmt: skip
+def test_a_processor_service_is_refused_naming_each_field_and_what_to_deploy(api, file, fields):
+    answer = api.post("/api/v1/services", published(file), format="json")
+    assert answer.status_code == 400
+    errors = answer.json()["errors"]
+    assert fields <= set(errors)
+    assert all("deploy an image in containers[]" in errors[field][0] for field in fields)
+    if file.startswith("30-"):
+        assert "tritonserver" in errors["processor"][0]
+    assert not Service.objects.exists()
+
+
+def test_two_spellings_that_disagree_are_a_400_naming_the_setting(api):
+    sent = {**published("02-json-deploy-quickstart-2026"), "name": "other"}
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 400
+    assert "name" in answer.json()["errors"]
+    assert not Service.objects.exists()
+
+
+def test_a_field_in_no_eas_document_is_still_a_400_naming_it(api):
+    sent = published("02-json-deploy-quickstart-2026")
+    sent["metadata"]["workspace_idd"] = "typo"
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 400
+    assert "metadata.workspace_idd" in answer.json()["errors"]
