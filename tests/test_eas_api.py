@@ -85,3 +85,23 @@ def test_a_field_in_no_eas_document_is_still_a_400_naming_it(api):
     answer = api.post("/api/v1/services", sent, format="json")
     assert answer.status_code == 400
     assert "metadata.workspace_idd" in answer.json()["errors"]
+
+
+def test_format_eas_gives_the_spec_back_as_eas_writes_it(api, store):
+    sent = published("02-json-deploy-quickstart-2026")
+    sent["metadata"]["eas.termination_grace_period"] = "45"
+    sent["dockerAuth"] = "dXNlcjpwYXNzd29yZA=="
+    assert api.post("/api/v1/services", sent, format="json").status_code == 201
+    answer = api.get("/api/v1/services/demo?format=eas")
+    assert answer.status_code == 200
+    written = answer.json()
+    assert written["metadata"]["name"] == "demo" and "name" not in written
+    assert written["metadata"]["eas.termination_grace_period"] == 45
+    assert written["metadata"]["workspace_id"] == "your-workspace-id"
+    assert written["cloud"] == sent["cloud"] and written["containers"] == sent["containers"]
+    assert written["dockerAuth"] == "******"  # secrets stay masked
+    # What EAS writes, Wharf takes back: the same canonical spec.
+    from contracts.eas import normalise
+
+    assert normalise(written) == normalise({**sent, "dockerAuth": "******"})
+    assert api.get("/api/v1/services/demo?format=yaml").status_code in (400, 404)

@@ -8,11 +8,13 @@ from django.db.models import F, Max
 from django.shortcuts import get_object_or_404
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from contracts.eas import normalise
+from contracts.eas.written import eas_form
 from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
@@ -33,7 +35,7 @@ from controlplane.services.models import Service
 from controlplane.services.names import check_model_names
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import seal, unseal
-from controlplane.services.secrets import SecretsLostError, keep_secrets
+from controlplane.services.secrets import SecretsLostError, keep_secrets, redact
 from controlplane.services.versions import record_version
 from controlplane.tokens.models import ServiceToken
 from controlplane.workspaces.access import access, in_workspace
@@ -162,9 +164,20 @@ class ServiceList(APIView):
         return Response(body, status=status.HTTP_201_CREATED)
 
 
+class EasFormat(JSONRenderer):
+    """`?format=eas`: the service's spec alone, as EAS writes it (contracts.eas.written)."""
+
+    format = "eas"
+
+
 class ServiceDetail(APIView):
+    renderer_classes = [JSONRenderer, EasFormat]
+
     def get(self, request: Request, name: str) -> Response:
-        return Response(ServiceSerializer(live_service(request, name)).data)
+        service = live_service(request, name)
+        if request.accepted_renderer.format == EasFormat.format:
+            return Response(eas_form(redact(service.spec)))
+        return Response(ServiceSerializer(service).data)
 
     def put(self, request: Request, name: str) -> Response:
         data = _canonical(request.data)
