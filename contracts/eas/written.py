@@ -16,8 +16,8 @@ def eas_form(spec: Any) -> Any:
     if not isinstance(spec, dict):
         return spec
     out = copy.deepcopy(spec)
-    metadata = out.get("metadata") if isinstance(out.get("metadata"), dict) else {}
-    written = {"name": out.pop("name")} if "name" in out else {}
+    metadata: dict = out["metadata"] if isinstance(out.get("metadata"), dict) else {}
+    written: dict = {"name": out.pop("name")} if "name" in out else {}
     written.update(metadata)
     if "termination_grace_period" in written:
         written[GRACE] = written.pop("termination_grace_period")
