@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
 from contracts.spec_cloud import TOP as CLOUD_TOP
 from contracts.spec_cloud import CloudOnlyMetadata, CloudOnlyTop, Networking
@@ -327,7 +328,7 @@ class Llm(_Strict):
         return None if value is None else model_reference(value)
 
 
-class ServiceSpec(CloudOnlyTop):
+class ServiceSpec(CloudOnlyTop, ServiceAccess):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
@@ -380,6 +381,7 @@ class ServiceSpec(CloudOnlyTop):
         runs (RUNTIME_LORA_ENGINES): workers.adapters applies them to running instances."""
         data = self.model_dump(mode="json", exclude={
             "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "networking",
+            "token", "generate_token",  # the gateway's, not the instance's
             *CLOUD_TOP,  # EAS's cloud-only fields (contracts.spec_cloud): they shape nothing
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging

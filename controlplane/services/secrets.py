@@ -1,5 +1,6 @@
 """Credentials in specs (object storage's, the image registry's `dockerAuth`, the hubs'
-`llm.hub_token`): stored, used by workers, never echoed by the API."""
+`llm.hub_token`, the service's fixed `token`): stored sealed, used by workers (the token by
+the API, which keeps its digest for the gateways), never echoed by the API."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from contracts.kube.manifests import registry
 from contracts.spec import OBJECT_STORAGE_SCHEMES, REDACTED
 
 SECRET_FIELDS = ("access_key_secret",)  # of each object-storage block
-TOP_SECRETS = ("dockerAuth",)  # of the spec itself
+TOP_SECRETS = ("dockerAuth", "token")  # of the spec itself
 LLM_SECRETS = ("hub_token",)  # of its llm section
 
 
@@ -68,6 +69,8 @@ def keep_secrets(new: Any, old: Any) -> Any:
     if _keep(out, old, "dockerAuth", _registries(out) == _registries(old)):
         lost["dockerAuth"] = ["the image's registry changed (or none was stored): give the "
                               "registry's credentials again"]  # fmt: skip
+    if _keep(out, old, "token", True):  # the service's own: its target never changes
+        lost["token"] = ["no token was stored: give the token, or leave token out"]
     llm, old_llm = out.get("llm"), old.get("llm")
     if isinstance(llm, dict):
         old_llm = old_llm if isinstance(old_llm, dict) else {}

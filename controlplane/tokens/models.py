@@ -27,10 +27,12 @@ class ServiceToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     @classmethod
-    def issue(cls, service) -> str:
-        """Create a token for `service` and return its plaintext, which is never stored."""
-        token = new_token(SERVICE_TOKEN_PREFIX)
-        cls.objects.create(service=service, digest=digest(token), hint=token[:10])
+    def issue(cls, service, token: str | None = None) -> str:
+        """Create a token for `service` (`token`, a fixed one its spec gives, else a new one)
+        and return its plaintext, which is never stored."""
+        hint = token[:4] if token else ""  # a user's own token: less of it shown
+        token = token or new_token(SERVICE_TOKEN_PREFIX)
+        cls.objects.create(service=service, digest=digest(token), hint=hint or token[:10])
         return token
 
 

@@ -37,7 +37,7 @@ from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import seal, unseal
 from controlplane.services.secrets import SecretsLostError, keep_secrets, redact
 from controlplane.services.versions import record_version
-from controlplane.tokens.models import ServiceToken
+from controlplane.tokens.models import ServiceToken, digest
 from controlplane.workspaces.access import access, in_workspace
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.policy import check_spec
@@ -61,6 +61,25 @@ def _warned(service: Service, body: dict, data: dict) -> dict:
     for warning in warnings:
         record(service, "FieldIgnored", f"{warning['field']}: {warning['message']}")
     return {**body, "warnings": warnings}
+
+
+def _check_token_free(spec: ServiceSpec, service: Service | None = None) -> None:
+    """A fixed token (the spec's `token`) must be no other service's."""
+    taken = ServiceToken.objects.filter(digest=digest(spec.token)) if spec.token else None
+    if taken is not None and taken.exclude(service=service).exists():
+        raise SpecInvalid({"token": ["this token cannot be used; choose another"]})
+
+
+def _fix_token(service: Service, spec: ServiceSpec) -> None:
+    """A spec's fixed token becomes the service's only token (the old ones stop working),
+    unless it already is; published to the gateways on commit."""
+    if not spec.token or service.tokens.filter(digest=digest(spec.token)).exists():
+        return
+    _check_token_free(spec, service)
+    service.tokens.all().delete()
+    ServiceToken.issue(service, spec.token)
+    record(service, "TokenRotated", "service token replaced by the spec's token")
+    transaction.on_commit(publish_snapshot, robust=True)
 
 
 def _validated(data, workspace: Workspace | None) -> ServiceSpec:
@@ -138,6 +157,7 @@ class ServiceList(APIView):
     def post(self, request: Request) -> Response:
         data = _canonical(request.data)
         spec = _validated(data, access(request).workspace)
+        _check_token_free(spec)
         if Service.objects.filter(name=spec.name).exists():
             return Response(
                 {"detail": f"A service named {spec.name!r} exists; choose another name or "
@@ -152,7 +172,7 @@ class ServiceList(APIView):
                     name=spec.name, spec=seal(data), owner=request.user,
                     workspace=access(request).workspace,
                 )  # fmt: skip
-                token = ServiceToken.issue(service)
+                token = ServiceToken.issue(service, spec.token)
                 record_version(service, service.spec, "created")
                 record(service, "Created", f"service created (generation {service.generation})")
                 body = _warned(service, ServiceSerializer(service).data, data)
@@ -190,7 +210,8 @@ class ServiceDetail(APIView):
                 data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
             except SecretsLostError as exc:
                 raise SpecInvalid(exc.errors) from None
-            update_spec(service, data, "updated", "spec updated")
+            spec = update_spec(service, data, "updated", "spec updated")
+            _fix_token(service, spec)
             body = _warned(service, ServiceSerializer(service).data, data)
         return Response(body)
 
@@ -225,6 +246,10 @@ class RotateServiceToken(APIView):
     """POST rotates the service token: the old one stops working, the new one is shown once."""
 
     def post(self, request: Request, name: str) -> Response:
+        if live_service(request, name).spec.get("token"):  # sealed, but there
+            why = ("This service's token is fixed by its spec (token): update the spec with a "
+                   "new token to change it.")  # fmt: skip
+            return Response({"detail": why}, status=409)
         with transaction.atomic():
             service = live_service(request, name)
             service.tokens.all().delete()
