@@ -7,9 +7,10 @@ documents and published files use; ../shared/eas/PARAMETERS.md §0):
 - dotted keys, flat inside `metadata` or at the top (`"rpc.keepalive": 3000`,
   `"eas.termination_grace_period": 30`), or nested (`"rpc": {"keepalive": 3000}`);
 - aliases: `metadata.autoscaler` for `autoscaler`, `metadata.rolling_strategy` (EAS's place)
-  for `rolling_strategy`, `credential.docker_auth` for
-  `dockerAuth`, `runtime.termination_grace_period` and `eas.termination_grace_period` for
-  Wharf's `metadata.termination_grace_period`, `rpc.*` beside `metadata.rpc.*`,
+  for `rolling_strategy`, `credential.docker_auth`, `credential.token` and
+  `credential.generate_token` for `dockerAuth`, `token` and `generate_token`,
+  `runtime.termination_grace_period` and `eas.termination_grace_period` for Wharf's
+  `metadata.termination_grace_period`, `rpc.*` beside `metadata.rpc.*`,
   `metadata.max_queue_size` for `metadata.rpc.max_queue_size`, a top-level `resource`.
 
 One setting given twice with different values is an error naming both places; given twice
@@ -33,6 +34,8 @@ ALIASES: tuple[tuple[Path, Path], ...] = (
     (("metadata", "autoscaler"), ("autoscaler",)),
     (("metadata", "rolling_strategy"), ("rolling_strategy",)),
     (("credential", "docker_auth"), ("dockerAuth",)),
+    (("credential", "token"), ("token",)),
+    (("credential", "generate_token"), ("generate_token",)),
     (("runtime", "termination_grace_period"), ("metadata", "termination_grace_period")),
     (("metadata", "eas", "termination_grace_period"), ("metadata", "termination_grace_period")),
     (("eas", "termination_grace_period"), ("metadata", "termination_grace_period")),
