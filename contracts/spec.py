@@ -30,6 +30,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
     RollingStrategy,
     _Strict,
 )
+from contracts.spec_labels import ServiceLabels
 from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's users)
     MODEL_STORE_NAME,
     OBJECT_STORAGE_SCHEMES,
@@ -328,7 +329,7 @@ class Llm(_Strict):
         return None if value is None else model_reference(value)
 
 
-class ServiceSpec(CloudOnlyTop, ServiceAccess):
+class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
@@ -381,7 +382,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess):
         runs (RUNTIME_LORA_ENGINES): workers.adapters applies them to running instances."""
         data = self.model_dump(mode="json", exclude={
             "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "networking",
-            "token", "generate_token",  # the gateway's, not the instance's
+            "token", "generate_token", "labels",  # the gateway's and the API's, not an instance's
             *CLOUD_TOP,  # EAS's cloud-only fields (contracts.spec_cloud): they shape nothing
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging

@@ -90,15 +90,21 @@ def test_a_service_that_cannot_start_fails_the_wait_with_its_reason(wharf, tmp_p
 
 
 def test_the_service_lifecycle(system, wharf, tmp_path):
-    code, out, err = wharf("services", "create", "-f", spec_file(tmp_path), "--wait")
+    metadata = {"instance": 1, "shm_size": 1, "workspace_id": "ws-1"}  # EAS's, cloud-only
+    spec = spec_file(tmp_path, labels={"team": "cli"}, metadata=metadata)
+    code, out, err = wharf("services", "create", "-f", spec, "--wait")
     assert code == 0, err
     assert "running: 1/1 ready" in err  # the progress shown while it started
+    assert "warning: metadata.workspace_id: no effect here" in err
     assert "token:" in out and "model=cli-model" in out
 
     code, out, _ = wharf("list", "-o", "json")
     assert code == 0
     (listed,) = [s for s in json.loads(out) if s["name"] == NAME]
     assert listed["phase"] == "running" and listed["ready_instances"] == 1
+    for label, found in (("team=cli", [NAME]), ("team=other", [])):
+        code, out, _ = wharf("services", "list", "--label", label, "-o", "json")
+        assert code == 0 and [s["name"] for s in json.loads(out)] == found
 
     for verb in (["desc"], ["describe"], ["services", "describe"]):  # eascmd's, kubectl's
         code, out, _ = wharf(*verb, NAME)

@@ -105,3 +105,26 @@ def test_format_eas_gives_the_spec_back_as_eas_writes_it(api, store):
 
     assert normalise(written) == normalise({**sent, "dockerAuth": "******"})
     assert api.get("/api/v1/services/demo?format=yaml").status_code in (400, 404)
+
+
+def test_labels_select_services_as_eas_lists_them(api, store):
+    base = published("02-json-deploy-quickstart-2026")
+    for name, labels in (("a", {"team": "search", "tier": "gold"}), ("b", {"team": "search"}),
+                         ("c", None)):  # fmt: skip
+        spec = {**base, "metadata": {**base["metadata"], "name": name}}
+        if labels:
+            spec["labels"] = labels
+        assert api.post("/api/v1/services", spec, format="json").status_code == 201
+
+    def names(query: str) -> list[str]:
+        answer = api.get(f"/api/v1/services?{query}")
+        assert answer.status_code == 200, answer.json()
+        return [s["name"] for s in answer.json()]
+
+    assert names("label=team=search") == ["a", "b"]
+    assert names("label=team:search&label=tier=gold") == ["a"]  # EAS's key:value too
+    assert names("label=team=other") == []
+    bad = api.get("/api/v1/services?label=novalue")
+    assert bad.status_code == 400 and "label" in bad.json()["errors"]
+    refused = api.post("/api/v1/services", {**base, "labels": {"bad key": "x"}}, format="json")
+    assert refused.status_code == 400 and "labels" in refused.json()["errors"]

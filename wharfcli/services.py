@@ -83,10 +83,13 @@ def _created(service: dict) -> str:
 
 @services.command("list")
 @click.option("--phase", help="only services in this phase (running, failed, ...)")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="only services with this label (repeat: all of them)")  # fmt: skip
 @output_option
-def list_services(phase: str | None) -> None:
+def list_services(phase: str | None, labels: tuple[str, ...]) -> None:
     """Every service, one line each."""
-    emit(_client().get("services", phase=phase), SERVICE_COLUMNS)
+    found = _client().get("services", phase=phase, label=list(labels) or None)
+    emit(found, SERVICE_COLUMNS)
 
 
 @services.command("describe")

@@ -19,6 +19,7 @@ from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
 from contracts.spec_facts import card_need, replicas
+from contracts.spec_labels import matches, parse_selector
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
 from controlplane.cluster import cluster_errors
@@ -152,6 +153,12 @@ class ServiceList(APIView):
             if phase not in Phase.values:
                 raise ParseError({"phase": [f"one of {', '.join(Phase.values)}"]})
             services = services.filter(phase=phase)
+        try:
+            selectors = [parse_selector(text) for text in request.query_params.getlist("label")]
+        except ValueError as exc:
+            raise ParseError({"label": [str(exc)]}) from None
+        if selectors:  # labels are in the (sealed) spec: selected here, not in SQL
+            services = [s for s in services if matches(s.spec.get("labels"), selectors)]
         return Response(ServiceSerializer(services, many=True).data)
 
     def post(self, request: Request) -> Response:
