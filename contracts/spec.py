@@ -19,8 +19,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
+from contracts.spec_cloud import STORAGE, CloudOnlyMetadata, CloudOnlyTop, Networking
 from contracts.spec_cloud import TOP as CLOUD_TOP
-from contracts.spec_cloud import CloudOnlyMetadata, CloudOnlyTop, Networking
 from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
     MAX_INSTANCES,
     MAX_STRING,
@@ -158,6 +158,7 @@ class StorageEntry(_Strict):
         description="A PersistentVolumeClaim (WHARF_RUNTIME=kubernetes only; the Docker and "
         "process runtimes cannot mount one).",
     )
+    properties: dict[str, str] | None = Field(default=None, description=STORAGE["properties"])
 
     @field_validator("mount_path")
     @classmethod
@@ -389,6 +390,8 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels):
             del data["llm"]["hub_token"]
         for key in ("instance", "termination_grace_period", *CLOUD_METADATA):
             data["metadata"].pop(key, None)
+        for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
+            entry.pop("properties", None)
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
         rpc = data["metadata"]["rpc"] or {}

@@ -39,6 +39,9 @@ METADATA = {
     "resource_rebalancing": "EAS's migration between its pools; a service here stays on its nodes",
     "cuda": "EAS mounts a CUDA version; here the image brings its own",
 }
+STORAGE = {
+    "properties": "EAS's console reads it (resource_type: model, code) to label the mount",
+}
 NETWORKING = {
     "gateway": "a dedicated EAS gateway; Wharf's gateways serve every service",
     "nlb": "Alibaba Cloud's network load balancers; put yours in front of Wharf's gateways",
@@ -109,4 +112,9 @@ def cloud_only_warnings(data: dict) -> list[dict[str, str]]:
         for name, why in table.items():
             if where.get(name) is not None:
                 found.append({"field": prefix + name, "message": f"no effect here: {why}"})
+    entries: list = data["storage"] if isinstance(data.get("storage"), list) else []
+    for i, entry in enumerate(entries):
+        for name, why in STORAGE.items():
+            if isinstance(entry, dict) and entry.get(name) is not None:
+                found.append({"field": f"storage[{i}].{name}", "message": f"no effect here: {why}"})
     return found

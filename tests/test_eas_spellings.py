@@ -7,6 +7,7 @@ import pytest
 
 from contracts.eas import normalise
 from contracts.spec import SpecError, parse_spec
+from contracts.spec_cloud import cloud_only_warnings
 
 SCALER = {"min": 1, "max": 3, "scaleStrategies": [{"metricName": "qps", "threshold": 10}]}
 IMAGE = {"image": "registry.example/team/app:1", "command": "serve", "port": 8000}
@@ -167,3 +168,24 @@ def test_a_string_where_the_schema_takes_strings_stays_a_string():
     found = normalise({"name": "svc", "llm": {"engine": "vllm-cpu", "model": "m",
                                               "options": {"--x": "true", "--n": "2"}}})  # fmt: skip
     assert found["llm"]["options"] == {"--x": "true", "--n": "2"}
+
+
+def test_what_shapes_no_instance_leaves_the_spec_hash_alone():
+    """Cloud-only fields, labels, the token and a mount's console properties roll no
+    instance when added or changed (and left the hashes of earlier specs as they were)."""
+    plain = {"name": "svc", "containers": [dict(IMAGE)],
+             "storage": [{"mount_path": "/d", "nfs": {"server": "nas", "path": "/x"}}]}  # fmt: skip
+    more = {
+        **plain,
+        "cloud": {"computing": {"instance_type": "ecs.gn7i-c16g1.4xlarge"}},
+        "features": {"eas.aliyun.com/extra-ephemeral-storage": "100Gi"},
+        "labels": {"team": "a"},
+        "token": "t" * 16,
+        "networking": {"gateway": "gw-1"},
+        "metadata": {"workspace_id": "1", "region": "cn-hangzhou", "cuda": "11.2"},
+        "storage": [{**plain["storage"][0], "properties": {"resource_type": "model"}}],
+    }
+    assert parse_spec(normalise(more)).spec_hash() == parse_spec(plain).spec_hash()
+    warned = {w["field"] for w in cloud_only_warnings(normalise(more))}
+    assert warned == {"cloud", "features", "networking.gateway", "metadata.workspace_id",
+                      "metadata.region", "metadata.cuda", "storage[0].properties"}  # fmt: skip
