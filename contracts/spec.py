@@ -19,7 +19,8 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
-from contracts.spec_cloud import STORAGE, CloudOnlyMetadata, CloudOnlyTop, Networking
+from contracts.spec_cloud import RPC as CLOUD_RPC
+from contracts.spec_cloud import STORAGE, CloudOnlyMetadata, CloudOnlyTop, Networking, RpcNotes
 from contracts.spec_cloud import TOP as CLOUD_TOP
 from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
     MAX_INSTANCES,
@@ -181,7 +182,7 @@ class StorageEntry(_Strict):
         return self
 
 
-class Rpc(_Strict):
+class Rpc(RpcNotes):
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     keepalive: int | None = Field(default=None, ge=1, le=86_400_000, description="ms")
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000, description="requests/s")
@@ -395,7 +396,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels):
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
         rpc = data["metadata"]["rpc"] or {}
-        for key in ("routing", "session_header"):  # where requests go, not what runs
+        for key in ("routing", "session_header", *CLOUD_RPC):  # not what runs
             rpc.pop(key, None)
         if not any(value is not None for value in rpc.values()):
             data["metadata"]["rpc"] = None

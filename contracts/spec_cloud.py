@@ -42,6 +42,15 @@ METADATA = {
 STORAGE = {
     "properties": "EAS's console reads it (resource_type: model, code) to label the mount",
 }
+# metadata.rpc fields of EAS's own request server, which an LLM engine does for itself.
+RPC = {
+    "batching": "LLM engines batch requests themselves, continuously and per token; EAS's "
+    "batching is its processors' (and max_batch_size, max_batch_timeout with it)",
+    "max_batch_size": "LLM engines batch requests themselves (llm.max_num_seqs bounds a batch)",
+    "max_batch_timeout": "LLM engines batch requests themselves, with no wait to fill a batch",
+    "io_threads": "Wharf's gateway does the network I/O; an engine's own threads are its own",
+    "enable_jemalloc": "EAS's processors' allocator; an image brings its own",
+}
 NETWORKING = {
     "gateway": "a dedicated EAS gateway; Wharf's gateways serve every service",
     "nlb": "Alibaba Cloud's network load balancers; put yours in front of Wharf's gateways",
@@ -85,6 +94,16 @@ class CloudOnlyMetadata(_Strict):
     cuda: str | None = Field(default=None, max_length=16, description=METADATA["cuda"])
 
 
+class RpcNotes(_Strict):
+    """The metadata.rpc fields of RPC."""
+
+    batching: bool | None = Field(default=None, description=RPC["batching"])
+    max_batch_size: int | None = Field(default=None, ge=1, le=100_000)
+    max_batch_timeout: int | None = Field(default=None, ge=0, le=3_600_000, description="ms")
+    io_threads: int | None = Field(default=None, ge=1, le=1024, description=RPC["io_threads"])
+    enable_jemalloc: int | bool | None = Field(default=None)
+
+
 class Networking(_Strict):
     """EAS's networking section; what has a meaning here is acted on elsewhere."""
 
@@ -104,8 +123,10 @@ class Networking(_Strict):
 def cloud_only_warnings(data: dict) -> list[dict[str, str]]:
     """`{"field", "message"}` for each cloud-only field set in canonical spec `data`."""
     found = []
-    places = ((TOP, data), (METADATA, data.get("metadata")), (NETWORKING, data.get("networking")))
-    prefixes = ("", "metadata.", "networking.")
+    metadata: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
+    places = ((TOP, data), (METADATA, metadata), (RPC, metadata.get("rpc")),
+              (NETWORKING, data.get("networking")))  # fmt: skip
+    prefixes = ("", "metadata.", "metadata.rpc.", "networking.")
     for (table, where), prefix in zip(places, prefixes, strict=True):
         if not isinstance(where, dict):
             continue

@@ -182,10 +182,17 @@ def test_what_shapes_no_instance_leaves_the_spec_hash_alone():
         "labels": {"team": "a"},
         "token": "t" * 16,
         "networking": {"gateway": "gw-1"},
-        "metadata": {"workspace_id": "1", "region": "cn-hangzhou", "cuda": "11.2"},
+        "metadata": {
+            "workspace_id": "1",
+            "region": "cn-hangzhou",
+            "cuda": "11.2",
+            "rpc.batching": "true",
+            "rpc.io_threads": 8,
+        },
         "storage": [{**plain["storage"][0], "properties": {"resource_type": "model"}}],
     }
     assert parse_spec(normalise(more)).spec_hash() == parse_spec(plain).spec_hash()
     warned = {w["field"] for w in cloud_only_warnings(normalise(more))}
     assert warned == {"cloud", "features", "networking.gateway", "metadata.workspace_id",
-                      "metadata.region", "metadata.cuda", "storage[0].properties"}  # fmt: skip
+                      "metadata.region", "metadata.cuda", "storage[0].properties",
+                      "metadata.rpc.batching", "metadata.rpc.io_threads"}  # fmt: skip
