@@ -87,3 +87,14 @@ def test_a_token_sent_masked_with_none_stored_asks_for_it(api, store):
     assert api.post("/api/v1/services", spec, format="json").status_code == 201
     answer = api.put("/api/v1/services/fixed", {**spec, "token": "******"}, format="json")
     assert answer.status_code == 400 and "token" in answer.json()["errors"]
+
+
+def test_a_rollback_brings_the_versions_fixed_token_back(api, store):
+    assert api.post("/api/v1/services", SPEC, format="json").status_code == 201
+    new = "another-fixed-token-987654"
+    assert (
+        api.put("/api/v1/services/fixed", {**SPEC, "token": new}, format="json").status_code == 200
+    )
+    answer = api.post("/api/v1/services/fixed/rollback", {"version": 1}, format="json")
+    assert answer.status_code in (200, 202), answer.json()
+    assert digests(store, "fixed") == {digest(TOKEN)}

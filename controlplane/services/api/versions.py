@@ -15,6 +15,7 @@ from controlplane.services.api.serializers import ServiceSerializer, VersionSeri
 from controlplane.services.api.views import (
     _on_commit_reconcile,
     _validated,
+    fix_token,
     live_service,
     visible_services,
 )
@@ -133,5 +134,6 @@ class Rollback(APIView):
                 f"rolled back to version {wanted}: now version {version.number} "
                 f"(generation {service.generation})",
             )
+            fix_token(service, spec)  # the version's own fixed token, where it has one
             _on_commit_reconcile(name)
         return Response(ServiceSerializer(service).data)

@@ -71,7 +71,7 @@ def _check_token_free(spec: ServiceSpec, service: Service | None = None) -> None
         raise SpecInvalid({"token": ["this token cannot be used; choose another"]})
 
 
-def _fix_token(service: Service, spec: ServiceSpec) -> None:
+def fix_token(service: Service, spec: ServiceSpec) -> None:
     """A spec's fixed token becomes the service's only token (the old ones stop working),
     unless it already is; published to the gateways on commit."""
     if not spec.token or service.tokens.filter(digest=digest(spec.token)).exists():
@@ -119,6 +119,7 @@ def update_spec(service: Service, data: dict, note: str, what: str) -> ServiceSp
     service.refresh_from_db()
     record_version(service, data, note)
     record(service, "Updated", f"{what} (generation {service.generation})")
+    fix_token(service, spec)  # a PUT's fixed token
     _on_commit_reconcile(service.name)
     return spec
 
@@ -217,8 +218,7 @@ class ServiceDetail(APIView):
                 data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
             except SecretsLostError as exc:
                 raise SpecInvalid(exc.errors) from None
-            spec = update_spec(service, data, "updated", "spec updated")
-            _fix_token(service, spec)
+            update_spec(service, data, "updated", "spec updated")
             body = _warned(service, ServiceSerializer(service).data, data)
         return Response(body)
 
