@@ -56,9 +56,13 @@ def exit_code_for(status: int) -> int:
 
 
 class Client:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, login_hint: str = "") -> None:
         self.config = config
         self.api, token = config.effective()
+        # what to do about a 401: `wharf login`, or eascmd's `config`
+        self.login_hint = login_hint or (
+            f"sign in with `wharf login --api {self.api} --token TOKEN` (or set WHARF_TOKEN)"
+        )
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.api, headers=headers, timeout=TIMEOUT_S)
 
@@ -73,11 +77,7 @@ class Client:
                 f"cannot reach the Wharf API at {self.api}: {exc}", UNREACHABLE
             ) from None
         if response.status_code == 401:
-            raise CliError(
-                f"{describe_refusal(response)}\nsign in with `wharf login --api {self.api} "
-                "--token TOKEN` (or set WHARF_TOKEN)",
-                DENIED,
-            )
+            raise CliError(f"{describe_refusal(response)}\n{self.login_hint}", DENIED)
         if not response.is_success:
             raise CliError(describe_refusal(response), exit_code_for(response.status_code))
         return response.json() if response.content else None
