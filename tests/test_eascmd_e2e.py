@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EASCMD = ROOT / ".venv" / "bin" / "eascmd"
 CORPUS = ROOT / "tests" / "eas_corpus" / "02-json-deploy-quickstart-2026.json"
 NAME = "eascmd-demo"
-REDIS_DB = 15  # this suite's own
+REDIS_DB = 13  # this suite's own (15 is the tests' shared one)
 SCRIPT = "exec python3 -m http.server $PORT"  # the process runtime says which port
 
 
