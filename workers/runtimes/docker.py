@@ -20,6 +20,7 @@ from docker.types import Mount as DockerMount
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import find_npu_smi
 from contracts.limits import TenantLimits, filled, granted_capabilities
+from contracts.version import VERSION
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
@@ -207,7 +208,7 @@ class DockerRuntime:
         files_dir: Path | None = None,
         node: str = "",
         limits: TenantLimits | None = None,
-        front_image: str = "wharf/wharf:latest",
+        front_image: str = f"wharf/wharf:{VERSION}",
         metrics_token: str = "",
     ):
         self.client = docker.from_env()

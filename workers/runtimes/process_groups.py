@@ -51,7 +51,10 @@ def wait_empty(
     while True:
         reap()
         waiting = live_groups(waiting)
-        if not waiting or time.monotonic() >= deadline:
+        if not waiting:
+            reap()  # a child that ended since the reap above: reaped, not left a zombie
+            return waiting
+        if time.monotonic() >= deadline:
             return waiting
         time.sleep(POLL)
 
