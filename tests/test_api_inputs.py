@@ -67,8 +67,8 @@ def test_a_name_that_is_a_route_is_refused(api, name):
 
 
 @pytest.mark.parametrize(("metadata", "field"), [
-    ({"instance": "1"}, "metadata.instance"),
-    ({"rpc": {"rate_limit": "10"}}, "metadata.rpc.rate_limit"),
+    ({"instance": "one"}, "metadata.instance"),  # "1" is EAS's 1 (contracts.eas.coerce)
+    ({"rpc": {"rate_limit": "10/s"}}, "metadata.rpc.rate_limit"),
     ({"memory": 10**40}, "metadata.memory"),
     ({"gpu": 1.5}, "metadata.gpu"),
 ])  # fmt: skip
@@ -82,7 +82,7 @@ def test_wrong_types_and_sizes_are_named_and_not_written(api, metadata, field):
 def test_an_update_with_a_wrong_type_changes_nothing(api):
     assert api.post("/api/v1/services", SPEC, format="json").status_code == 201
     before = Service.objects.get().spec, Event.objects.count()
-    bad = {**SPEC, "metadata": {"rpc": {"keepalive": "5000"}}}
+    bad = {**SPEC, "metadata": {"rpc": {"keepalive": "5000 ms"}}}
     assert api.put("/api/v1/services/tiny", bad, format="json").status_code == 400
     assert (Service.objects.get().spec, Event.objects.count()) == before
 

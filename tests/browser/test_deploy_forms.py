@@ -231,8 +231,8 @@ def test_json_editor_deploys_what_its_preview_shows(live_server, page, rest, bro
         "// EAS's JSON format; comments are allowed", ""))  # fmt: skip
 
 
-# An EAS field Wharf does not act on (line 3), and an empty line inside metadata (line 5).
-UNKNOWN_FIELD = '{\n  "name": "typo",\n  "cloud": {"computing": 1},\n  "metadata": {\n    \n  }\n}'
+# A field in no EAS document, a typo (line 3), and an empty line inside metadata (line 5).
+UNKNOWN_FIELD = '{\n  "name": "typo",\n  "clouds": {"computing": 1},\n  "metadata": {\n    \n  }\n}'
 
 
 def test_json_editor_marks_unknown_fields_and_completes_field_names(live_server, page):
@@ -243,10 +243,10 @@ def test_json_editor_marks_unknown_fields_and_completes_field_names(live_server,
     squiggle = page.wait_for_selector("#json-editor .squiggly-error")
     markers = page.evaluate(f"() => monaco.editor.getModelMarkers({{resource: {EDITOR_MODEL}.uri}})"
                             ".map(m => [m.startLineNumber, m.message])")  # fmt: skip
-    assert [3, "Property cloud is not allowed."] in markers
+    assert [3, "Property clouds is not allowed."] in markers  # a typo: in no EAS document
     assert squiggle.is_visible()
-    page.hover("#json-editor .view-line span:text-is('\"cloud\"')")
-    page.wait_for_selector(".monaco-hover:has-text('Property cloud is not allowed')")
+    page.hover("#json-editor .view-line span:text-is('\"clouds\"')")
+    page.wait_for_selector(".monaco-hover:has-text('Property clouds is not allowed')")
 
     # Completion inside metadata lists the schema's fields of metadata, with their help.
     page.evaluate("""() => {
@@ -260,9 +260,10 @@ def test_json_editor_marks_unknown_fields_and_completes_field_names(live_server,
         ".suggest-widget .monaco-list-row", "rows => rows.map(r => r.getAttribute('aria-label'))"
     )
     assert any(label.startswith("instance") for label in labels), labels
-    assert any(label.startswith("termination_grace_period") for label in labels), labels
     assert widget.is_visible()
-    page.keyboard.type("termination_g")
+    page.keyboard.type("termination_g")  # the list, filtered: the schema's field with its help
+    row = ".suggest-widget .monaco-list-row[aria-label^='termination_grace_period']"
+    page.wait_for_selector(row)
     page.keyboard.press("Enter")
     completed = '"termination_grace_period"'
     page.wait_for_function(f"() => {EDITOR_MODEL}.getValue().includes('{completed}')")
