@@ -22,6 +22,7 @@ from contracts.spec_cloud import METADATA as CLOUD_METADATA
 from contracts.spec_cloud import RPC as CLOUD_RPC
 from contracts.spec_cloud import STORAGE, CloudOnlyMetadata, CloudOnlyTop, Networking, RpcNotes
 from contracts.spec_cloud import TOP as CLOUD_TOP
+from contracts.spec_cron import CronScaled
 from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
     MAX_INSTANCES,
     MAX_STRING,
@@ -331,7 +332,7 @@ class Llm(_Strict):
         return None if value is None else model_reference(value)
 
 
-class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels):
+class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
@@ -383,8 +384,8 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels):
         so does llm.lora unset. Nor do the LoRA adapters of an engine that loads them while it
         runs (RUNTIME_LORA_ENGINES): workers.adapters applies them to running instances."""
         data = self.model_dump(mode="json", exclude={
-            "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "networking",
-            "token", "generate_token", "labels",  # the gateway's and the API's, not an instance's
+            "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "cronscaler",
+            "networking", "token", "generate_token", "labels",  # the gateway's and the API's
             *CLOUD_TOP,  # EAS's cloud-only fields (contracts.spec_cloud): they shape nothing
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging

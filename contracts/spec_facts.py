@@ -4,24 +4,28 @@ never read again from the raw spec with its defaults copied."""
 from __future__ import annotations
 
 from contracts.spec import ROLES, ServiceSpec
+from contracts.spec_fleet import MAX_INSTANCES
 from contracts.spec_scaling import Autoscaler
 
 
 def replicas(spec: ServiceSpec, autoscale: dict | None = None) -> dict[str, int]:
     """Instances wanted per role: prefill and decode for a separated service, else "" alone.
     An autoscaled role wants what its autoscaler last decided (`autoscale`, the service's
-    {role: workers.autoscaler.State JSON}), within its min..max; until it decides, what the
-    spec starts with."""
+    {role: workers.autoscaler.State JSON}), within its min..max; a service with a cronscaler
+    alone, what its schedule last set; until either decides, what the spec starts with."""
     pd = spec.llm.pd if spec.llm else None
     if pd:
         counts = {"prefill": pd.prefill.instance, "decode": pd.decode.instance}
     else:
         counts = {"": spec.metadata.instance}
-    for role, (_, scaler) in autoscalers(spec).items():
+    bounds = {role: (scaler.min, scaler.max) for role, (_, scaler) in autoscalers(spec).items()}
+    if spec.cronscaler is not None and not pd:
+        bounds.setdefault("", (0, MAX_INSTANCES))  # the schedule's count, unscaled otherwise
+    for role, (low, high) in bounds.items():
         decided = (autoscale or {}).get(role)
         count = decided.get("replicas") if isinstance(decided, dict) else None
         if isinstance(count, int) and not isinstance(count, bool):
-            counts[role] = min(max(count, scaler.min), scaler.max)
+            counts[role] = min(max(count, low), high)
     return counts
 
 

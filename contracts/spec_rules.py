@@ -62,6 +62,10 @@ def _scaling_checks(spec: ServiceSpec) -> dict[str, list[str]]:
         if policy == "kv_cache_load" and not reads_metrics:
             errors[where] = [f"kv_cache_load reads the engine's metrics; engine {engine} has none "
                              f"Wharf reads (use {', '.join(METRICS_ENGINES)})"]  # fmt: skip
+    if spec.cronscaler is not None and pd is not None:
+        errors["cronscaler"] = [
+            "a prefill/decode service scales each role on its own: give llm.pd.<role>.autoscaler"
+        ]
     for source, scaler, instance, instance_field in _scalers(spec):
         if not scaler.min <= instance <= scaler.max:
             errors[instance_field] = [

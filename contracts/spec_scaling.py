@@ -52,6 +52,10 @@ class OnZero(_Strict):
         default=600, ge=0, le=86_400,
         description="With min 0: seconds without a request before the last instance stops.",
     )  # fmt: skip
+    scaleUpActivationReplicas: int = Field(  # noqa: N815
+        default=1, ge=1, le=MAX_INSTANCES,
+        description="Instances started at once when a request arrives while none runs.",
+    )  # fmt: skip
 
 
 class Behavior(_Strict):

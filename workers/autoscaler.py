@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from contracts.spec_cron import Fire
 from contracts.spec_scaling import Autoscaler
 
 TOLERANCE = 0.1
@@ -56,10 +57,12 @@ class State:
     replicas: int  # what it asks for
     recommendations: tuple[tuple[float, int], ...] = ()  # (time, count) within the windows
     last_traffic: float = 0.0  # when a request was last seen
+    fired: tuple[float, str, int] | None = None  # the cronscaler's fire last applied
 
     def to_json(self) -> dict:
         return {"replicas": self.replicas, "recommendations": [list(r) for r in
-                self.recommendations], "last_traffic": self.last_traffic}  # fmt: skip
+                self.recommendations], "last_traffic": self.last_traffic,
+                "fired": list(self.fired) if self.fired else None}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: object, default: int, now: float) -> State:
@@ -71,9 +74,16 @@ class State:
                 replicas=int(data["replicas"]),
                 recommendations=tuple((float(t), int(n)) for t, n in data["recommendations"]),
                 last_traffic=float(data["last_traffic"]),
+                fired=_fired(data.get("fired")),
             )
         except (AssertionError, KeyError, TypeError, ValueError):
             return cls(replicas=default, last_traffic=now)
+
+
+def _fired(data: object) -> tuple[float, str, int] | None:
+    if not isinstance(data, list) or len(data) != 3:
+        return None
+    return float(data[0]), str(data[1]), int(data[2])
 
 
 @dataclass(frozen=True)
@@ -97,7 +107,7 @@ def decide(
     history = tuple(r for r in state.recommendations if now - r[0] <= keep) + ((now, wanted),)
     idle, grace = now - last_traffic, behavior.onZero.scaleDownGracePeriodSeconds
     if current == 0 and signals.traffic:
-        count = max(1, min(wanted, scaler.max))
+        count = min(max(behavior.onZero.scaleUpActivationReplicas, wanted), scaler.max)
         why = f"{_traffic(signals)} while no instance runs; waking"
     elif scaler.min == 0 and not signals.traffic and idle >= grace:
         count = 0
@@ -152,3 +162,22 @@ def _traffic(signals: Signals) -> str:
     if signals.in_flight:
         parts.append(f"{signals.in_flight} in flight")
     return ", ".join(parts)
+
+
+def scheduled(
+    state: State, fire: Fire | None, low: int, high: int, now: float
+) -> tuple[State, int | None, str]:
+    """A cronscaler's part (contracts.spec_cron): the state after the latest `fire` (applied
+    once: the count becomes its target within low..high, the windows start again), the floor
+    it sets for an autoscaler until the next fire (None: no schedule), and why, when it fired
+    now."""
+    if fire is None:
+        return replace(state, fired=None), None, ""
+    target = min(max(fire.target, low), high)
+    key = (fire.at, fire.job, fire.target)
+    if state.fired == key:
+        return state, target, ""
+    why = f"cronscaler job {fire.job} → {fire.target}"
+    if target != fire.target:
+        why += f" (held to {target} by the autoscaler's {low}..{high})"
+    return replace(state, replicas=target, recommendations=((now, target),), fired=key), target, why

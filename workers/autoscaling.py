@@ -18,12 +18,14 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import Q
 from redis.exceptions import RedisError
 
-from contracts import engine_load, inflight, spec_facts
+from contracts import engine_load, inflight, spec_facts, spec_scaling
 from contracts.spec import SpecError
+from contracts.spec_cron import latest_fire
+from contracts.spec_fleet import MAX_INSTANCES
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Service
-from workers.autoscaler import Signals, State, decide
+from workers.autoscaler import Signals, State, decide, scheduled
 from workers.locks import client, leased
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ LOCK = "wharf:autoscaler"
 
 AUTOSCALED = (
     Q(spec__has_key="autoscaler")
+    | Q(spec__has_key="cronscaler")
     | Q(spec__llm__pd__prefill__has_key="autoscaler")
     | Q(spec__llm__pd__decode__has_key="autoscaler")
 )
@@ -66,23 +69,33 @@ class _Load:
 
 
 def _autoscale(service: Service, spec, load: _Load, redis_client, now: float) -> bool:
-    scalers = spec_facts.autoscalers(spec)
+    scalers: dict[str, spec_scaling.Autoscaler | None] = {
+        role: scaler for role, (_, scaler) in spec_facts.autoscalers(spec).items()
+    }
+    cron = spec.cronscaler if not (spec.llm and spec.llm.pd) else None
+    if cron is not None:
+        scalers.setdefault("", None)
     starts = spec_facts.replicas(spec)
     ready = [i for i in service.instances.all() if i.state == InstanceState.READY and i.url]
     decided, changed = {}, False
-    for role, (_, scaler) in scalers.items():
-        mine = [i.name for i in ready if i.role == role]
-        start = min(max(starts[role], scaler.min), scaler.max)
-        state = State.from_json(service.autoscale.get(role), default=start, now=now)
-        state = replace(state, replicas=min(max(state.replicas, scaler.min), scaler.max))
-        signals = _signals(mine, load, redis_client, now)
-        decision = decide(scaler, state, signals, now)
-        decided[role] = decision.state.to_json()
-        if decision.replicas != state.replicas:
+    for role, scaler in scalers.items():
+        low, high = (scaler.min, scaler.max) if scaler else (0, MAX_INSTANCES)
+        start = min(max(starts[role], low), high)
+        before = State.from_json(service.autoscale.get(role), default=start, now=now)
+        before = replace(before, replicas=min(max(before.replicas, low), high))
+        fire = latest_fire(cron, now) if cron is not None and role == "" else None
+        state, floor, why = scheduled(before, fire, low, high, now)
+        if scaler is not None:
+            if floor is not None:
+                scaler = scaler.model_copy(update={"min": max(scaler.min, floor)})
+            mine = [i.name for i in ready if i.role == role]
+            decision = decide(scaler, state, _signals(mine, load, redis_client, now), now)
+            state, why = decision.state, decision.reason or why
+        decided[role] = state.to_json()
+        if state.replicas != before.replicas:
             changed = True
-            record(service, _reason(state.replicas, decision.replicas),
-                   f"{role or 'instances'}: {state.replicas} → {decision.replicas}: "
-                   f"{decision.reason}")  # fmt: skip
+            what = f"{role or 'instances'}: {before.replicas} → {state.replicas}: {why}"
+            record(service, _reason(before.replicas, state.replicas), what)
     Service.objects.filter(pk=service.pk).update(autoscale=decided)
     return changed
 

@@ -6,12 +6,14 @@ documents and published files use; ../shared/eas/PARAMETERS.md §0):
 - `name` or `metadata.name`;
 - dotted keys, flat inside `metadata` or at the top (`"rpc.keepalive": 3000`,
   `"eas.termination_grace_period": 30`), or nested (`"rpc": {"keepalive": 3000}`);
-- aliases: `metadata.autoscaler` for `autoscaler`, `metadata.rolling_strategy` (EAS's place)
-  for `rolling_strategy`, `credential.docker_auth`, `credential.token` and
+- aliases: `metadata.autoscaler` for `autoscaler` (`metadata.cronscaler` likewise),
+  `metadata.rolling_strategy` (EAS's place) for `rolling_strategy`, `credential.docker_auth`,
+  `credential.token` and
   `credential.generate_token` for `dockerAuth`, `token` and `generate_token`,
   `runtime.termination_grace_period` and `eas.termination_grace_period` for Wharf's
   `metadata.termination_grace_period`, `rpc.*` beside `metadata.rpc.*`,
-  `metadata.max_queue_size` for `metadata.rpc.max_queue_size`, a top-level `resource`.
+  `metadata.max_queue_size` for `metadata.rpc.max_queue_size`, a top-level `resource`;
+- the scaling sections' other shapes (contracts.eas.scaling_forms).
 
 One setting given twice with different values is an error naming both places; given twice
 alike, it is taken once. A key that is no spelling of anything is left where it is, for the
@@ -23,6 +25,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from contracts.eas.scaling_forms import scaling_forms
 from contracts.spec import SpecError
 
 Path = tuple[str, ...]
@@ -32,6 +35,7 @@ Path = tuple[str, ...]
 ALIASES: tuple[tuple[Path, Path], ...] = (
     (("metadata", "name"), ("name",)),
     (("metadata", "autoscaler"), ("autoscaler",)),
+    (("metadata", "cronscaler"), ("cronscaler",)),
     (("metadata", "rolling_strategy"), ("rolling_strategy",)),
     (("credential", "docker_auth"), ("dockerAuth",)),
     (("credential", "token"), ("token",)),
@@ -66,6 +70,7 @@ def canonical(data: Any) -> Any:
             _split_dotted(node, parent, errors)
     for alias, target in ALIASES:
         _move(found, alias, target, errors)
+    scaling_forms(found, errors)
     for parent in ((), ("credential",), ("runtime",), ("eas",), ("metadata", "eas")):
         node = _get(found, parent)
         if parent and isinstance(node, dict) and not node:  # emptied by the moves above
