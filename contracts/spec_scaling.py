@@ -20,15 +20,21 @@ from contracts.spec_fleet import MAX_INSTANCES, _Strict
 
 # What a scale strategy can follow, each per instance of the service (or of its role):
 # qps: requests per second through the gateways; concurrency: requests in flight;
-# queue: requests waiting in the engine; kv_cache: the engine's KV-cache usage, in percent.
-METRICS = ("qps", "concurrency", "queue", "kv_cache")
+# queue: requests waiting in the engine; kv_cache: the engine's KV-cache usage, in percent;
+# cpu: CPU in use, in percent of metadata.cpu (of one core when unset); gpu (EAS also writes
+# gpu[util]): its cards' utilisation, in percent (contracts.instance_usage).
+METRICS = ("qps", "concurrency", "queue", "kv_cache", "cpu", "gpu", "gpu[util]")
+PERCENT = ("kv_cache", "cpu", "gpu", "gpu[util]")
 HEADER = r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$"
 
 
 class ScaleStrategy(_Strict):
-    metricName: Literal["qps", "concurrency", "queue", "kv_cache"] = Field(  # noqa: N815
+    metricName: Literal[  # noqa: N815
+        "qps", "concurrency", "queue", "kv_cache", "cpu", "gpu", "gpu[util]"
+    ] = Field(
         description="qps, concurrency and queue per instance; kv_cache in percent of the "
-        "engine's KV cache."
+        "engine's KV cache; cpu in percent of metadata.cpu (one core when unset); gpu (or "
+        "gpu[util]) in percent of its cards' utilisation."
     )
     threshold: float = Field(
         gt=0, le=1_000_000,
@@ -38,8 +44,8 @@ class ScaleStrategy(_Strict):
 
     @model_validator(mode="after")
     def _percent(self) -> ScaleStrategy:
-        if self.metricName == "kv_cache" and self.threshold > 100:
-            raise ValueError("a kv_cache threshold is a percentage: at most 100")
+        if self.metricName in ("kv_cache", "gpu", "gpu[util]") and self.threshold > 100:
+            raise ValueError(f"a {self.metricName} threshold is a percentage: at most 100")
         return self
 
 
@@ -77,7 +83,7 @@ class Autoscaler(_Strict):
     def _bounds(self) -> Autoscaler:
         if self.min > self.max:
             raise ValueError(f"min {self.min} is above max {self.max}")
-        names = [s.metricName for s in self.scaleStrategies]
+        names = [s.metricName.removesuffix("[util]") for s in self.scaleStrategies]
         if len(set(names)) != len(names):
             raise ValueError("give each metricName once")
         return self

@@ -49,7 +49,7 @@ def test_the_eas_shape_with_its_defaults():
          "at least 1"),
         ({"min": 0, "max": 4, "scaleStrategies": QPS * 2}, {}, "autoscaler",
          "each metricName once"),
-        ({"min": 0, "max": 4, "scaleStrategies": [{"metricName": "cpu", "threshold": 1}]}, {},
+        ({"min": 0, "max": 4, "scaleStrategies": [{"metricName": "memory", "threshold": 1}]}, {},
          "autoscaler.scaleStrategies[0].metricName", "'qps', 'concurrency', 'queue'"),
         ({"min": 0, "max": 4, "scaleStrategies": [{"metricName": "kv_cache", "threshold": 120}]},
          {}, "autoscaler.scaleStrategies[0]", "a percentage: at most 100"),

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, replace
 
 from contracts.spec_cron import Fire
-from contracts.spec_scaling import Autoscaler
+from contracts.spec_scaling import PERCENT, Autoscaler
 
 TOLERANCE = 0.1
 
@@ -35,15 +35,20 @@ class Signals:
     queue: float | None = None  # requests waiting in the engines (those with figures)
     kv_cache: float | None = None  # mean KV-cache usage, 0..1, of the engines with figures
     held: int = 0  # requests the gateways hold for it while none runs
+    cpu: float | None = None  # mean CPU in use, percent of what each asked for
+    gpu: float | None = None  # mean utilisation of their cards, percent
 
     @property
     def traffic(self) -> bool:
         return bool(self.qps) or self.in_flight > 0 or self.held > 0
 
     def per_instance(self, metric: str) -> float | None:
-        """The metric as a strategy compares it: per ready instance, kv_cache in percent."""
+        """The metric as a strategy compares it: per ready instance; kv_cache, cpu and gpu as
+        the instances' mean, in percent."""
         if metric == "kv_cache":
             return None if self.kv_cache is None else self.kv_cache * 100
+        if metric in ("cpu", "gpu", "gpu[util]"):
+            return self.cpu if metric == "cpu" else self.gpu
         total = {"qps": self.qps, "concurrency": self.in_flight, "queue": self.queue}[metric]
         if total is None or self.ready == 0:
             return None
@@ -145,7 +150,7 @@ def _recommend(
         count = max(math.ceil(signals.ready * ratio - 1e-9), 1)
         if best is None or count > best:
             best = count
-            unit = "%" if strategy.metricName == "kv_cache" else "/instance"
+            unit = "%" if strategy.metricName in PERCENT else "/instance"
             why = (f"{strategy.metricName} {value:.2f}{unit} against {strategy.threshold:g} "
                    f"over {signals.ready} ready → {count}")  # fmt: skip
     if best is None:

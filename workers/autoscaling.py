@@ -1,6 +1,7 @@
 """The autoscaler's loop: every INTERVAL seconds, on whichever worker holds the pass's lease,
 it reads what the gateways report (requests/s, in flight, held: contracts.inflight) and what
 the nodes scraped from the engines (waiting requests, KV-cache usage: contracts.engine_load),
+and what they sampled of their instances' CPU and cards (contracts.instance_usage),
 asks workers.autoscaler for each autoscaled role's count, and writes it to the service's
 `autoscale` with an event giving the numbers whenever a count changes. The scheduler reads
 the count (contracts.spec_facts.replicas) on the pass this queues, and adds or drains
@@ -18,7 +19,7 @@ from django.db import DatabaseError, close_old_connections
 from django.db.models import Q
 from redis.exceptions import RedisError
 
-from contracts import engine_load, inflight, spec_facts, spec_scaling
+from contracts import engine_load, inflight, instance_usage, spec_facts, spec_scaling
 from contracts.spec import SpecError
 from contracts.spec_cron import latest_fire
 from contracts.spec_fleet import MAX_INSTANCES
@@ -89,7 +90,8 @@ def _autoscale(service: Service, spec, load: _Load, redis_client, now: float) ->
             if floor is not None:
                 scaler = scaler.model_copy(update={"min": max(scaler.min, floor)})
             mine = [i.name for i in ready if i.role == role]
-            decision = decide(scaler, state, _signals(mine, load, redis_client, now), now)
+            signals = _signals(mine, load, redis_client, now, spec.metadata.cpu)
+            decision = decide(scaler, state, signals, now)
             state, why = decision.state, decision.reason or why
         decided[role] = state.to_json()
         if state.replicas != before.replicas:
@@ -100,12 +102,19 @@ def _autoscale(service: Service, spec, load: _Load, redis_client, now: float) ->
     return changed
 
 
-def _signals(instances: list[str], load: _Load, redis_client, now: float) -> Signals:
+def _signals(
+    instances: list[str], load: _Load, redis_client, now: float, cpu: float | None = None
+) -> Signals:
     samples = _samples(instances, redis_client, now)
     figures = [s for s in samples if s is not None]
     queue = sum(s.get("waiting", 0.0) for s in figures) if figures else None
     kv = [s["kv_cache"] for s in figures if "kv_cache" in s]
+    usage = [s for s in _usage(instances, redis_client, now) if s is not None]
+    cores = [instance_usage.cpu_percent(s["cpu_cores"], cpu) for s in usage if "cpu_cores" in s]
+    cards = [s["gpu_util"] for s in usage if "gpu_util" in s]
     return Signals(
+        cpu=sum(cores) / len(cores) if cores else None,
+        gpu=sum(cards) / len(cards) if cards else None,
         ready=len(instances),
         qps=load.qps,
         in_flight=sum(load.in_flight.get(name, 0) for name in instances),
@@ -121,6 +130,15 @@ def _samples(instances: list[str], redis_client, now: float) -> list[dict | None
     raw = redis_client.mget([engine_load.latest_key(name) for name in instances])
     samples = [engine_load.decode(value) for value in raw]
     return [s if s is not None and now - s["at"] <= engine_load.STALE else None for s in samples]
+
+
+def _usage(instances: list[str], redis_client, now: float) -> list[dict | None]:
+    if not instances:
+        return []
+    raw = redis_client.mget([instance_usage.key(name) for name in instances])
+    samples = [instance_usage.decode(value) for value in raw]
+    return [s if s is not None and now - s["at"] <= instance_usage.STALE else None
+            for s in samples]  # fmt: skip
 
 
 def _reason(before: int, after: int) -> str:

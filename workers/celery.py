@@ -59,9 +59,9 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 
 @worker_ready.connect
 def start_node(sender, **kwargs) -> None:
-    """The node's heartbeat, its agent, its log and tokenizer servers, in the worker's main
-    process; and the autoscaler, whose passes run on one worker at a time
-    (workers.autoscaling)."""
+    """The node's heartbeat, its agent, its log and tokenizer servers, its engines' scraper and
+    its instances' usage sampler, in the worker's main process; and the autoscaler, whose
+    passes run on one worker at a time (workers.autoscaling)."""
     from workers.agent import Agent
     from workers.autoscaling import Autoscaler
     from workers.fleet import FleetSettings
@@ -71,6 +71,7 @@ def start_node(sender, **kwargs) -> None:
     from workers.runtimes import get_runtime
     from workers.scraper import Scraper
     from workers.tasks import enqueue_reconcile
+    from workers.usage_sampler import UsageSampler
 
     def reconcile(services: set[str]) -> None:
         for name in services:
@@ -86,6 +87,7 @@ def start_node(sender, **kwargs) -> None:
     _threads.append(LogServer(settings.WHARF_NODE_NAME, get_runtime()))
     _threads.append(TokenizerServer(settings.WHARF_NODE_NAME, get_runtime()))
     _threads.append(Scraper(settings.WHARF_NODE_NAME))
+    _threads.append(UsageSampler(settings.WHARF_NODE_NAME, get_runtime().cpu_seconds))
     _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
                           on_change=reconcile))  # fmt: skip
     _threads.append(Autoscaler())

@@ -136,7 +136,7 @@ def parse_npu_smi(text: str) -> list[Device]:
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def _run_tool(tool: str, args: Sequence[str], run: Runner, timeout: float) -> str | None:
+def run_tool(tool: str, args: Sequence[str], run: Runner, timeout: float) -> str | None:
     """The tool's stdout, or None when it is not installed or fails; never raises, because a
     broken driver on one node must not stop the worker (it simply offers no cards)."""
     path = shutil.which(tool)
@@ -160,10 +160,10 @@ def discover(run: Runner = subprocess.run, timeout: float = DISCOVERY_TIMEOUT) -
     """Every GPU (nvidia-smi) and NPU (npu-smi) on this host; [] where neither tool is on
     PATH. ``run`` is subprocess.run's signature, replaceable for tests."""
     devices: list[Device] = []
-    gpu_text = _run_tool("nvidia-smi", NVIDIA_SMI_ARGS, run, timeout)
+    gpu_text = run_tool("nvidia-smi", NVIDIA_SMI_ARGS, run, timeout)
     if gpu_text is not None:
         devices += parse_nvidia_smi(gpu_text)
-    npu_text = _run_tool("npu-smi", NPU_SMI_ARGS, run, timeout)
+    npu_text = run_tool("npu-smi", NPU_SMI_ARGS, run, timeout)
     if npu_text is not None:
         devices += [with_roce_ip(npu, run, timeout) for npu in parse_npu_smi(npu_text)]
     return devices
@@ -180,7 +180,7 @@ def parse_hccn_ip(text: str) -> str:
 
 
 def with_roce_ip(npu: Device, run: Runner, timeout: float) -> Device:
-    text = _run_tool("hccn_tool", ("-i", str(npu.index), "-ip", "-g"), run, timeout)
+    text = run_tool("hccn_tool", ("-i", str(npu.index), "-ip", "-g"), run, timeout)
     ip = parse_hccn_ip(text) if text else ""
     return replace(npu, ip=ip) if ip else npu
 

@@ -388,6 +388,16 @@ class DockerRuntime:
             paths=bind_sources(container.attrs),
         )
 
+    def cpu_seconds(self, name: str) -> float | None:
+        """CPU seconds the engine's container has used (its cgroup, as `docker stats` reads
+        it, in one look); None when it is not there."""
+        try:
+            stats = self.client.api.stats(name, stream=False, one_shot=True)
+        except NotFound:
+            return None
+        usage = (stats.get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
+        return usage / 1e9 if isinstance(usage, int) and usage > 0 else None
+
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         label = f"{LABEL_SERVICE}={service}" if service else LABEL_SERVICE
         containers = listed(self.client, label)

@@ -49,6 +49,9 @@ class MemoryRuntime:
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         return [o for o in self.instances.values() if service in (None, o.service)]
 
+    def cpu_seconds(self, name: str) -> float | None:
+        return None  # nothing runs: no figure
+
     def logs(self, name: str, tail: int = 200) -> str:
         return f"log of {name}" if name in self.instances else ""
 

@@ -227,6 +227,17 @@ class ProcessRuntime:
             paths=paths,
         )
 
+    def cpu_seconds(self, name: str) -> float | None:
+        """CPU seconds its process group has used (the front's and the engine's); None when
+        it is not running."""
+        try:
+            state = json.loads(self._state_path(name).read_text())
+        except (OSError, ValueError):
+            return None
+        if _proc_start_time(state["pid"]) != state["start_time"]:
+            return None
+        return process_groups.group_cpu_seconds(state["pid"])
+
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         try:  # unlike glob(), iterdir() raises when the folder cannot be read
             paths = sorted(p for p in self.state_dir.iterdir() if p.name.endswith(".json"))

@@ -73,3 +73,25 @@ def stop_groups(
     for pgid in running:
         signal_group(pgid, signal.SIGKILL)
     return wait_empty(running, time.monotonic() + kill_wait, reap)
+
+
+def group_cpu_seconds(pgid: int) -> float | None:
+    """CPU seconds (user + system) used by group `pgid`'s live members, with what its leader's
+    reaped children used; None when the group has no member left."""
+    ticks, members = 0, 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        # After the command: state, ppid, pgrp, ... utime stime cutime cstime (fields 14-17).
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) != pgid:
+            continue
+        members += 1
+        ticks += int(fields[11]) + int(fields[12])
+        if int(entry.name) == pgid:
+            ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK") if members else None
