@@ -21,6 +21,8 @@ from contracts.eas_signature import (
 )
 from contracts.routing import RoutedKey, RoutedService, Snapshot
 from contracts.token_sealing import open_token, seal_token, sealing_key
+from contracts.tokens import token_digest
+from gateway.signing import SigningTokens
 
 TOKEN = "wsk-the-services-token-0123456789"
 NOW = 1_795_000_000.0
@@ -136,3 +138,47 @@ def test_sealed_tokens_ride_in_the_snapshot():
     assert TOKEN not in text
     assert Snapshot.from_json(text) == snapshot
     assert "sealed_token" not in text.split('"old"')[1]  # a key without one carries none
+
+
+def _gateway_tokens(secret_key: bytes, sealed_under: bytes) -> tuple[SigningTokens, Snapshot]:
+    """A gateway's signing tokens for a snapshot whose tokens were sealed under `sealed_under`:
+    service echo's own token, a key for echo and a key for other only."""
+    key = sealing_key(sealed_under)
+    services = {
+        "echo": RoutedService("echo", sealed_tokens=frozenset({seal_token(key, TOKEN)})),
+        "other": RoutedService("other"),
+    }
+    keys = {
+        token_digest(secret_key, token): RoutedKey(
+            f"k{i}", frozenset({scope}), sealed_token=seal_token(key, token)
+        )
+        for i, (token, scope) in enumerate((("wak-echo", "echo"), ("wak-other", "other")))
+    }
+    snapshot = Snapshot(version=1, services=services, keys=keys)
+    signing = SigningTokens(secret_key)
+    signing.load(snapshot)
+    return signing, snapshot
+
+
+@pytest.mark.parametrize(
+    ("token", "service", "signer"),
+    [
+        (TOKEN, "echo", TOKEN),  # the service's own token
+        (TOKEN, "other", None),  # not other's
+        ("wak-echo", "echo", "wak-echo"),  # a key that reaches echo
+        ("wak-other", "echo", None),  # a key that does not
+        ("wak-unknown", "echo", None),
+    ],
+)
+def test_the_gateway_finds_the_token_that_signed_among_those_that_may_call(token, service, signer):
+    signing, snapshot = _gateway_tokens(b"token key", b"token key")
+    message = string_to_sign("POST", MD5, "application/json", DATE, f"/api/predict/{service}")
+    made = call(sign(token, message), path=f"/api/predict/{service}")
+    expected = token_digest(b"token key", signer) if signer else None
+    assert signing.signer(snapshot, service, made) == expected
+
+
+def test_a_gateway_with_another_token_key_opens_no_sealed_token(caplog):
+    signing, snapshot = _gateway_tokens(b"token key", b"the control plane's other key")
+    assert signing.signer(snapshot, "echo", call(signed())) is None
+    assert "3 sealed tokens" in caplog.text and TOKEN not in caplog.text
