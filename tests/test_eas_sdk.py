@@ -135,6 +135,8 @@ def deployed(api, store, settings, redis_url, engine, tmp_path) -> Iterator[dict
         yield {"gateway": gateway, "tokens": tokens, "store": store}
     finally:
         gateway.stop()
+        for left in (*store.scan_iter("wharf:usage:*"), *store.scan_iter("wharf:limit:*")):
+            store.delete(left)  # what the gateway counted (the production prefixes)
 
 
 def client(deployed: dict, service: str, token: str, *, signed: bool = True) -> PredictClient:
