@@ -14,6 +14,8 @@ Snapshot JSON::
         "<service name>": {
           "served_model_names": ["tiny"],  # OpenAI `model` values that reach it
           "token_digests": ["<hex>"],      # contracts.tokens.token_digest of each valid token
+          "sealed_tokens": ["wharf-token:v1:…"],  # the same tokens sealed for the gateways
+                                           # (contracts.token_sealing): EAS's signed calls
           "instances": [                   # only instances that passed their health check
             {"name": "<instance name>", "url": "http://127.0.0.1:32768",
              "adapters": ["sql"]}           # loaded there (absent: all of the service's)
@@ -37,7 +39,8 @@ Snapshot JSON::
           "id": "k7",                      # public id: usage and limit counters use it
           "services": ["qwen", "llama:sql"],  # services, or one adapter; null: every service
           "expires_at": 1795000000.0,      # epoch seconds; null: never
-          "rpm": 600, "tpm": 100000, "max_concurrency": 8   # null: unlimited
+          "rpm": 600, "tpm": 100000, "max_concurrency": 8,  # null: unlimited
+          "sealed_token": "wharf-token:v1:…"   # the key sealed (absent: it cannot sign)
         }
       }
     }
@@ -92,6 +95,9 @@ class RoutedService:
     name: str
     served_model_names: tuple[str, ...] = ()
     token_digests: frozenset[str] = frozenset()
+    # Its tokens sealed for the gateways (contracts.token_sealing), for EAS's signed calls;
+    # a token issued before Wharf sealed them has none, and is presented in clear only.
+    sealed_tokens: frozenset[str] = frozenset()
     instances: tuple[RoutedInstance, ...] = ()
     rate_limit: int = DEFAULT_RATE_LIMIT
     max_queue_size: int | None = None
@@ -136,6 +142,7 @@ class RoutedKey:
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None
+    sealed_token: str = ""  # the key sealed for the gateways ("": none, it cannot sign)
 
     def allows(self, service: str, now: float, adapter: str = "") -> bool:
         """Whether it may call `service`'s model, or its `adapter`: a scope entry names a
@@ -172,6 +179,7 @@ class Snapshot:
                     name: {
                         "served_model_names": list(svc.served_model_names),
                         "token_digests": sorted(svc.token_digests),
+                        "sealed_tokens": sorted(svc.sealed_tokens),
                         "instances": [_instance_json(i) for i in svc.instances],
                         "rate_limit": svc.rate_limit,
                         "max_queue_size": svc.max_queue_size,
@@ -194,6 +202,7 @@ class Snapshot:
                         "tpm": key.tpm,
                         "max_concurrency": key.max_concurrency,
                     }
+                    | ({"sealed_token": key.sealed_token} if key.sealed_token else {})
                     for digest, key in sorted(self.keys.items())
                 },
             }
@@ -285,6 +294,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         name=name,
         served_model_names=_strings(entry.get("served_model_names", [])),
         token_digests=frozenset(_strings(entry.get("token_digests", []))),
+        sealed_tokens=frozenset(_strings(entry.get("sealed_tokens", []))),
         instances=tuple(
             RoutedInstance(
                 name=str(i["name"]),
@@ -316,4 +326,5 @@ def _key_from(entry: dict) -> RoutedKey:
         rpm=_number(entry.get("rpm"), int),
         tpm=_number(entry.get("tpm"), int),
         max_concurrency=_number(entry.get("max_concurrency"), int),
+        sealed_token=str(entry.get("sealed_token", "")),
     )

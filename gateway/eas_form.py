@@ -13,6 +13,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
+from contracts.eas_signature import SignedCall
 from contracts.engine_routes import (
     CUSTOM,
     GENERATION,
@@ -24,7 +25,7 @@ from contracts.engine_routes import (
 )
 from contracts.routing import RoutedService
 from gateway import body as bodies
-from gateway import callers, errors
+from gateway import callers, errors, signing
 from gateway.eas_paths import EnginePath, PathRefusal, engine_path
 from gateway.forwarding import (
     CallBody,
@@ -35,6 +36,7 @@ from gateway.forwarding import (
     with_model,
 )
 from gateway.plane import EAS_FORM
+from gateway.runtime import Runtime
 
 
 async def predict(request: Request) -> Response:
@@ -48,7 +50,10 @@ async def predict(request: Request) -> Response:
     service = snapshot.services.get(name)
     if service is None:
         return errors.unknown_service(name)
-    token = callers.digest(request.headers.get("authorization"), runtime.settings.secret_key)
+    signed = signing.signed_call(request)  # EAS's signed form: no token in the request
+    token = _token_digest(request, runtime, service.name, signed)
+    if isinstance(token, Response):
+        return token
     caller = callers.authorize(snapshot, service, token, runtime.plane.metrics)
     if isinstance(caller, Response):
         return caller
@@ -60,6 +65,10 @@ async def predict(request: Request) -> Response:
     raw = await bodies.read(request, runtime.settings.max_body_bytes)
     if isinstance(raw, bodies.Invalid):
         return errors.invalid_body(raw)
+    if signed is not None:  # the body forwarded is the one signed for
+        mismatch = signing.check_body(signed, raw, name, runtime.plane.metrics)
+        if mismatch is not None:
+            return mismatch
     body = _call_body(request, service, route, raw)
     if isinstance(body, Response):
         return body
@@ -75,6 +84,17 @@ async def predict(request: Request) -> Response:
         if isinstance(ready, Response):
             return ready
     return forward(request, runtime, ready, caller, target, body, arrived, EAS_FORM)
+
+
+def _token_digest(
+    request: Request, runtime: Runtime, service: str, signed: SignedCall | None
+) -> str | None | Response:
+    """The digest of the caller's token: the one presented, or the one that signed the call
+    (or EAS's 401 for a signed call that no token of the service's signed)."""
+    if signed is None:
+        return callers.digest(request.headers.get("authorization"), runtime.settings.secret_key)
+    snapshot = runtime.watcher.current
+    return signing.verify(runtime.signing, snapshot, service, signed, runtime.plane.metrics)
 
 
 def _route(request: Request, service: RoutedService) -> tuple[EngineRoute, str] | Response:

@@ -24,6 +24,7 @@ from gateway.metrics_access import MetricsListener
 from gateway.pipelined import PipelinedRedis
 from gateway.plane import Plane
 from gateway.request_rates import RequestRates
+from gateway.signing import SigningTokens
 from gateway.snapshot import SnapshotWatcher
 from gateway.upstream import Upstream
 from gateway.usage import UsageRecorder
@@ -43,6 +44,7 @@ class Runtime:
     plane: Plane
     activator: Activator  # requests held for services scaled to zero
     rates: RequestRates  # requests/s per service, for the autoscaler
+    signing: SigningTokens  # the tokens that may sign EAS calls, opened
 
 
 def _client(settings: Settings) -> aioredis.Redis:
@@ -76,6 +78,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     watcher: SnapshotWatcher | None = None
     health = RedisHealth(client, lambda: watcher.fallback_description() if watcher else "")
     engine_keys = EngineKeys(settings.secret_key)
+    signing = SigningTokens(settings.secret_key)
     balancer = Balancer(settings.cooldown)
     rates = RequestRates()
     inflight = InflightReporter(client, balancer, health, qps=rates.rates)
@@ -92,6 +95,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
 
     def loaded(snapshot: Snapshot) -> None:
         engine_keys.load(snapshot)
+        signing.load(snapshot)
         inflight.seen(snapshot)
         figures.seen(snapshot)
         activator.loaded(snapshot)
@@ -130,7 +134,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     try:
         if listener is not None:
             await listener.start()
-        yield Runtime(settings, watcher, plane, activator, rates)
+        yield Runtime(settings, watcher, plane, activator, rates, signing)
     finally:
         if listener is not None:
             await listener.stop()

@@ -76,6 +76,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         name=service.name,
         served_model_names=spec.served_model_names,
         token_digests=frozenset(t.digest for t in service.tokens.all()),
+        sealed_tokens=frozenset(t.sealed for t in service.tokens.all() if t.sealed),
         instances=tuple(ready),
         rate_limit=rpc.rate_limit or DEFAULT_RATE_LIMIT,
         max_queue_size=rpc.max_queue_size,
@@ -127,6 +128,7 @@ def _routed_keys(now: float) -> dict[str, RoutedKey]:
             rpm=key.rpm,
             tpm=key.tpm,
             max_concurrency=key.max_concurrency,
+            sealed_token=key.sealed,
         )
         for key in active
     }

@@ -5,6 +5,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import models
 
+from contracts.token_sealing import seal_token, sealing_key
 from contracts.tokens import (
     API_KEY_PREFIX,
     API_TOKEN_PREFIX,
@@ -18,21 +19,30 @@ def digest(token: str) -> str:
     return token_digest(settings.WHARF_TOKEN_KEY.encode(), token)
 
 
+def sealed(token: str) -> str:
+    """The token sealed for the gateways, which check EAS's signed calls with it
+    (contracts.token_sealing): only the gateways open it."""
+    return seal_token(sealing_key(settings.WHARF_TOKEN_KEY.encode()), token)
+
+
 class ServiceToken(models.Model):
     """The token an application presents to call one service through the gateway."""
 
     service = models.ForeignKey("services.Service", on_delete=models.CASCADE, related_name="tokens")
     digest = models.CharField(max_length=64, unique=True)
     hint = models.CharField(max_length=12, help_text="the token's first characters")
+    # Sealed for the gateways (see `sealed`); "" for a token issued before: it cannot sign.
+    sealed = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     @classmethod
     def issue(cls, service, token: str | None = None) -> str:
         """Create a token for `service` (`token`, a fixed one its spec gives, else a new one)
-        and return its plaintext, which is never stored."""
+        and return its plaintext, which is never stored in clear."""
         hint = token[:4] if token else ""  # a user's own token: less of it shown
         token = token or new_token(SERVICE_TOKEN_PREFIX)
-        cls.objects.create(service=service, digest=digest(token), hint=hint or token[:10])
+        cls.objects.create(service=service, digest=digest(token), hint=hint or token[:10],
+                           sealed=sealed(token))  # fmt: skip
         return token
 
 
@@ -103,6 +113,8 @@ class ApiKey(models.Model):
     rpm = models.PositiveIntegerField(null=True, blank=True, help_text="requests per minute")
     tpm = models.PositiveIntegerField(null=True, blank=True, help_text="tokens per minute")
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    # Sealed for the gateways (see `sealed`); "" for a key issued before: it cannot sign.
+    sealed = models.TextField(blank=True, default="")
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -118,10 +130,10 @@ class ApiKey(models.Model):
 
     @classmethod
     def issue(cls, owner, workspace, name: str, **fields) -> tuple[ApiKey, str]:
-        """Create a key and return it with its plaintext, which is never stored."""
+        """Create a key and return it with its plaintext, which is never stored in clear."""
         key = new_token(API_KEY_PREFIX)
         api_key = cls.objects.create(
             owner=owner, workspace=workspace, name=name, digest=digest(key), hint=key[:10],
-            **fields,
+            sealed=sealed(key), **fields,
         )  # fmt: skip
         return api_key, key
