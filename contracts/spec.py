@@ -32,6 +32,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
     RollingStrategy,
     _Strict,
 )
+from contracts.spec_instance import SHAPING_UNLESS, UNSHAPING, InstanceSettings, RpcLifecycle
 from contracts.spec_labels import ServiceLabels
 from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's users)
     MODEL_STORE_NAME,
@@ -183,7 +184,7 @@ class StorageEntry(_Strict):
         return self
 
 
-class Rpc(RpcNotes):
+class Rpc(RpcNotes, RpcLifecycle):
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     keepalive: int | None = Field(default=None, ge=1, le=86_400_000, description="ms")
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000, description="requests/s")
@@ -195,7 +196,7 @@ class Rpc(RpcNotes):
     )  # fmt: skip
 
 
-class Metadata(CloudOnlyMetadata):
+class Metadata(CloudOnlyMetadata, InstanceSettings):
     instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     cpu: float | None = Field(default=None, gt=0, le=4096)
     memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
@@ -213,6 +214,11 @@ class Metadata(CloudOnlyMetadata):
         description="Seconds a removed instance may finish its in-flight requests before it "
         "is stopped.",
     )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _whole_card(self) -> Metadata:
+        self.gpu = self.whole_cards(self.gpu, self.npu)  # EAS's GPU slicing: a whole card
+        return self
 
 
 PD_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
@@ -390,14 +396,17 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging
             del data["llm"]["hub_token"]
-        for key in ("instance", "termination_grace_period", *CLOUD_METADATA):
+        for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *UNSHAPING):
             data["metadata"].pop(key, None)
+        for key, unset in SHAPING_UNLESS.items():  # unset: the hashes from before they existed
+            if data["metadata"].get(key) in unset:
+                del data["metadata"][key]
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
         rpc = data["metadata"]["rpc"] or {}
-        for key in ("routing", "session_header", *CLOUD_RPC):  # not what runs
+        for key in ("routing", "session_header", "enable_sigterm", *CLOUD_RPC):  # not what runs
             rpc.pop(key, None)
         if not any(value is not None for value in rpc.values()):
             data["metadata"]["rpc"] = None

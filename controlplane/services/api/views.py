@@ -19,6 +19,7 @@ from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
 from contracts.spec_facts import card_need, replicas
+from contracts.spec_instance import notes as instance_notes
 from contracts.spec_labels import matches, parse_selector
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
@@ -57,11 +58,15 @@ def _canonical(data):
 
 
 def _warned(service: Service, body: dict, data: dict) -> dict:
-    """`body` with the warnings `data` earns (EAS's cloud-only fields), each also an event."""
-    warnings = cloud_only_warnings(data) if isinstance(data, dict) else []
-    for warning in warnings:
-        record(service, "FieldIgnored", f"{warning['field']}: {warning['message']}")
-    return {**body, "warnings": warnings}
+    """`body` with the warnings `data` earns, each also an event: EAS's cloud-only fields
+    (FieldIgnored) and what Wharf does otherwise than asked (FieldAdjusted)."""
+    if not isinstance(data, dict):
+        return {**body, "warnings": []}
+    ignored, adjusted = cloud_only_warnings(data), instance_notes(data)
+    for reason, found in (("FieldIgnored", ignored), ("FieldAdjusted", adjusted)):
+        for warning in found:
+            record(service, reason, f"{warning['field']}: {warning['message']}")
+    return {**body, "warnings": ignored + adjusted}
 
 
 def _check_token_free(spec: ServiceSpec, service: Service | None = None) -> None:
