@@ -176,3 +176,29 @@ def test_sigterm_goes_out_as_a_drain_starts_and_the_ended_instance_goes(fleet):
     assert signalled.count() == 1  # once
     removed = service("web").events.filter(reason="InstanceRemoved").first()
     assert removed is not None and "it ended" in removed.message
+
+
+def test_a_process_instance_gets_sigterm_and_a_node_reports_its_disk(tmp_path):
+    import time
+
+    from contracts.engines.plan import ContainerPlan
+    from workers.node import disk_mb as node_disk_mb
+    from workers.runtimes.base import InstanceRequest
+    from workers.runtimes.process import ProcessRuntime
+
+    runtime = ProcessRuntime(str(tmp_path / "models"), tmp_path / "instances")
+    mark = tmp_path / "got-sigterm"
+    shell = f"trap 'touch {mark}; exit 0' TERM; while :; do sleep 0.1; done"
+    runtime.create(InstanceRequest("sig", "sig-1", "h", ContainerPlan(
+        image="", args=["/bin/sh", "-c", shell], port=1)))  # fmt: skip
+    try:
+        time.sleep(0.3)
+        runtime.terminate("sig-1")
+        deadline = time.monotonic() + 5
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mark.exists()  # it had the chance to end in its own way
+    finally:
+        runtime.remove("sig-1")
+    runtime.terminate("sig-1")  # gone: nothing to signal, no error
+    assert node_disk_mb(runtime) > 0
