@@ -47,7 +47,9 @@ from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 # either would be unreachable or shadow them.
 RESERVED_PORTS = frozenset({8080, 9090})
 # Each has an adapter in contracts/engines/ (custom: the given image and command, verbatim).
-ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "bladellm", "tgi", "paddlenlp", "custom")
+ENGINES = (
+    "vllm", "vllm-cpu", "vllm-ascend", "sglang", "bladellm", "tgi", "paddlenlp", "custom",
+)  # fmt: skip
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 REDACTED = "******"
 # Names the API routes use after /services/: a service of that name could not be reached.
@@ -259,7 +261,7 @@ class Llm(_Strict):
     engine: str = Field(
         json_schema_extra={"enum": list(ENGINES)},
         description="vllm (NVIDIA GPUs), vllm-cpu (no cards), vllm-ascend (Ascend NPUs), "
-        "bladellm, tgi, paddlenlp (GPUs), or custom (the given image and command).",
+        "sglang, bladellm, tgi, paddlenlp (GPUs), or custom (the given image and command).",
     )
     model: str | None = Field(
         default=None,
@@ -441,7 +443,7 @@ def _message(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
+GPU_ENGINES = ("vllm", "sglang", "bladellm", "tgi", "paddlenlp")
 
 
 def parse_spec(data: Any) -> ServiceSpec:
