@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from contracts.instance_types import sized
 from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
 from contracts.spec_cloud import RPC as CLOUD_RPC
@@ -460,11 +461,12 @@ def parse_spec(data: Any) -> ServiceSpec:
 
 def typed_spec(data: Any) -> ServiceSpec:
     """The spec's schema alone (types, bounds, fields), for readers such as the routing
-    snapshot that need its values but not the rules that decide whether it may deploy."""
+    snapshot that need its values but not the rules that decide whether it may deploy. An
+    EAS instance type sizes the metadata the spec leaves unset (contracts.instance_types)."""
     if not isinstance(data, dict):
         raise SpecError({"spec": ["the spec must be a JSON object"]})
     try:
-        return ServiceSpec.model_validate(data)
+        return ServiceSpec.model_validate(sized(data))
     except ValidationError as exc:
         errors: dict[str, list[str]] = {}
         for error in exc.errors():

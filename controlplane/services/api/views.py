@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from contracts.eas import normalise
 from contracts.eas.written import eas_form
+from contracts.instance_types import size_by_instance_type, table_in_use
 from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
@@ -57,11 +58,15 @@ def _canonical(data):
 
 
 def _warned(service: Service, body: dict, data: dict) -> dict:
-    """`body` with the warnings `data` earns (EAS's cloud-only fields), each also an event."""
-    warnings = cloud_only_warnings(data) if isinstance(data, dict) else []
+    """`body` with the warnings `data` earns (EAS's cloud-only fields, instance types Wharf
+    does not know) and the notes (what its instance type fills in), each also an event."""
+    _, notes, unknown = size_by_instance_type(data, table_in_use())
+    warnings = unknown + (cloud_only_warnings(data) if isinstance(data, dict) else [])
     for warning in warnings:
         record(service, "FieldIgnored", f"{warning['field']}: {warning['message']}")
-    return {**body, "warnings": warnings}
+    for note in notes:
+        record(service, "SizedByInstanceType", f"{note['field']}: {note['message']}")
+    return {**body, "warnings": warnings, "notes": notes}
 
 
 def _check_token_free(spec: ServiceSpec, service: Service | None = None) -> None:
