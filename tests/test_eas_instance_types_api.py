@@ -83,9 +83,9 @@ def test_an_update_is_sized_too(api, store):
 
 def test_the_operators_file_is_read_and_a_bad_one_names_the_variable(tmp_path):
     good = tmp_path / "types.json"
-    good.write_text(json.dumps({"modelarts.vm.npu.1snt9b": {"cpu": 24, "memory_gib": 192,
+    good.write_text(json.dumps({"ascend-snt9b-1card": {"cpu": 24, "memory_gib": 192,
                                                             "npu": 1}}))  # fmt: skip
-    assert _instance_types(str(good))["modelarts.vm.npu.1snt9b"].kind == "npu"
+    assert _instance_types(str(good))["ascend-snt9b-1card"].kind == "npu"
     assert "ecs.gn7i-c16g1.4xlarge" in _instance_types(str(good))
     bad = tmp_path / "bad.json"
     bad.write_text('{"t": {"cpu": 2}}')

@@ -132,14 +132,14 @@ def test_a_spec_without_a_usable_type_is_returned_as_is(data):
 
 def test_the_operators_file_adds_types_and_overrides_shipped_ones():
     table = operator_table(json.loads("""{
-        "modelarts.vm.npu.1snt9b": {"cpu": 24, "memory_gib": 192, "npu": 1,
+        "ascend-snt9b-1card": {"cpu": 24, "memory_gib": 192, "npu": 1,
                                     "card": "Ascend snt9b 64 GB"},
         "ecs.gn7i-c16g1.4xlarge": {"cpu": 14, "memory_gib": 56, "gpu": 1}
     }"""))  # fmt: skip
-    assert table["modelarts.vm.npu.1snt9b"] == Flavour(24, 192, "npu", 1, "Ascend snt9b 64 GB")
+    assert table["ascend-snt9b-1card"] == Flavour(24, 192, "npu", 1, "Ascend snt9b 64 GB")
     assert table["ecs.gn7i-c16g1.4xlarge"] == Flavour(14, 56, "gpu", 1)
     assert table["ecs.gn6i-c4g1.xlarge"] == SHIPPED["ecs.gn6i-c4g1.xlarge"]
-    data, _, _ = size_by_instance_type(spec({"instance_type": "modelarts.vm.npu.1snt9b"}), table)
+    data, _, _ = size_by_instance_type(spec({"instance_type": "ascend-snt9b-1card"}), table)
     assert data["metadata"] == {"instance": 1, "cpu": 24, "memory": 196608, "npu": 1}
 
 
@@ -163,10 +163,10 @@ def test_a_wrong_operator_entry_is_refused_naming_it(entries, named):
 
 
 def test_every_spec_read_is_sized_by_the_table_in_use():
-    sent = spec({"instance_type": "modelarts.vm.npu.1snt9b"})
+    sent = spec({"instance_type": "ascend-snt9b-1card"})
     assert typed_spec(sent).metadata.npu == 0  # not a shipped type
     before = table_in_use()
-    use_table(operator_table({"modelarts.vm.npu.1snt9b": {"cpu": 24, "memory_gib": 192,
+    use_table(operator_table({"ascend-snt9b-1card": {"cpu": 24, "memory_gib": 192,
                                                           "npu": 1}}))  # fmt: skip
     try:
         metadata = typed_spec(sent).metadata
