@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from contracts.instance_types import sized
 from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
 from contracts.spec_cloud import RPC as CLOUD_RPC
@@ -49,7 +50,9 @@ from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 # either would be unreachable or shadow them.
 RESERVED_PORTS = frozenset({8080, 9090})
 # Each has an adapter in contracts/engines/ (custom: the given image and command, verbatim).
-ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "bladellm", "tgi", "paddlenlp", "custom")
+ENGINES = (
+    "vllm", "vllm-cpu", "vllm-ascend", "sglang", "bladellm", "tgi", "paddlenlp", "custom",
+)  # fmt: skip
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 REDACTED = "******"
 # Names the API routes use after /services/: a service of that name could not be reached.
@@ -266,7 +269,7 @@ class Llm(_Strict):
     engine: str = Field(
         json_schema_extra={"enum": list(ENGINES)},
         description="vllm (NVIDIA GPUs), vllm-cpu (no cards), vllm-ascend (Ascend NPUs), "
-        "bladellm, tgi, paddlenlp (GPUs), or custom (the given image and command).",
+        "sglang, bladellm, tgi, paddlenlp (GPUs), or custom (the given image and command).",
     )
     model: str | None = Field(
         default=None,
@@ -451,7 +454,7 @@ def _message(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
+GPU_ENGINES = ("vllm", "sglang", "bladellm", "tgi", "paddlenlp")
 
 
 def parse_spec(data: Any) -> ServiceSpec:
@@ -468,11 +471,12 @@ def parse_spec(data: Any) -> ServiceSpec:
 
 def typed_spec(data: Any) -> ServiceSpec:
     """The spec's schema alone (types, bounds, fields), for readers such as the routing
-    snapshot that need its values but not the rules that decide whether it may deploy."""
+    snapshot that need its values but not the rules that decide whether it may deploy. An
+    EAS instance type sizes the metadata the spec leaves unset (contracts.instance_types)."""
     if not isinstance(data, dict):
         raise SpecError({"spec": ["the spec must be a JSON object"]})
     try:
-        return ServiceSpec.model_validate(data)
+        return ServiceSpec.model_validate(sized(data))
     except ValidationError as exc:
         errors: dict[str, list[str]] = {}
         for error in exc.errors():

@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from contracts.eas import normalise
 from contracts.eas.written import eas_form
+from contracts.instance_types import size_by_instance_type, table_in_use
 from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
@@ -58,15 +59,18 @@ def _canonical(data):
 
 
 def _warned(service: Service, body: dict, data: dict) -> dict:
-    """`body` with the warnings `data` earns, each also an event: EAS's cloud-only fields
-    (FieldIgnored) and what Wharf does otherwise than asked (FieldAdjusted)."""
+    """`body` with the warnings `data` earns, each also an event: EAS's cloud-only fields and
+    instance types Wharf does not know (FieldIgnored), what Wharf does otherwise than asked
+    (FieldAdjusted); and the notes (what its instance type fills in: SizedByInstanceType)."""
     if not isinstance(data, dict):
-        return {**body, "warnings": []}
-    ignored, adjusted = cloud_only_warnings(data), instance_notes(data)
-    for reason, found in (("FieldIgnored", ignored), ("FieldAdjusted", adjusted)):
+        return {**body, "warnings": [], "notes": []}
+    _, notes, unknown = size_by_instance_type(data, table_in_use())
+    ignored, adjusted = unknown + cloud_only_warnings(data), instance_notes(data)
+    for reason, found in (("FieldIgnored", ignored), ("FieldAdjusted", adjusted),
+                          ("SizedByInstanceType", notes)):  # fmt: skip
         for warning in found:
             record(service, reason, f"{warning['field']}: {warning['message']}")
-    return {**body, "warnings": ignored + adjusted}
+    return {**body, "warnings": ignored + adjusted, "notes": notes}
 
 
 def _check_token_free(spec: ServiceSpec, service: Service | None = None) -> None:
