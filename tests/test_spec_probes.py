@@ -129,8 +129,8 @@ def test_container_probes_map_to_what_the_agent_runs(probes, expected):
 
 
 def test_wharfs_health_check_maps_as_before():
-    found = probe_set(parse_spec(spec(top={"health_check": {
-        "path": "/ready", "startup_timeout_seconds": 60, "liveness": {"path": "/live"}}})))  # fmt: skip
+    check = {"path": "/ready", "startup_timeout_seconds": 60, "liveness": {"path": "/live"}}
+    found = probe_set(parse_spec(spec(top={"health_check": check})))
     assert found.readiness.path == "/ready" and found.readiness.kind == ENGINE
     assert found.liveness.path == "/live" and found.startup is None
     assert found.startup_deadline == 60
