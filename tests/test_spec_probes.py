@@ -184,3 +184,27 @@ def test_on_kubernetes_each_probe_is_the_kubelets(probe, action):
         **action, "initialDelaySeconds": 4, "periodSeconds": 3, "timeoutSeconds": 2,
         "failureThreshold": 5, "successThreshold": 1,
     }  # fmt: skip
+
+
+def test_a_pods_engine_gets_the_containers_probes_and_validates_on_kubernetes():
+    from tests.test_kube_manifests import VERSIONS, engine, objects
+
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    startup = {"tcp_socket": {"port": 8000}, **TIMING}
+    exec_check = {"exec": {"command": ["/bin/sh", "-c", "test -f /tmp/ready"]}}
+    objs = objects(spec(startup_check=startup, liveness_check=exec_check))
+    container = engine(objs)
+    assert container["startupProbe"]["tcpSocket"] == {"port": "engine"}
+    assert container["livenessProbe"]["exec"] == exec_check["exec"]
+    # No readiness probe of the container's: the engine's own (a custom one's: its port).
+    assert container["readinessProbe"] == {"tcpSocket": {"port": "engine"}, "periodSeconds": 5}
+    for obj in objs:
+        kubernetes_validate.validate(obj, VERSIONS[0], strict=True)
+
+
+@pytest.mark.django_db
+def test_the_api_answers_both_health_checks_with_a_400_naming_both(api):
+    sent = spec(top={"health_check": {}}, readiness_check=HTTP_CHECK)
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 400
+    assert {"health_check", "containers[0].readiness_check"} <= set(answer.json()["errors"])
