@@ -125,4 +125,4 @@ def test_an_exec_startup_probe_past_its_timeout_fails_the_start(runtime):
     slow = {"exec": {"command": ["sleep", "30"]}, **FAST, "failure_threshold": 2}
     row = placed(engine("slow", startup_check=slow), node=NODE)
     row = until(runtime, row, state(InstanceState.BACKOFF), timeout=60, node=NODE)
-    assert "not ready within 2 s" in row.message
+    assert "not ready within 2 s (its startup check" in row.message

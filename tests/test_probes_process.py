@@ -80,7 +80,7 @@ def test_an_engine_that_never_passes_its_startup_probe_fails_to_start(tmp_path, 
     row = placed(engine(tmp_path, "never", {"LISTEN_AFTER": "600"}, startup_check={
         "tcp_socket": {"port": 8000}, **FAST, "failure_threshold": 2}))  # fmt: skip
     row = until(runtime, row, state(InstanceState.BACKOFF))
-    assert "not ready within 2 s" in row.message
+    assert "not ready within 2 s (its startup check" in row.message
 
 
 def test_a_failing_liveness_probe_restarts_the_engine(tmp_path, runtime):

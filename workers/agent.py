@@ -255,7 +255,8 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
         and ((now - row.started_at).total_seconds() > deadline)
     ):
         runtime.remove(row.name)
-        crashed(row, runtime, fleet, now, f"not ready within {deadline:.0f} s", logs=False)
+        why = f"not ready within {deadline:.0f} s" + _startup_reason(row)
+        crashed(row, runtime, fleet, now, why, logs=False)
         return {row.service.name}
     changes = dict(state=result.state, probe_successes=result.successes,
                    probe_failures=result.failures, probed_at=now)  # fmt: skip
@@ -276,6 +277,11 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
 def _startup_deadline(row: Instance, fleet: FleetSettings) -> float:
     deadline = probes.probe_set(row.placed_spec()).startup_deadline
     return float(deadline or fleet.health_timeout)
+
+
+def _startup_reason(row: Instance) -> str:
+    startup = probes.probe_set(row.placed_spec()).startup
+    return f" (its startup check, {startup.kind}, did not pass)" if startup else ""
 
 
 def _after_liveness_failure(row, probe, runtime, fleet, now) -> set[str]:
