@@ -44,6 +44,7 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
     Speculative,
     model_reference,
 )
+from contracts.spec_probes import ContainerProbes, drop_unset_probes
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
@@ -84,7 +85,7 @@ class EnvVar(_Strict):
     value: str = Field(default="", max_length=MAX_ENV_VALUE)
 
 
-class Container(_Strict):
+class Container(ContainerProbes):
     image: str | None = Field(default=None, max_length=512)
     command: str | None = Field(default=None, max_length=MAX_COMMAND)
     script: str | None = Field(default=None, max_length=MAX_COMMAND)
@@ -404,6 +405,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         for key, unset in SHAPING_UNLESS.items():  # unset: the hashes from before they existed
             if data["metadata"].get(key) in unset:
                 del data["metadata"][key]
+        drop_unset_probes(data["containers"])  # the hashes from before probes existed
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)
         if data["metadata"]["resource"] is None:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -239,28 +240,29 @@ def _sigterm(row: Instance, runtime: Runtime) -> set[str]:
 
 
 def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
-    """Readiness and liveness for the running instances whose checks are due, in parallel."""
+    """Readiness and liveness for the running instances whose checks are due, in parallel.
+    A starting instance with a startup probe is ready only once that passes too, and its
+    liveness waits until then."""
     checks = []
     for row, found in due:
-        spec = row.placed_spec()
-        hc = getattr(spec, "health_check", None) if spec else None
-        ready = probes.Probe.of(hc)
-        alive = probes.Probe.of(hc.liveness) if hc and hc.liveness else None
+        found_probes = probes.probe_set(row.placed_spec())
+        gate = found_probes.startup if row.state == InstanceState.STARTING else None
         started = (row.started_at or now).timestamp()
         last = row.probed_at.timestamp() if row.probed_at else None
-        if probes.due(last, started, now.timestamp(), ready):
-            checks.append((row, found, "readiness", ready))
+        if probes.due(last, started, now.timestamp(), gate or found_probes.readiness):
+            checks.append((row, found, "readiness", found_probes.readiness, gate))
+        alive = None if gate else found_probes.liveness
         if alive and probes.due(liveness_clock.get(row.name), started, now.timestamp(), alive):
             liveness_clock[row.name] = now.timestamp()
-            checks.append((row, found, "liveness", alive))
+            checks.append((row, found, "liveness", alive, None))
     if not checks:
         return set()
     with ThreadPoolExecutor(max_workers=min(8, len(checks))) as pool:
         results = list(pool.map(
-            lambda c: check(c[1].url or "", c[1].health_path, c[3], c[0].engine_key()), checks
+            lambda c: _passes(c[0], c[1], (c[4], c[3]), runtime, check), checks
         ))  # fmt: skip
     touched = set()
-    for (row, _, kind, probe), passed in zip(checks, results, strict=True):
+    for (row, _, kind, probe, _), passed in zip(checks, results, strict=True):
         if kind == "readiness":
             touched |= _after_readiness(row, passed, probe, runtime, fleet, now)
         elif not passed:
@@ -268,6 +270,23 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
         elif row.liveness_failures:
             Instance.objects.filter(pk=row.pk).update(liveness_failures=0)
     return touched
+
+
+def _passes(row, found, steps, runtime, check) -> bool:
+    """Whether every probe of `steps` (None: none) passes, in turn: an exec probe in the
+    instance (its runtime), a network one at its url (through its front where it has one)."""
+    for probe in steps:
+        if probe is None:
+            continue
+        if probe.kind == probes.EXEC:
+            passed = runtime.exec_check(row.name, probe.command, probe.timeout)
+        else:
+            path = probes.request_path(probe, found.fronted)
+            asked = probe if path is None else replace(probe, path=path)
+            passed = check(found.url or "", found.health_path, asked, row.engine_key())
+        if not passed:
+            return False
+    return True
 
 
 def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
@@ -281,7 +300,8 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
         and ((now - row.started_at).total_seconds() > deadline)
     ):
         runtime.remove(row.name)
-        crashed(row, runtime, fleet, now, f"not ready within {deadline:.0f} s", logs=False)
+        why = f"not ready within {deadline:.0f} s" + _startup_reason(row)
+        crashed(row, runtime, fleet, now, why, logs=False)
         return {row.service.name}
     changes = dict(state=result.state, probe_successes=result.successes,
                    probe_failures=result.failures, probed_at=now)  # fmt: skip
@@ -300,9 +320,13 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
 
 
 def _startup_deadline(row: Instance, fleet: FleetSettings) -> float:
-    spec = row.placed_spec()
-    hc = getattr(spec, "health_check", None) if spec else None
-    return float(getattr(hc, "startup_timeout_seconds", None) or fleet.health_timeout)
+    deadline = probes.probe_set(row.placed_spec()).startup_deadline
+    return float(deadline or fleet.health_timeout)
+
+
+def _startup_reason(row: Instance) -> str:
+    startup = probes.probe_set(row.placed_spec()).startup
+    return f" (its startup check, {startup.kind}, did not pass)" if startup else ""
 
 
 def _after_liveness_failure(row, probe, runtime, fleet, now) -> set[str]:

@@ -17,7 +17,6 @@ A pod differs from a Docker instance in what the cluster provides itself:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from contracts.engines.pd import pd_connector, side_port, tensor_parallel_size
@@ -28,6 +27,7 @@ from contracts.hub_refs import is_hub_ref
 from contracts.kube import rank_tables
 from contracts.kube.front import ENGINE_PORT, front_container
 from contracts.kube.names import KubeSettings
+from contracts.kube.probes import probes
 from contracts.limits import TenantLimits, granted_capabilities
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
 from contracts.spec_facts import card_need, model_refs, reserved_cpu
@@ -305,42 +305,6 @@ def cpu_and_memory(spec: ServiceSpec, plan: ContainerPlan) -> dict:
             f"{meta.disk_mb}Mi"
         )
     return out
-
-
-def check(path: str) -> dict:
-    """An HTTP GET of `path` on the engine's port; a TCP connect where the engine has no path."""
-    port = ENGINE_PORT
-    return {"httpGet": {"path": path, "port": port}} if path else {"tcpSocket": {"port": port}}
-
-
-def probes(spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings) -> dict:
-    """Readiness from health_check; a startup probe that gives a new pod
-    startup_timeout_seconds (KubeSettings.health_timeout_s) to pass it before the kubelet
-    restarts it, and holds readiness and liveness back until then; liveness when given."""
-    hc = spec.health_check
-    path = hc.path or plan.health_path
-    budget = (hc.startup_timeout_seconds or settings.health_timeout_s) - hc.initial_delay_seconds
-    found = {
-        "readinessProbe": {
-            **check(path), "periodSeconds": hc.period_seconds,
-            "timeoutSeconds": hc.timeout_seconds, "failureThreshold": hc.failure_threshold,
-            "successThreshold": hc.success_threshold,
-        },
-        "startupProbe": {
-            **check(path), "initialDelaySeconds": hc.initial_delay_seconds,
-            "periodSeconds": hc.period_seconds, "timeoutSeconds": hc.timeout_seconds,
-            "failureThreshold": max(1, math.ceil(budget / hc.period_seconds)),
-            "successThreshold": 1,
-        },
-    }  # fmt: skip
-    if live := hc.liveness:
-        found["livenessProbe"] = {
-            **check(live.path or plan.health_path),
-            "initialDelaySeconds": live.initial_delay_seconds,
-            "periodSeconds": live.period_seconds, "timeoutSeconds": live.timeout_seconds,
-            "failureThreshold": live.failure_threshold, "successThreshold": 1,
-        }  # fmt: skip
-    return found
 
 
 def restricted(granted: tuple[str, ...] = ()) -> dict:
