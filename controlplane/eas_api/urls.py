@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from controlplane.eas_api import listings, views
+from controlplane.eas_api import listings, scaling, views
 
 SERVICE = "services/<str:cluster>/<str:name>"
 
@@ -13,6 +13,7 @@ urlpatterns = [
     path(f"{SERVICE}/events", listings.ServiceEvents.as_view()),
     path(f"{SERVICE}/versions", listings.ServiceVersions.as_view()),
     path(f"{SERVICE}/version", listings.ServiceVersion.as_view()),
+    path(f"{SERVICE}/autoscaler", scaling.ServiceAutoscaler.as_view()),
     # Last: any other word after the name is a state change (start, stop).
     path(f"{SERVICE}/<str:action>", views.ServiceState.as_view()),
 ]
