@@ -14,6 +14,7 @@ urlpatterns = [
     path(f"{SERVICE}/versions", listings.ServiceVersions.as_view()),
     path(f"{SERVICE}/version", listings.ServiceVersion.as_view()),
     path(f"{SERVICE}/autoscaler", scaling.ServiceAutoscaler.as_view()),
+    path(f"{SERVICE}/cronscaler", scaling.ServiceCronscaler.as_view()),
     # Last: any other word after the name is a state change (start, stop).
     path(f"{SERVICE}/<str:action>", views.ServiceState.as_view()),
 ]
