@@ -105,3 +105,26 @@ def test_a_replayed_request_is_refused(live_server):
     assert first.status_code == 200 and first.json()["TotalCount"] == 0
     assert again.status_code == 400 and again.json()["Code"] == "SignatureNonceUsed"
     assert again.json()["RequestId"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cli_makes_lists_and_revokes_a_pair_the_sdk_signs_with(live_server, tmp_path):
+    from click.testing import CliRunner
+
+    from controlplane.tokens.models import ApiToken
+    from wharfcli.main import cli
+
+    user = get_user_model().objects.create_user("alice")
+    token = ApiToken.issue(user, member(user, "developer"), "cli")
+    env = {"WHARF_API": live_server.url, "WHARF_TOKEN": token,
+           "WHARF_CONFIG_DIR": str(tmp_path)}  # fmt: skip
+    runner = CliRunner()
+    made = runner.invoke(cli, ["access-keys", "create", "--name", "tf"], env=env)
+    assert made.exit_code == 0, made.output
+    key_id, secret = _made(made.output.replace("  (shown once)", ""))
+    client = sdk(live_server.url, key_id, secret)
+    assert client.list_services(eas.ListServicesRequest()).body.total_count == 0
+    listed = runner.invoke(cli, ["access-keys", "list"], env=env)
+    assert key_id in listed.output and secret not in listed.output
+    assert runner.invoke(cli, ["access-keys", "revoke", key_id], env=env).exit_code == 0
+    assert refusal(lambda: client.list_services(eas.ListServicesRequest())).status_code == 404
