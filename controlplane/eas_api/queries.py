@@ -13,8 +13,12 @@ from controlplane.eas_api.errors import EasError
 MAX_PAGE_SIZE = 100
 
 
+# Terraform's provider repeats the path's ClusterId in the query: taken, like the path's.
+ALWAYS = ("ClusterId",)
+
+
 def only(params: Mapping[str, str], known: Sequence[str]) -> None:
-    if unknown := sorted(set(params) - set(known)):
+    if unknown := sorted(set(params) - set(known) - set(ALWAYS)):
         raise EasError(
             "InvalidParameter",
             f"{', '.join(unknown)}: not a parameter Wharf takes here (it takes "

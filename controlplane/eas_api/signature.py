@@ -80,19 +80,23 @@ def _encode(text: str) -> str:
     return quote(text, safe="~", encoding="utf-8")
 
 
+def canonical_path(path: str) -> str:
+    """A decoded path encoded as the SDKs encode each segment of theirs."""
+    return "/".join(_encode(segment) for segment in path.split("/")) or "/"
+
+
 def canonical_request(
     method: str, path: str, query: Iterable[tuple[str, str]], headers: Mapping[str, str],
     signed: Iterable[str], payload_hash: str,
 ) -> str:  # fmt: skip
     """The string the signer hashed. `path` and `query` decoded (as a server receives them),
     `headers` by lower-case name."""
-    canonical_path = "/".join(_encode(segment) for segment in path.split("/")) or "/"
     pairs = sorted((_encode(k), _encode(v)) for k, v in query)
     canonical_query = "&".join(f"{k}={v}" for k, v in pairs)
     signed = list(signed)
     lines = "".join(f"{name}:{headers.get(name, '').strip()}\n" for name in signed)
     return "\n".join(
-        [method, canonical_path, canonical_query, lines, ";".join(signed), payload_hash]
+        [method, canonical_path(path), canonical_query, lines, ";".join(signed), payload_hash]
     )
 
 
