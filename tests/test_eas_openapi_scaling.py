@@ -1,6 +1,6 @@
-"""EAS's autoscaler and cronscaler calls through EAS's own SDK against a live Wharf: each is
-an update of the spec's section (a new version), refused in EAS's shape when the section
-does not validate."""
+"""EAS's autoscaler, cronscaler and label calls through EAS's own SDK against a live Wharf:
+each is an update of the spec's section (a new version), refused in EAS's shape when the
+section does not validate."""
 
 from __future__ import annotations
 
@@ -88,3 +88,14 @@ def test_a_cronscaler_with_a_bad_schedule_is_refused(client):
     exc = refusal(lambda: client.create_service_cron_scaler(
         REGION, "tiny", eas.CreateServiceCronScalerRequest(scale_jobs=jobs)))  # fmt: skip
     assert exc.code == "InvalidParameter" and "cron" in exc.message
+
+
+def test_labels_are_updated_and_deleted_as_terraforms_tags_are(client):
+    change = eas.UpdateServiceLabelRequest(labels={"team": "search", "tier": "gold"})
+    client.update_service_label(REGION, "tiny", change)
+    assert spec()["labels"] == {"team": "search", "tier": "gold"}
+    client.delete_service_label(REGION, "tiny", eas.DeleteServiceLabelRequest(keys=["tier"]))
+    assert spec()["labels"] == {"team": "search"}
+    exc = refusal(lambda: client.delete_service_label(
+        REGION, "tiny", eas.DeleteServiceLabelRequest(keys=["nope"])))  # fmt: skip
+    assert exc.code == "InvalidParameter" and "nope" in exc.message

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from controlplane.eas_api import listings, scaling, views
+from controlplane.eas_api import labels, listings, scaling, views
 
 SERVICE = "services/<str:cluster>/<str:name>"
 
@@ -15,6 +15,7 @@ urlpatterns = [
     path(f"{SERVICE}/version", listings.ServiceVersion.as_view()),
     path(f"{SERVICE}/autoscaler", scaling.ServiceAutoscaler.as_view()),
     path(f"{SERVICE}/cronscaler", scaling.ServiceCronscaler.as_view()),
+    path(f"{SERVICE}/label", labels.ServiceLabels.as_view()),
     # Last: any other word after the name is a state change (start, stop).
     path(f"{SERVICE}/<str:action>", views.ServiceState.as_view()),
 ]
