@@ -128,3 +128,18 @@ def test_the_cli_makes_lists_and_revokes_a_pair_the_sdk_signs_with(live_server, 
     assert key_id in listed.output and secret not in listed.output
     assert runner.invoke(cli, ["access-keys", "revoke", key_id], env=env).exit_code == 0
     assert refusal(lambda: client.list_services(eas.ListServicesRequest())).status_code == 404
+
+
+@pytest.mark.django_db
+def test_rotating_the_secrets_key_seals_the_pairs_again(settings):
+    from cryptography.fernet import Fernet
+
+    key, secret = key_pair("alice")
+    old = settings.WHARF_SECRETS_KEY
+    settings.WHARF_SECRETS_KEY = Fernet.generate_key().decode()
+    settings.WHARF_SECRETS_KEY_PREVIOUS = [old]  # the old key opens, the new one seals
+    out = io.StringIO()
+    call_command("rotate_secrets", stdout=out)
+    assert "1 access key secret(s) sealed again" in out.getvalue()
+    settings.WHARF_SECRETS_KEY_PREVIOUS = []  # the old key dropped: the pair still opens
+    assert AccessKey.objects.get(pk=key.pk).secret() == secret
