@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 import redis
 from alibabacloud_eas20210701 import models as eas
@@ -13,6 +14,7 @@ from alibabacloud_tea_util.models import RuntimeOptions
 
 from contracts import reconcile
 from controlplane import intents
+from controlplane.audit.models import AuditEntry
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Event, Instance, Service
 from tests.eas_openapi_support import REGION, key_pair, refusal, sdk
@@ -60,6 +62,9 @@ def test_create_service_deploys_an_eas_spec_through_the_v1_logic(client, broker)
     assert service.versions.count() == 1
     assert Event.objects.filter(service=service, reason="Created").exists()
     assert broker.exists(reconcile.pending_key("tiny"))  # the reconciler asked on commit
+    entry = AuditEntry.objects.get(action="POST /api/v2/services")
+    assert (entry.actor, entry.via, entry.service, entry.status) == ("alice", "token eas",
+                                                                     "tiny", 200)  # fmt: skip
 
 
 def test_create_service_takes_labels_from_its_query(client):
@@ -195,6 +200,13 @@ def test_list_service_versions_and_switching_back_to_one(client):
     client.update_service_version(REGION, "tiny", eas.UpdateServiceVersionRequest(version=1))
     service = Service.objects.get(name="tiny")
     assert service.spec["metadata"]["instance"] == 1 and service.versions.count() == 3
+
+
+def test_an_unsigned_request_is_an_incomplete_signature(live_server):
+    answer = httpx.get(f"{live_server.url}/api/v2/services",
+                       headers={"Authorization": "Bearer wat-an-api-token"})  # fmt: skip
+    assert answer.status_code == 400
+    assert answer.json()["Code"] == "IncompleteSignature" and answer.json()["RequestId"]
 
 
 def test_a_wrong_secret_is_signature_does_not_match(live_server, broker):
