@@ -125,6 +125,7 @@ INSTALLED_APPS = [
     "controlplane.usage",
     "controlplane.nodes",
     "controlplane.benchmarks",
+    "controlplane.eas_api",
     "frontend",
     "launcher",
 ]
@@ -318,3 +319,5 @@ WHARF_PD_PORTS = envrange("WHARF_PD_PORTS", (30000, 32767))
 WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
 WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")
+# EAS's management API (/api/v2/): the region its answers name; any ClusterId is this Wharf.
+WHARF_EAS_REGION = envstr("WHARF_EAS_REGION", "local")
