@@ -118,6 +118,22 @@ def follow(client: Client, name: str, goal: str, timeout: float) -> dict:
         time.sleep(POLL_S)
 
 
+def _replaced(client: Client, name: str, deleted: set[str], timeout: float) -> None:
+    """Until the deleted instances are gone and as many are ready as the service runs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        instances = client.get(f"services/{name}/instances")
+        wanted = sum((client.get(f"services/{name}").get("replicas") or {}).values())
+        ready = sum(1 for i in instances if i["state"] == "ready")
+        if not deleted & {i["name"] for i in instances} and ready >= wanted:
+            click.echo(f"[OK] Running: {ready}")
+            return
+        if time.monotonic() > deadline:
+            raise CliError(f"gave up after {timeout:.0f} s; {ready} of {wanted} instances of "
+                           f"{name} are ready", TIMED_OUT)  # fmt: skip
+        time.sleep(POLL_S)
+
+
 def _warn(service: dict) -> None:
     for warning in service.get("warnings") or []:
         click.echo(f"[WARNING] {warning['field']}: {warning['message']}", err=True)
@@ -215,8 +231,8 @@ cli.add_command(workers, "showworkers")
 @timeout_option
 @click.pass_obj
 def delete_workers(state: State, name: str, instances: str, yes: bool, timeout: float) -> None:
-    """Delete (restart) instances, comma-separated. Wharf's API restarts a whole service
-    only (a stop, then a start): name every instance of it."""
+    """Delete (restart) instances, comma-separated: each drains and a new one takes its
+    place, so the service keeps its count."""
     client = state.client()
     service = client.get(f"services/{name}")
     named = [n for n in instances.split(",") if n]
@@ -225,19 +241,12 @@ def delete_workers(state: State, name: str, instances: str, yes: bool, timeout: 
     if unknown or not named:
         raise CliError(f"{name} has no instance {', '.join(unknown) or '(none named)'}; it has "
                        f"{', '.join(have) or 'none'}", NOT_FOUND)  # fmt: skip
-    if set(named) != set(have):
-        raise CliError(
-            f"Wharf cannot delete single instances yet: name every instance of {name} "
-            f"({','.join(have)}) to restart them all, or run `eascmd stop {name}` and "
-            f"`eascmd start {name}`"
-        )
     region = service.get("workspace")
     _confirm(f"Are you sure to delete the instances [{instances}] of service [{name}] in "
              f"[{region}]? [Y/n]", yes)  # fmt: skip
-    client.post(f"services/{name}/stop")
-    follow(client, name, "stopped", timeout)
-    client.post(f"services/{name}/start")
-    follow(client, name, "running", timeout)
+    for instance in named:
+        client.call("DELETE", f"services/{name}/instances/{instance}")
+    _replaced(client, name, set(named), timeout)
     click.echo(f"[OK] Instance(s) [{instances}] for service [{name}] in region [{region}] was "
                "deleted successfully")  # fmt: skip
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import math
 
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.eas_api import answers, queries
 from controlplane.eas_api.errors import EasError
 from controlplane.eas_api.views import EasView, answer, found, shared
+from controlplane.services.api.instances import Conflict, restart_instances
 from controlplane.services.api.versions import roll_back
 from controlplane.services.api.views import visible_services
 
@@ -33,6 +35,25 @@ class ServiceInstances(EasView):
                 shown = [s for s in shown if s[field] == params[param]]
         chosen, number, size = queries.page(params, shown, "PageNumber", "PageSize")
         return answer(Instances=chosen, TotalCount=len(shown), PageNumber=number, PageSize=size)
+
+    def delete(self, request: Request, cluster: str, name: str) -> Response:
+        """DeleteServiceInstances: each named instance drains and a new one replaces it
+        (SoftRestart or not: its requests finish within the service's grace)."""
+        params = request.query_params
+        queries.only(params, ("InstanceList", "SoftRestart"))
+        names = [n.strip() for n in params.get("InstanceList", "").split(",") if n.strip()]
+        if not names:
+            raise EasError("InvalidParameter", "InstanceList: the instances to delete, "
+                           "comma-separated")  # fmt: skip
+        found(request, name)
+        try:
+            restart_instances(request, name, names)
+        except NotFound as exc:
+            raise EasError("InvalidInstance.NotFound", str(exc.detail), 404) from None
+        except Conflict as exc:
+            raise EasError("InvalidOperation", str(exc.detail), 409) from None
+        return answer(Message=f"Instance(s) [{','.join(names)}] for service [{name}] "
+                      "were deleted successfully")  # fmt: skip
 
 
 class ServiceEvents(EasView):

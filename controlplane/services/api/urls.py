@@ -2,6 +2,7 @@ from django.urls import path
 
 from controlplane.services.api import adapters, versions, views
 from controlplane.services.api.estimate import Estimate
+from controlplane.services.api.instances import ServiceInstance
 from controlplane.services.api.logs import InstanceLogs
 from controlplane.services.api.schema import SpecSchema
 
@@ -12,6 +13,7 @@ urlpatterns = [
     path("services/preview", views.SpecPreview.as_view()),
     path("services/<str:name>", views.ServiceDetail.as_view()),
     path("services/<str:name>/instances", views.ServiceInstances.as_view()),
+    path("services/<str:name>/instances/<str:instance>", ServiceInstance.as_view()),
     path("services/<str:name>/instances/<str:instance>/logs", InstanceLogs.as_view()),
     path("services/<str:name>/events", views.ServiceEvents.as_view()),
     path("services/<str:name>/token", views.RotateServiceToken.as_view()),
