@@ -176,6 +176,8 @@ LOGOUT_REDIRECT_URL = "/login/"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # eascmd with an access key pair; first: a token's check would take its header
+        "controlplane.eas_api.v1_auth.AccessKeyOnV1",
         "controlplane.tokens.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],

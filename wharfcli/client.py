@@ -56,15 +56,18 @@ def exit_code_for(status: int) -> int:
 
 
 class Client:
-    def __init__(self, config: Config, login_hint: str = "") -> None:
+    def __init__(self, config: Config, login_hint: str = "", auth: httpx.Auth | None = None):
+        """`auth`: how requests are signed instead of the config's token (eascmd's access
+        key pair)."""
         self.config = config
         self.api, token = config.effective()
         # what to do about a 401: `wharf login`, or eascmd's `config`
         self.login_hint = login_hint or (
             f"sign in with `wharf login --api {self.api} --token TOKEN` (or set WHARF_TOKEN)"
         )
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.api, headers=headers, timeout=TIMEOUT_S)
+        headers = {"Authorization": f"Bearer {token}"} if token and auth is None else {}
+        self.http = httpx.Client(base_url=self.api, headers=headers, timeout=TIMEOUT_S,
+                                 auth=auth)  # fmt: skip
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """The answer's JSON (None for an empty answer); CliError for anything but a 2xx."""

@@ -31,10 +31,10 @@ from wharfcli.watch import DONE, FAILED, POLL_S, verdict
 HELP = """Alibaba PAI-EAS's eascmd, against Wharf.
 
 \b
-Wharf has no access-key pairs: -k (AccessKeySecret) is a Wharf API token
-(`python manage.py create_api_token`), -i (AccessKeyId) is kept as its name
-and sent nowhere, -e is Wharf's API address (http://host:8000 or host:port).
-`eascmd config -i NAME -k TOKEN -e HOST:PORT` keeps them in ~/.eas/config
+-i AccessKeyId -k AccessKeySecret: a Wharf access key pair (`wharf access-keys
+create`), which signs each request; a Wharf API token (wat-...) as -k is sent
+as a Bearer token instead. -e is Wharf's API address (http://host:8000 or
+host:port). `eascmd config -i ID -k SECRET -e HOST:PORT` keeps them in ~/.eas/config
 ($EASCMD_CONFIG_DIR/config; -c FILE another file); -i/-k/-e before a verb
 override it for that command."""
 EPILOG = """Exit codes: 0 done; 1 refused or failed (the reason is printed); 2 bad usage or a
@@ -55,8 +55,9 @@ class State:
         self.path, self.profile = path, profile
 
     def client(self) -> Client:
-        hint = f"check the token: `eascmd config -k TOKEN -e {self.profile.endpoint}`"
-        return Client(self.profile.client_config(self.path), login_hint=hint)
+        hint = f"check the key: `eascmd config -i ID -k SECRET -e {self.profile.endpoint}`"
+        config = self.profile.client_config(self.path)
+        return Client(config, login_hint=hint, auth=self.profile.signer())
 
 
 def timeout_option(command):

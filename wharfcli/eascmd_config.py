@@ -6,9 +6,10 @@
     access_key = wat-…
     endpoint = http://127.0.0.1:8000
 
-Wharf has no access-key pairs: the AccessKeySecret (`-k`) is a Wharf API token, sent as
-`Authorization: Bearer`; the AccessKeyId (`-i`) is kept as its name and sent nowhere; the
-endpoint (`-e`) is Wharf's API address.
+`-i AccessKeyId -k AccessKeySecret` is a Wharf access key pair (`manage.py create_access_key`,
+`wharf access-keys create`): each request is signed with it (wharfcli.acs_auth). A Wharf API
+token (`wat-…`) as `-k` is sent as `Authorization: Bearer` instead, `-i` then only its name.
+The endpoint (`-e`) is Wharf's API address.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from wharfcli.acs_auth import AccessKeyAuth
 from wharfcli.client import DENIED, USAGE, CliError
 from wharfcli.config import Config
+
+API_TOKEN_PREFIX = "wat-"  # a Wharf API token's (contracts.tokens), sent as a Bearer token
 
 SECTION = "eas"
 
@@ -83,12 +87,21 @@ class Profile:
     def client_config(self, path: Path) -> Config:
         """What wharfcli.client.Client takes; an error naming the fix when something lacks."""
         if not self.endpoint or not self.access_key:
-            lacks = "endpoint (-e)" if not self.endpoint else "access key (-k, a Wharf API token)"
+            lacks = "endpoint (-e)" if not self.endpoint else "access key (-k)"
             raise CliError(
-                f"no {lacks} in {path}: run `eascmd config -i NAME -k TOKEN -e HOST:PORT`",
-                DENIED,
-            )
+                f"no {lacks} in {path}: run `eascmd config -i AccessKeyId -k AccessKeySecret "
+                "-e HOST:PORT`", DENIED,
+            )  # fmt: skip
+        if self.signer() is not None:
+            return FixedConfig(api=self.endpoint, token="")
         return FixedConfig(api=self.endpoint, token=self.access_key)
+
+    def signer(self) -> AccessKeyAuth | None:
+        """The access key pair that signs each request; None when `-k` is a Wharf API token
+        (sent as a Bearer token, `-i` then only its name)."""
+        if self.access_key.startswith(API_TOKEN_PREFIX) or not self.access_id:
+            return None
+        return AccessKeyAuth(self.access_id, self.access_key)
 
 
 class FixedConfig(Config):
