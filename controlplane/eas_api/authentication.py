@@ -99,4 +99,3 @@ class AccessKeySignature(authentication.BaseAuthentication):
 
 def _query(request) -> list[tuple[str, str]]:
     return [(name, value) for name, values in request.query_params.lists() for value in values]
-
