@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from rest_framework import exceptions
@@ -12,6 +13,7 @@ from rest_framework import exceptions
 from contracts.engines import default_images
 from contracts.grants import (
     Setting,
+    git_granted,
     local_address,
     own_registry,
     refusals,
@@ -84,3 +86,24 @@ def registry_refusals(
     why = (f"registry {registry} resolves to {', '.join(local)}, a local address; "
            f"{Setting('registries').hint(workspace.name)}")  # fmt: skip
     return {"containers[0].image": [why]}
+
+
+def git_refusals(
+    spec: ServiceSpec, workspace: Workspace, resolve: Callable[[str], list[str]] = addresses
+) -> dict[str, list[str]]:
+    """Each storage[].git repository whose server's name resolves, on the node about to clone
+    it, to a local address the workspace is not granted (contracts.grants.git_refusal checks
+    literal addresses and file:// on save)."""
+    found = {}
+    grants = workspace.parsed_grants()
+    for i, entry in enumerate(spec.storage):
+        host = urlsplit(entry.git.repo).hostname if entry.git else None
+        if host is None or git_granted(entry.git.repo, grants):  # type: ignore[union-attr]
+            continue
+        local = [a for a in resolve(host) if local_address(a)]
+        if local:
+            found[f"storage[{i}].git.repo"] = [
+                f"{host} resolves to {', '.join(local)}, a local address; "
+                f"{Setting('git_repositories').hint(workspace.name)}"
+            ]
+    return found
