@@ -29,6 +29,7 @@ import shutil
 import time
 from pathlib import Path
 
+from boto3.exceptions import Boto3Error
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contracts.spec import ObjectStorage, ServiceSpec
@@ -99,10 +100,11 @@ def sync(root: Path, instance: str, index: int, source: ObjectSource) -> list[st
             client = client or make_client(target, 4)
             try:
                 client.upload_file(str(data / rel), target.bucket, target.prefix + rel)
-            except (ClientError, BotoCoreError, OSError) as exc:
-                raise WritableStorageError(
-                    str(failure(target, exc, f"uploading {rel!r} to"))
-                ) from None
+            except (ClientError, BotoCoreError, Boto3Error, OSError) as exc:
+                # boto3 wraps the store's answer (S3UploadFailedError): say what it said
+                cause = exc.__context__ if isinstance(exc, Boto3Error) else exc
+                said = failure(target, cause or exc, f"uploading {rel!r} to")
+                raise WritableStorageError(f"uploading {rel!r}: {said}") from None
             baseline[rel] = state
             uploaded.append(rel)
     finally:
