@@ -146,3 +146,35 @@ def test_a_running_instances_writes_go_up_every_period(
     fleet.settle(1)
     assert fleet.states("writer") == [("a", "ready")]
     assert s3.get_object(Bucket=bucket, Key="out/progress.txt")["Body"].read() == b"half way"
+
+
+@pytest.mark.parametrize(("resolved", "grants", "refused"), [
+    (["10.0.0.7"], {}, True),
+    (["10.0.0.7"], {"registries": ["registry.corp"]}, False),
+    (["8.8.8.8"], {}, False),
+])  # fmt: skip
+def test_an_image_mounts_registry_name_is_checked_where_it_resolves(db, resolved, grants, refused):
+    from contracts.spec import parse_spec
+    from controlplane.workspaces.policy import registry_refusals
+
+    entry = {"mount_path": "/a", "image": {"image": "registry.corp/x:1", "path": "/opt"}}
+    spec = parse_spec({"name": "img", "containers": CONTAINER, "storage": [entry]})
+    found = registry_refusals(spec, grant(**grants), resolve=lambda host: resolved)
+    assert list(found) == (["storage[0].image.image"] if refused else [])
+
+
+@pytest.mark.parametrize(("resolved", "grants", "refused"), [
+    (["127.0.0.1"], {}, True),
+    (["127.0.0.1"], {"git_repositories": ["https://git.corp"]}, False),
+    (["8.8.8.8"], {}, False),
+])  # fmt: skip
+def test_a_git_servers_name_is_checked_where_it_resolves(db, resolved, grants, refused):
+    from contracts.spec import parse_spec
+    from controlplane.workspaces.policy import git_refusals
+
+    entry = {"mount_path": "/c", "git": {"repo": "https://git.corp/team/code.git"}}
+    spec = parse_spec({"name": "code", "containers": CONTAINER, "storage": [entry]})
+    found = git_refusals(spec, grant(**grants), resolve=lambda host: resolved)
+    assert list(found) == (["storage[0].git.repo"] if refused else [])
+    if refused:
+        assert "grants.git_repositories" in found["storage[0].git.repo"][0]
