@@ -178,3 +178,13 @@ def test_a_git_servers_name_is_checked_where_it_resolves(db, resolved, grants, r
     assert list(found) == (["storage[0].git.repo"] if refused else [])
     if refused:
         assert "grants.git_repositories" in found["storage[0].git.repo"][0]
+
+
+def test_a_tokenizer_on_a_git_mount_is_refused_by_name(tmp_path):
+    from contracts.spec import parse_spec
+    from workers.node_tokenizer import TokenizerFilesError, _mounted
+
+    entry = {"mount_path": "/code", "git": {"repo": "https://git.example.com/x.git"}}
+    spec = parse_spec({"name": "code", "containers": CONTAINER, "storage": [entry]})
+    with pytest.raises(TokenizerFilesError, match="its git mount is not read for tokenizers"):
+        _mounted(spec, "/code/model", [], tmp_path)
