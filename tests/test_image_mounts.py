@@ -83,3 +83,43 @@ def test_an_image_the_node_lacks_and_no_registry_has_fails_naming_it(client, tmp
     missing = "127.0.0.1:1/wharf-eas-storage/none:1"
     with pytest.raises(Exception, match="wharf-eas-storage/none"):
         _copy(client, missing, "/opt", tmp_path / "cache")
+
+
+def test_node_folders_are_mounted_into_a_container_as_the_plan_says(client, tmp_path):
+    """A clone or image folder read-only, a writable copy read-write, for the engine's user
+    (the Wharf image runs as uid 10001, not the worker's)."""
+    from contracts.engines import render
+    from contracts.engines.plan import Placement
+    from contracts.spec import parse_spec
+    from workers.runtimes.base import InstanceRequest
+    from workers.runtimes.docker import run_options
+    from workers.writable_storage import prepare
+
+    code, staged = tmp_path / "code", tmp_path / "staged"
+    code.mkdir()
+    (code / "version.txt").write_text("1\n")
+    (staged / "sub").mkdir(parents=True)
+    (staged / "sub" / "old.txt").write_text("old")
+    copy = prepare(tmp_path / "writable", "svc-1", 1, staged)
+    container = {"image": "wharf/wharf:0.1.0", "command": "sh", "port": 8001}
+    spec = parse_spec({
+        "name": "svc", "containers": [container],
+        "storage": [{"mount_path": "/code", "git": {"repo": "https://git.example.com/x.git"}},
+                    {"mount_path": "/out", "s3": {"path": "s3://bb/o/", "readOnly": False}}],
+    })  # fmt: skip
+    placement = Placement(staged={"storage[0].git": str(code), "storage[1].writable": str(copy)})
+    request = InstanceRequest("svc", "svc-1", "h", render(spec, placement), "")
+    mounts = run_options(request, model_dir=str(tmp_path), bind_address="127.0.0.1")["mounts"]
+    script = (
+        "cat /code/version.txt; touch /code/x 2>/dev/null && echo code-rw || echo code-ro; "
+        "echo new > /out/sub/new.txt && echo changed > /out/sub/old.txt && echo out-rw"
+    )
+    try:
+        said = client.containers.run("wharf/wharf:0.1.0", ["-c", script], entrypoint=["sh"],
+                                     mounts=mounts, remove=True, network_disabled=True)  # fmt: skip
+    except docker.errors.ImageNotFound:
+        pytest.skip("the Wharf image is not built on this machine")
+    assert said.decode().split() == ["1", "code-ro", "out-rw"]
+    assert (copy / "sub" / "new.txt").read_text() == "new\n"
+    assert (copy / "sub" / "old.txt").read_text() == "changed\n"
+    assert not (code / "x").exists()

@@ -77,9 +77,22 @@ def prepare(root: Path, instance: str, index: int, staged: Path) -> Path:
     home.mkdir(parents=True)
     data = home / DATA
     shutil.copytree(staged, data, symlinks=True, ignore=shutil.ignore_patterns(MANIFEST))
-    data.chmod(0o777)  # the engine may run as any user in its container
+    _open_to_the_engine(data)
     _write_baseline(home, _files(data))
     return data
+
+
+def _open_to_the_engine(data: Path) -> None:
+    """The copy writable whatever user the engine runs as in its container (the worker's
+    user owns it). Only this instance's container mounts it."""
+    data.chmod(0o777)
+    for top, folders, names in os.walk(data):
+        for name in folders:
+            os.chmod(os.path.join(top, name), 0o777)
+        for name in names:
+            path = os.path.join(top, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o666)
 
 
 def sync(root: Path, instance: str, index: int, source: ObjectSource) -> list[str]:
