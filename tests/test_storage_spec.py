@@ -169,3 +169,17 @@ def test_a_spec_without_the_new_fields_hashes_as_before():
     assert before == "a83b765d1807"
     writable = {"mount_path": "/m", "oss": {"path": "oss://bb/p/", "readOnly": False}}
     assert parse_spec(spec(writable)).spec_hash() != parse_spec(spec(entry)).spec_hash()
+
+
+@pytest.mark.parametrize(("read_only", "options"), [(True, "addr=nas.example,ro"),
+                                                     (False, "addr=nas.example")])  # fmt: skip
+def test_an_nfs_entrys_read_only_reaches_dockers_volume_and_mount(read_only, options, tmp_path):
+    from workers.runtimes.base import InstanceRequest
+    from workers.runtimes.docker import run_options
+
+    entry = {"mount_path": "/nas", "nfs": {"server": "nas.example", "path": "/x",
+                                           "readOnly": read_only}}  # fmt: skip
+    request = InstanceRequest("svc", "svc-1", "h", render(parse_spec(spec(entry))), "")
+    (mount,) = run_options(request, model_dir=str(tmp_path), bind_address="127.0.0.1")["mounts"]
+    assert mount["ReadOnly"] is read_only
+    assert mount["VolumeOptions"]["DriverConfig"]["Options"]["o"] == options
