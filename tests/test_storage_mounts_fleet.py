@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from tests.api_support import grant
 from tests.fleet_support import Fleet
@@ -76,6 +77,11 @@ def test_a_repository_is_cloned_at_its_commit_and_mounted_read_only(api, store, 
     shown = api.get("/api/v1/services/code").json()
     assert PASSWORD not in str(shown)
     assert PASSWORD not in str(api.get("/api/v1/services/code/events").json())
+    with connection.cursor() as cursor:  # the rows as a dump would show them: sealed
+        cursor.execute("SELECT spec FROM services_service UNION ALL "
+                       "SELECT spec FROM services_serviceversion")  # fmt: skip
+        rows = str(cursor.fetchall())
+    assert PASSWORD not in rows and "storage" in rows
 
 
 def test_a_commit_the_repository_lacks_fails_the_instance_saying_so(api, store, node_dirs, repo):
