@@ -85,6 +85,18 @@ class Grants(_Strict):
         "workspace's own images may come from, 'host[:port]' (no port: any).",
     )  # fmt: skip
 
+    git_repositories: list[str] = Field(
+        default=[], max_length=MAX_GRANTS,
+        description="Git servers at a loopback, link-local or private address, "
+        "'scheme://host[:port]', and folders of the node, 'file:///path' (a repo there or "
+        "beneath), that storage[].git may clone from.",
+    )  # fmt: skip
+
+    @field_validator("git_repositories")
+    @classmethod
+    def _git(cls, value: list[str]) -> list[str]:
+        return [git_server(granted) for granted in value]
+
     @field_validator("nfs")
     @classmethod
     def _exports(cls, value: list[str]) -> list[str]:
@@ -201,6 +213,7 @@ def refusals(
             found[f"storage[{i}].pvc.claim_name"] = [
                 f"claim {entry.pvc.claim_name!r} is Wharf's own; no workspace may mount it"
             ]
+    _mounted_images(spec, grants, approved_images, refuse)
     registry = own_registry(spec, approved_images)
     if (
         registry is not None
@@ -232,6 +245,8 @@ def _storage(spec: ServiceSpec, grants: Grants, refuse: Callable[[str, str, str]
             elif not entry.pvc.read_only and not grant.read_write:
                 refuse(f"{where}.pvc.read_only",
                        f"claim {entry.pvc.claim_name!r} is granted read-only", "pvc")  # fmt: skip
+        if entry.git is not None and (why := git_refusal(entry.git.repo, grants)):
+            refuse(f"{where}.git.repo", why, "git_repositories")
         for scheme in OBJECT_STORAGE_SCHEMES:
             store = getattr(entry, scheme)
             if store is None:
@@ -255,6 +270,66 @@ def _storage(spec: ServiceSpec, grants: Grants, refuse: Callable[[str, str, str]
             refuse(field, f"{ref} is read with the platform's credentials, which are not "
                    "granted for it; or mount it as storage with your own keys",
                    "platform_buckets")  # fmt: skip
+
+
+def _mounted_images(
+    spec: ServiceSpec, grants: Grants, approved_images: Collection[str],
+    refuse: Callable[[str, str, str], None],
+) -> None:  # fmt: skip
+    """storage[].image: a folder of an image the node pulls for the workspace, under the same
+    registries policy as its own container image."""
+    for i, entry in enumerate(spec.storage):
+        image = entry.image.image if entry.image else None
+        registry = registry_host(image) if image and image not in approved_images else None
+        if (
+            registry
+            and not registry_granted(registry, grants)
+            and local_host(registry_address(registry))
+        ):
+            refuse(f"storage[{i}].image.image", f"registry {registry} is at a local address",
+                   "registries")  # fmt: skip
+
+
+def git_server(url: str) -> str:
+    """What a git_repositories grant and a repo are compared by: `scheme://host[:port]`
+    (lower case) for a server, `file:///path` (normalised) for a folder of the node."""
+    parts = urlsplit(url.strip())
+    if parts.scheme == "file":
+        if parts.netloc or not parts.path.startswith("/"):
+            raise ValueError(f"{url!r}: a folder is file:///absolute/path")
+        return "file://" + posixpath.normpath(parts.path)
+    if parts.scheme not in ("https", "http", "git") or not parts.hostname:
+        raise ValueError(f"{url!r}: a git server is https://, http:// or git://host[:port]")
+    port = f":{parts.port}" if parts.port else ""
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host.lower()}{port}"
+
+
+def git_granted(repo: str, grants: Grants) -> bool:
+    """Whether `repo` is a granted server's, or lies in a granted folder of the node."""
+    server = git_server(repo)
+    if server.startswith("file://"):
+        path = server.removeprefix("file://")
+        return any(
+            path == folder or path.startswith(folder.rstrip("/") + "/")
+            for folder in (g.removeprefix("file://") for g in grants.git_repositories
+                           if g.startswith("file://"))
+        )  # fmt: skip
+    return server in grants.git_repositories
+
+
+def git_refusal(repo: str, grants: Grants) -> str | None:
+    """Why cloning `repo` for the workspace is refused (a folder of the node, or a server at a
+    local address: the node would reach them for the tenant), or None. A name that resolves
+    to a local address is checked where it is resolved, on the node (workers.git_mounts)."""
+    if git_granted(repo, grants):
+        return None
+    parts = urlsplit(repo)
+    if parts.scheme == "file":
+        return f"{repo} is a folder of the node"
+    if parts.hostname and local_host(parts.hostname):
+        return f"{parts.hostname} is a local address"
+    return None
 
 
 def _under(export: str, granted: str) -> bool:

@@ -21,8 +21,8 @@ from contracts.instance_types import sized
 from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
 from contracts.spec_cloud import RPC as CLOUD_RPC
-from contracts.spec_cloud import STORAGE, CloudOnlyMetadata, CloudOnlyTop, Networking, RpcNotes
 from contracts.spec_cloud import TOP as CLOUD_TOP
+from contracts.spec_cloud import CloudOnlyMetadata, CloudOnlyTop, Networking, RpcNotes
 from contracts.spec_cron import CronScaled
 from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's users)
     MAX_INSTANCES,
@@ -46,6 +46,18 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
 )
 from contracts.spec_probes import ContainerProbes, drop_unset_probes
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
+from contracts.spec_storage import (  # noqa: F401 (re-exported for the spec's users)
+    K8S_NAME,
+    STORAGE_SOURCES,
+    EmptyDir,
+    GitRepository,
+    ImageFolder,
+    Nfs,
+    ObjectStorage,
+    Pvc,
+    StorageEntry,
+    unset_storage_fields,
+)
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
@@ -113,78 +125,6 @@ class Container(ContainerProbes):
     def _one_entrypoint(self) -> Container:
         if self.command and self.script:
             raise ValueError("give either command or script, not both")
-        return self
-
-
-class EmptyDir(_Strict):
-    medium: Literal["", "memory"] = ""
-    size_limit: int | None = Field(default=None, gt=0, le=4096, description="GB")
-
-
-class ObjectStorage(_Strict):
-    path: str
-    endpoint: str | None = None
-    # Optional per-entry credentials; else WHARF_<SCHEME>_ACCESS_KEY_ID/_SECRET from the
-    # worker's environment. The secret is never echoed by the API (see REDACTED).
-    access_key_id: str | None = None
-    access_key_secret: str | None = None
-
-
-class Nfs(_Strict):
-    server: str = Field(min_length=1, max_length=253)
-    path: str = Field(min_length=1)
-    readOnly: bool = False  # noqa: N815 (EAS spelling)
-
-
-# A Kubernetes object name (DNS-1123 subdomain), as PersistentVolumeClaims are named.
-K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-
-
-class Pvc(_Strict):
-    """A PersistentVolumeClaim in Wharf's namespace; only WHARF_RUNTIME=kubernetes mounts one."""
-
-    claim_name: str = Field(
-        max_length=253, pattern=K8S_NAME,
-        description="The claim's name, in the namespace Wharf runs services in.",
-    )  # fmt: skip
-    read_only: bool = True
-
-
-STORAGE_SOURCES = ("empty_dir", "oss", "obs", "s3", "nfs", "pvc")
-
-
-class StorageEntry(_Strict):
-    mount_path: str
-    empty_dir: EmptyDir | None = None
-    oss: ObjectStorage | None = None
-    obs: ObjectStorage | None = None
-    s3: ObjectStorage | None = None
-    nfs: Nfs | None = None
-    pvc: Pvc | None = Field(
-        default=None,
-        description="A PersistentVolumeClaim (WHARF_RUNTIME=kubernetes only; the Docker and "
-        "process runtimes cannot mount one).",
-    )
-    properties: dict[str, str] | None = Field(default=None, description=STORAGE["properties"])
-
-    @field_validator("mount_path")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or ".." in value.split("/"):
-            raise ValueError("mount_path must be an absolute path without '..'")
-        return value
-
-    @model_validator(mode="after")
-    def _one_source(self) -> StorageEntry:
-        sources = [s for s in STORAGE_SOURCES if getattr(self, s)]
-        if len(sources) != 1:
-            raise ValueError(f"give exactly one of {', '.join(STORAGE_SOURCES)}")
-        for scheme in OBJECT_STORAGE_SCHEMES:
-            entry = getattr(self, scheme)
-            if entry and not re.fullmatch(
-                rf"{scheme}://[a-z0-9][a-z0-9.-]{{1,62}}(/.*)?", entry.path
-            ):
-                raise ValueError(f"{scheme}.path must look like {scheme}://bucket/prefix/")
         return self
 
 
@@ -408,6 +348,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         drop_unset_probes(data["containers"])  # the hashes from before probes existed
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)
+            unset_storage_fields(entry)  # newer fields, unset: earlier hashes stay as they were
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
         rpc = data["metadata"]["rpc"] or {}

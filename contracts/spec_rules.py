@@ -188,13 +188,45 @@ def runtime_checks(spec: ServiceSpec, runtime: str) -> dict[str, list[str]]:
     """Rules of the runtime the workers run (WHARF_RUNTIME: "kubernetes", "docker", "process",
     or "" for Docker when a daemon answers, else processes): what the spec asks of it that it
     cannot do."""
-    if runtime == KUBERNETES:
-        return {}
-    return {
-        f"storage[{i}].pvc": [
-            "a PersistentVolumeClaim is mounted only on Kubernetes (WHARF_RUNTIME=kubernetes); "
-            f"this server runs {runtime or 'Docker or local'} instances: use nfs, oss, obs or s3"
-        ]
-        for i, entry in enumerate(spec.storage)
-        if entry.pvc is not None
-    }
+    errors: dict[str, list[str]] = {}
+    for i, entry in enumerate(spec.storage):
+        if entry.pvc is not None and runtime != KUBERNETES:
+            errors[f"storage[{i}].pvc"] = [
+                "a PersistentVolumeClaim is mounted only on Kubernetes (WHARF_RUNTIME="
+                f"kubernetes); this server runs {runtime or 'Docker or local'} instances: "
+                "use nfs, oss, obs or s3"
+            ]
+        if field := _node_only_mount(entry):
+            what = NODE_ONLY[field.rsplit(".", 1)[-1]]
+            if runtime == KUBERNETES:
+                errors[f"storage[{i}].{field}"] = [
+                    f"a {what} is made by a Wharf node (the Docker runtime); on "
+                    "Kubernetes mount it from a pvc, or stage it into one"
+                ]
+            elif runtime == PROCESS:
+                errors[f"storage[{i}].{field}"] = [
+                    f"a {what} is mounted into a container: it needs the Docker "
+                    "runtime, and this server runs local processes"
+                ]
+    return errors
+
+
+PROCESS = "process"
+# Mounts a node makes for a container, and what each is.
+NODE_ONLY = {
+    "git": "git clone",
+    "image": "folder copied out of an image",
+    "readOnly": "writable object-storage copy",
+}
+
+
+def _node_only_mount(entry) -> str | None:
+    """The entry's source (or its readOnly) when only a node's Docker runtime makes it."""
+    if entry.git is not None:
+        return "git"
+    if entry.image is not None:
+        return "image"
+    if entry.writable_store() is not None:
+        scheme = next(s for s in ("oss", "obs", "s3") if getattr(entry, s) is not None)
+        return f"{scheme}.readOnly"
+    return None

@@ -262,6 +262,10 @@ WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
 # Object-storage models staged on this node (keyed by endpoint, bucket and prefix), and hub
 # models (in its hub/ folder, by hub, repository and commit).
 WHARF_CACHE_DIR = Path(envstr("WHARF_CACHE_DIR", str(WHARF_HOME / "cache"))).resolve()
+# Writable object-storage mounts (readOnly: false): each instance's copy, and how often what
+# it adds or changes there is uploaded back (workers.writable_storage).
+WHARF_WRITABLE_DIR = WHARF_HOME / "writable"
+WHARF_STORAGE_SYNC_SECONDS = envint("WHARF_STORAGE_SYNC_SECONDS", 60)
 # The hubs hf:// and modelscope:// models are staged from: a mirror's address where nodes sit
 # behind one (https://hf-mirror.com, an internal proxy).
 WHARF_HF_ENDPOINT = envstr("WHARF_HF_ENDPOINT", ENDPOINTS["hf"])

@@ -31,7 +31,7 @@ from contracts.node_tokenizer import (
     answer,
     read_tokenizer,
 )
-from contracts.spec import ServiceSpec, StorageEntry
+from contracts.spec import STORAGE_SOURCES, ServiceSpec, StorageEntry
 from controlplane.services.models import Instance
 from workers import storage
 from workers.hub_cache import HUB_FOLDER
@@ -89,10 +89,11 @@ def _mounted(spec: ServiceSpec, ref: str, paths: Iterable[str], cache_root: Path
     if found is None:
         raise TokenizerFilesError("no storage entry of the spec mounts it")
     entry, rest = found
-    store = entry.oss or entry.obs or entry.s3
+    store = entry.object_store()
     if store is None:
-        kinds = [kind for kind in ("nfs", "empty_dir", "pvc") if getattr(entry, kind)]
-        raise TokenizerFilesError(f"its {kinds[0]} mount is not on this node's disk")
+        kind = next(kind for kind in STORAGE_SOURCES if getattr(entry, kind))
+        where = "read for tokenizers" if kind in ("git", "image") else "on this node's disk"
+        raise TokenizerFilesError(f"its {kind} mount is not {where}")
     source = source_from_env(store.path, store.endpoint, store.access_key_id,
                              store.access_key_secret)  # fmt: skip
     return _staged_object(source, paths, cache_root) / rest

@@ -26,8 +26,13 @@ from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from controlplane.workspaces.policy import platform_images, registry_refusals, spec_refusals
-from workers import adapters, devices, provisioning
+from controlplane.workspaces.policy import (
+    git_refusals,
+    platform_images,
+    registry_refusals,
+    spec_refusals,
+)
+from workers import adapters, devices, provisioning, storage_mounts, writable_storage
 from workers.hub_pins import VersionPins
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 
@@ -60,7 +65,13 @@ def start_instance(
     try:
         _check_grants(service, spec, runtime.name)
         pins = VersionPins(service, row.spec_hash)
+        # What an earlier run wrote to its writable copies goes up before the bucket is read.
+        writable_storage.release(settings.WHARF_WRITABLE_DIR, name, spec)
         staged = provisioning.stage_models(spec, settings.WHARF_CACHE_DIR, report, pins)
+        staged |= storage_mounts.provide(
+            spec, name, runtime, staged, report, settings.WHARF_CACHE_DIR,
+            settings.WHARF_WRITABLE_DIR, platform_images(),
+        )  # fmt: skip
         provisioning.check_model_store(spec, settings.WHARF_MODEL_DIR)
         _, indexes = decode_allocation(row.devices) if row.devices else ("", ())
         placement = replace(
@@ -163,9 +174,9 @@ def _check_grants(service: Service, spec: ServiceSpec, runtime: str) -> None:
     """The workspace's grants, again, on this node's runtime and as they are now: the API
     checked them on save against the runtime it knows of, and staff may have revoked one
     since. Nothing is staged, pulled or contacted for a spec past them."""
-    refused = spec_refusals(spec, service.workspace, runtime) or registry_refusals(
-        spec, service.workspace
-    )
+    refused = (spec_refusals(spec, service.workspace, runtime)
+               or registry_refusals(spec, service.workspace)
+               or git_refusals(spec, service.workspace))  # fmt: skip
     if refused:
         fields = "; ".join(f"{field}: {' '.join(why)}" for field, why in refused.items())
         raise InstanceError(f"not granted to its workspace: {fields}")

@@ -16,6 +16,7 @@ from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.limits import bounded
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
+from contracts.spec_storage import StorageEntry, node_folder
 
 __all__ = ["ContainerPlan", "Mount", "Placement", "engine_name", "render", "validate"]
 
@@ -68,11 +69,23 @@ def render(spec: ServiceSpec, placement: Placement | None = None) -> ContainerPl
     return _with_resources(spec, adapter(spec).render(spec, placement), placement)
 
 
+def _node_folder(index: int, entry: StorageEntry) -> str | None:
+    """Placement.staged's name for the entry's folder when the node makes it for this
+    instance alone: a git clone, an image's folder, a writable object-storage copy."""
+    if entry.git is not None:
+        return node_folder(index, "git")
+    if entry.image is not None:
+        return node_folder(index, "image")
+    if entry.writable_store() is not None:
+        return node_folder(index, "writable")
+    return None
+
+
 def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement) -> ContainerPlan:
     meta = spec.metadata
     mounts = list(plan.mounts)
     shm = meta.shm_size * GB if meta.shm_size else plan.shm_size_bytes
-    for entry in spec.storage:
+    for i, entry in enumerate(spec.storage):
         if entry.empty_dir is not None:
             size = entry.empty_dir.size_limit * GB if entry.empty_dir.size_limit else None
             if entry.mount_path.rstrip("/") == "/dev/shm":
@@ -85,8 +98,12 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement
         elif entry.pvc is not None:  # Kubernetes only (contracts.spec_rules.runtime_checks)
             claim = entry.pvc.claim_name
             mounts.append(Mount("pvc", entry.mount_path, claim, read_only=entry.pvc.read_only))
+        elif (folder := _node_folder(i, entry)) is not None:  # made by the node, its own
+            host_dir = placement.staged.get(folder, f"<{folder} on the node>")
+            read_only = entry.writable_store() is None
+            mounts.append(Mount("bind", entry.mount_path, host_dir, read_only=read_only))
         else:
-            store = entry.oss or entry.obs or entry.s3
+            store = entry.object_store()
             assert store is not None
             host_dir = placement.staged.get(store.path, f"<staged {store.path}>")
             mounts.append(Mount("bind", entry.mount_path, host_dir))

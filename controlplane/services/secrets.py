@@ -1,6 +1,7 @@
-"""Credentials in specs (object storage's, the image registry's `dockerAuth`, the hubs'
-`llm.hub_token`, the service's fixed `token`): stored sealed, used by workers (the token by
-the API, which keeps its digest for the gateways), never echoed by the API."""
+"""Credentials in specs (object storage's, git repositories' `password`, the image
+registry's `dockerAuth`, the hubs' `llm.hub_token`, the service's fixed `token`): stored
+sealed, used by workers (the token by the API, which keeps its digest for the gateways),
+never echoed by the API."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from contracts.kube.manifests import registry
 from contracts.spec import OBJECT_STORAGE_SCHEMES, REDACTED
 
 SECRET_FIELDS = ("access_key_secret",)  # of each object-storage block
+GIT_SECRETS = ("password",)  # of each git block (a password or an access token)
 TOP_SECRETS = ("dockerAuth", "token")  # of the spec itself
 LLM_SECRETS = ("hub_token",)  # of its llm section
 
@@ -27,12 +29,21 @@ def object_stores(spec: Any):
                     yield entry[scheme]
 
 
+def git_blocks(spec: Any) -> list[dict | None]:
+    """Each storage entry's git block (storage[i].git) by the entry's index; None for others."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("storage"), list):
+        return []
+    return [entry["git"] if isinstance(entry, dict) and isinstance(entry.get("git"), dict)
+            else None for entry in spec["storage"]]  # fmt: skip
+
+
 def secret_places(spec: Any) -> list[tuple[dict, tuple[str, ...]]]:
     """(block, the names of its secrets) for each block of a spec that may hold secrets: the
-    spec itself, its llm section, each object-storage block."""
+    spec itself, its llm section, each object-storage block, each git block."""
     places = [(spec, TOP_SECRETS)] if isinstance(spec, dict) else []
     if isinstance(spec, dict) and isinstance(spec.get("llm"), dict):
         places.append((spec["llm"], LLM_SECRETS))
+    places += [(block, GIT_SECRETS) for block in git_blocks(spec) if block is not None]
     return places + [(store, SECRET_FIELDS) for store in object_stores(spec)]
 
 
@@ -58,9 +69,10 @@ def keep_secrets(new: Any, old: Any) -> Any:
     """An update that sends back REDACTED keeps the stored secret while its target is the
     same, so a spec read from the API can be edited and PUT back as is. A secret follows its
     target: dockerAuth its images' registries, storage keys their endpoint and bucket, the
-    hub token the hub repositories. Sent back masked for a changed target (or with none
-    stored), it is SecretsLostError, asking for the secret again: the stored one must never reach
-    a registry, bucket or repository the user may have pointed elsewhere."""
+    hub token the hub repositories, a git password its repository. Sent back masked for a
+    changed target (or with none stored), it is SecretsLostError, asking for the secret
+    again: the stored one must never reach a registry, bucket or repository the user may
+    have pointed elsewhere."""
     old = old if isinstance(old, dict) else {}
     out = copy.deepcopy(new)
     lost: dict[str, list[str]] = {}
@@ -89,9 +101,28 @@ def keep_secrets(new: Any, old: Any) -> Any:
                 ]
             else:
                 store[name] = kept
+    lost.update(_keep_git_passwords(out, old))
     if lost:
         raise SecretsLostError(lost)
     return out
+
+
+def _keep_git_passwords(new: dict, old: dict) -> dict[str, list[str]]:
+    """Git passwords sent back masked take the stored one of the same repository (its URL),
+    in `new` itself; {field: [what to do]} for those that cannot."""
+    stored = {block.get("repo"): block for block in git_blocks(old) if block is not None}
+    lost = {}
+    for i, block in enumerate(git_blocks(new)):
+        if block is None or block.get("password") != REDACTED:
+            continue
+        kept = stored.get(block.get("repo"), {}).get("password")
+        if kept is None:
+            lost[f"storage[{i}].git.password"] = [
+                "the repository changed (or none was stored): give the password again"
+            ]
+        else:
+            block["password"] = kept
+    return lost
 
 
 def _keep(block: dict, old: dict, name: str, same_target: bool) -> bool:

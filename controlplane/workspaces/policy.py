@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from rest_framework import exceptions
@@ -12,11 +13,13 @@ from rest_framework import exceptions
 from contracts.engines import default_images
 from contracts.grants import (
     Setting,
+    git_granted,
     local_address,
     own_registry,
     refusals,
     registry_address,
     registry_granted,
+    registry_host,
 )
 from contracts.spec import ServiceSpec
 from controlplane.workspaces.models import Workspace
@@ -72,15 +75,44 @@ def addresses(host: str) -> list[str]:
 def registry_refusals(
     spec: ServiceSpec, workspace: Workspace, resolve: Callable[[str], list[str]] = addresses
 ) -> dict[str, list[str]]:
-    """The workspace's own image's registry as the node will reach it: a name that resolves
-    to a local address is refused as that address is (contracts.grants.local_host). Checked
-    where the image is pulled, with that node's resolver."""
-    registry = own_registry(spec, platform_images())
-    if registry is None or registry_granted(registry, workspace.parsed_grants()):
-        return {}
-    local = [a for a in resolve(registry_address(registry)) if local_address(a)]
-    if not local:
-        return {}
-    why = (f"registry {registry} resolves to {', '.join(local)}, a local address; "
-           f"{Setting('registries').hint(workspace.name)}")  # fmt: skip
-    return {"containers[0].image": [why]}
+    """The registries of the workspace's own images (its container's, its storage[].image
+    mounts') as the node will reach them: a name that resolves to a local address is refused
+    as that address is (contracts.grants.local_host). Checked where the images are pulled,
+    with that node's resolver."""
+    images = platform_images()
+    wanted = [("containers[0].image", own_registry(spec, images))] + [
+        (f"storage[{i}].image.image", registry_host(entry.image.image))
+        for i, entry in enumerate(spec.storage)
+        if entry.image is not None and entry.image.image not in images
+    ]
+    grants = workspace.parsed_grants()
+    found = {}
+    for field, registry in wanted:
+        if registry is None or registry_granted(registry, grants):
+            continue
+        local = [a for a in resolve(registry_address(registry)) if local_address(a)]
+        if local:
+            found[field] = [f"registry {registry} resolves to {', '.join(local)}, a local "
+                            f"address; {Setting('registries').hint(workspace.name)}"]  # fmt: skip
+    return found
+
+
+def git_refusals(
+    spec: ServiceSpec, workspace: Workspace, resolve: Callable[[str], list[str]] = addresses
+) -> dict[str, list[str]]:
+    """Each storage[].git repository whose server's name resolves, on the node about to clone
+    it, to a local address the workspace is not granted (contracts.grants.git_refusal checks
+    literal addresses and file:// on save)."""
+    found = {}
+    grants = workspace.parsed_grants()
+    for i, entry in enumerate(spec.storage):
+        host = urlsplit(entry.git.repo).hostname if entry.git else None
+        if host is None or git_granted(entry.git.repo, grants):  # type: ignore[union-attr]
+            continue
+        local = [a for a in resolve(host) if local_address(a)]
+        if local:
+            found[f"storage[{i}].git.repo"] = [
+                f"{host} resolves to {', '.join(local)}, a local address; "
+                f"{Setting('git_repositories').hint(workspace.name)}"
+            ]
+    return found
