@@ -32,6 +32,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
     RollingStrategy,
     _Strict,
 )
+from contracts.spec_gateway_policy import RpcConcurrency
 from contracts.spec_labels import ServiceLabels
 from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's users)
     MODEL_STORE_NAME,
@@ -183,7 +184,7 @@ class StorageEntry(_Strict):
         return self
 
 
-class Rpc(RpcNotes):
+class Rpc(RpcNotes, RpcConcurrency):
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     keepalive: int | None = Field(default=None, ge=1, le=86_400_000, description="ms")
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000, description="requests/s")
@@ -397,7 +398,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
         rpc = data["metadata"]["rpc"] or {}
-        for key in ("routing", "session_header", *CLOUD_RPC):  # not what runs
+        for key in ("routing", "session_header", "worker_threads", *CLOUD_RPC):  # not what runs
             rpc.pop(key, None)
         if not any(value is not None for value in rpc.values()):
             data["metadata"]["rpc"] = None
