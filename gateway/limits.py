@@ -198,15 +198,19 @@ class Limiter:
         cancelling; the place in the queue is given back with the admission's other leases.
         """
         key, wait = admission.slot, FIRST_WAIT_S
-        while key is not None:
-            if await self._take_slot(admission, key, workers):
-                admission.slot = None
-                admission.leases.append(key)
-                if not admission.local:
-                    self._held[admission.id] = admission.leases
-                return
+        if key is None:
+            return
+        # Held before it is asked for: a request cancelled mid-call (its client gone, its
+        # keepalive past) gives back a slot the script may have taken for it. Releasing one
+        # never taken removes nothing.
+        if key not in admission.leases:
+            admission.leases.append(key)
+        if not admission.local:
+            self._held[admission.id] = admission.leases
+        while not await self._take_slot(admission, key, workers):
             await self._waits.sleep(key, wait)
             wait = backoff(wait)
+        admission.slot = None
 
     async def _take_slot(self, admission: Admission, key: str, workers: int) -> bool:
         if admission.local:

@@ -107,6 +107,11 @@ class ProxyResponse(Response):
             left = call.keepalive - (time.perf_counter() - call.arrived)
             deadline = asyncio.get_running_loop().call_later(max(left, 0), stop, _EXPIRED)
         try:
+            # A worker slot first (metadata.rpc.worker_threads), before any prefill leg.
+            if admission.slot is not None and not await self._slot(
+                admission, demand, outcome, scope, receive, send
+            ):
+                return
             if call.prefill is not None:
                 decode_body = await run_prefill(plane, call, call.prefill)
                 if isinstance(decode_body, Response):

@@ -26,43 +26,68 @@ pytestmark = pytest.mark.timeout(30)
 
 WORKING, WAITING = "working", "waiting"
 # A step: ("admit", request, expected) where expected is (WORKING | WAITING, instance) or a
-# refusal's code; ("release", request); ("slot", request, taken within 0.4 s?).
+# refusal's code; ("release", request); ("slot", request, taken within 0.4 s?); ("reroute",
+# request, instances, expected): a failover, its leases moved to the first with room.
 ONE = Demand("svc", instances=("a",), workers=2, queue_size=3)
 TWO = Demand("svc", instances=("a", "b"), workers=1, queue_size=2)
 CAPPED = Demand("svc", service_concurrency=2)
 TABLE: dict[str, tuple[Demand, list[tuple[Any, ...]]]] = {
-    "workers first, then the queue, then 450": (ONE, [
-        ("admit", "r1", (WORKING, "a")),
-        ("admit", "r2", (WORKING, "a")),
-        ("admit", "r3", (WAITING, "a")),
-        ("admit", "r4", QUEUE_FULL),
-        ("slot", "r3", False),
-    ]),
-    "a freed slot goes to the waiter, not to a newcomer": (ONE, [
-        ("admit", "r1", (WORKING, "a")),
-        ("admit", "r2", (WORKING, "a")),
-        ("admit", "r3", (WAITING, "a")),
-        ("release", "r1"),
-        ("admit", "r4", (WAITING, "a")),
-        ("slot", "r3", True),
-        ("slot", "r4", False),
-        ("release", "r2"),
-        ("slot", "r4", True),
-    ]),
-    "a free instance is taken before anyone waits": (TWO, [
-        ("admit", "r1", (WORKING, "a")),
-        ("admit", "r2", (WORKING, "b")),
-        ("admit", "r3", (WAITING, "a")),
-        ("admit", "r4", (WAITING, "b")),
-        ("admit", "r5", QUEUE_FULL),
-    ]),
-    "the service's concurrency": (CAPPED, [
-        ("admit", "r1", "admitted"),
-        ("admit", "r2", "admitted"),
-        ("admit", "r3", OVER_SERVICE_CONCURRENCY),
-        ("release", "r1"),
-        ("admit", "r4", "admitted"),
-    ]),
+    "workers first, then the queue, then 450": (
+        ONE,
+        [
+            ("admit", "r1", (WORKING, "a")),
+            ("admit", "r2", (WORKING, "a")),
+            ("admit", "r3", (WAITING, "a")),
+            ("admit", "r4", QUEUE_FULL),
+            ("slot", "r3", False),
+        ],
+    ),
+    "a freed slot goes to the waiter, not to a newcomer": (
+        ONE,
+        [
+            ("admit", "r1", (WORKING, "a")),
+            ("admit", "r2", (WORKING, "a")),
+            ("admit", "r3", (WAITING, "a")),
+            ("release", "r1"),
+            ("admit", "r4", (WAITING, "a")),
+            ("slot", "r3", True),
+            ("slot", "r4", False),
+            ("release", "r2"),
+            ("slot", "r4", True),
+        ],
+    ),
+    "a free instance is taken before anyone waits": (
+        TWO,
+        [
+            ("admit", "r1", (WORKING, "a")),
+            ("admit", "r2", (WORKING, "b")),
+            ("admit", "r3", (WAITING, "a")),
+            ("admit", "r4", (WAITING, "b")),
+            ("admit", "r5", QUEUE_FULL),
+        ],
+    ),
+    "a failover moves the worker slot, or the place in the queue": (
+        TWO,
+        [
+            ("admit", "r1", (WORKING, "a")),
+            ("reroute", "r1", ("b",), (WORKING, "b")),
+            ("admit", "r2", (WORKING, "a")),
+            ("reroute", "r2", ("b",), (WAITING, "b")),
+            ("admit", "r3", (WORKING, "a")),
+            ("release", "r1"),
+            ("slot", "r2", True),
+        ],
+    ),
+    "the service's concurrency": (
+        CAPPED,
+        [
+            ("admit", "r1", "admitted"),
+            ("admit", "r2", "admitted"),
+            ("admit", "r3", OVER_SERVICE_CONCURRENCY),
+            ("release", "r1"),
+            ("admit", "r4", "admitted"),
+        ],
+    ),
 }
 
 
@@ -90,6 +115,9 @@ async def run(redis_url: str, redis_down: bool, demand: Demand, steps: list[tupl
                 assert outcome(held[name]) == step[2], step
             elif action == "release":
                 limiter.release(held[name], None)
+            elif action == "reroute":
+                assert await limiter.reroute(held[name], demand, step[2])
+                assert outcome(held[name]) == step[3], step
             else:
                 try:
                     await asyncio.wait_for(limiter.wait_for_slot(held[name], demand.workers), 0.4)
