@@ -43,7 +43,8 @@ class SlowEcho:
     def __init__(self) -> None:
         self.working = 0
         self.peak = 0
-        self.server = ServerThread(Starlette(routes=[Route("/echo", self.echo, methods=["POST"])]))
+        routes = [Route(path, self.echo, methods=["POST"]) for path in ("/echo", "/v1/completions")]
+        self.server = ServerThread(Starlette(routes=routes))
 
     async def echo(self, request: Request) -> JSONResponse:
         body = await request.json()
@@ -79,7 +80,7 @@ class Stack:
         """A service on the engine with `limits`, routed by both gateways."""
         self.version += 1
         instance = RoutedInstance("echo-0", self.engine.server.url)
-        svc = service(unique("svc"), [instance], [self.digest], **limits)
+        svc = service(unique("svc"), [instance], [self.digest], models=("m",), **limits)
         publish(self.redis_url, self.settings, snapshot(self.version, svc))
         for gateway in self.gateways:
             assert wait_until(lambda g=gateway: self._routes(g.url), 5)
@@ -90,17 +91,20 @@ class Stack:
         health = httpx.get(url + "/healthz", trust_env=False).json()
         return bool(health["snapshot_version"] == self.version)
 
-    def call(self, svc: RoutedService, count: int, delay: float) -> list[httpx.Response]:
-        """`count` EAS-form calls sent at once, alternating between the gateways."""
+    def call(
+        self, svc: RoutedService, count: int, delay: float, openai: bool = False
+    ) -> list[httpx.Response]:
+        """`count` calls sent at once, alternating between the gateways: EAS's form, or
+        OpenAI's."""
         barrier = threading.Barrier(count)
+        path = "/v1/completions" if openai else f"/api/predict/{svc.name}/echo"
+        body = {"model": "m", "prompt": "x", "delay": delay}
 
         def send(index: int) -> httpx.Response:
-            url = f"{self.gateways[index % 2].url}/api/predict/{svc.name}/echo"
+            url = self.gateways[index % 2].url + path
             with httpx.Client(timeout=20, trust_env=False) as client:
                 barrier.wait()
-                return client.post(
-                    url, json={"delay": delay}, headers={"Authorization": self.token}
-                )
+                return client.post(url, json=body, headers={"Authorization": self.token})
 
         with ThreadPoolExecutor(count) as pool:
             return list(pool.map(send, range(count)))
@@ -171,3 +175,13 @@ def test_the_service_rate_limit_holds_across_gateways(stack: Stack) -> None:
     answers = stack.call(svc, 8, delay=0.0)
     assert statuses(answers) == [200] * 5 + [429] * 3
     assert all(a.headers["retry-after"] for a in answers if a.status_code == 429)
+
+
+def test_over_a_limit_the_openai_form_gets_openais_429(stack: Stack) -> None:
+    svc = stack.deploy(worker_threads=1, max_queue_size=1)
+    answers = stack.call(svc, 3, delay=1.0, openai=True)
+    assert statuses(answers) == [200, 200, 429]
+    refused = next(a for a in answers if a.status_code == 429)
+    error = refused.json()["error"]
+    assert (error["type"], error["code"]) == ("requests", "rate_limit_exceeded")
+    assert int(refused.headers["retry-after-ms"]) > 0
