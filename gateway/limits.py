@@ -60,6 +60,8 @@ from gateway.limit_rules import (
     ADMITTED,
     FIRST_INSTANCE,
     KEY_LEASES,
+    KEY_TPM,
+    KEY_TPM_AMOUNTS,
     SERVICE_LEASES,
     Demand,
     Refusal,
@@ -375,7 +377,7 @@ class Limiter:
             return
         admission.headers = limit_headers(demand, verdict)
         if demand.tpm:
-            admission.token_log = (keys[2], keys[3])
+            admission.token_log = (keys[KEY_TPM], keys[KEY_TPM_AMOUNTS])
         if demand.max_concurrency:
             admission.leases.append(keys[KEY_LEASES])
         if demand.service_concurrency:
