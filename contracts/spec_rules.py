@@ -38,7 +38,7 @@ def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
 
 # Engines whose own metrics Wharf reads (contracts.engine_metrics): the signals queue and
 # kv_cache, and the kv_cache_load policy, need them.
-METRICS_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
+METRICS_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "sglang")
 
 
 def _scaling_checks(spec: ServiceSpec) -> dict[str, list[str]]:

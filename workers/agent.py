@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 Background = Callable[[str, Callable[[], set[str]]], set[str]]
 LOG_TAIL = 15  # log lines kept with an exit event
 DRAIN_GRACE = 30  # seconds, when the spec does not say
+SIGTERM_SENT = "SIGTERM sent"  # a draining instance's message once rpc.enable_sigterm signalled
 
 
 def converge(
@@ -123,8 +124,13 @@ def _exit_text(found: ObservedInstance) -> str:
 
 def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = True) -> None:
     """Into back-off: the restart waits 10 s, doubling to 5 min; an engine that stayed up
-    10 minutes starts over from 10 s. The event keeps its last log lines."""
+    10 minutes starts over from 10 s. The event keeps its last log lines. With the spec's
+    enable_crash_block, kept as it ended instead (failed, its container and logs left)."""
     tail = runtime.logs(row.name, tail=LOG_TAIL).strip() if logs else ""
+    spec = _spec(row)
+    if spec is not None and spec.metadata.enable_crash_block:
+        _crash_blocked(row, why, tail)
+        return
     up = (now - row.started_at).total_seconds() if row.started_at else 0.0
     restarts = 1 if up >= fleet.backoff_reset else row.restarts + 1
     delay = fleet.backoff(restarts)
@@ -139,6 +145,28 @@ def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = 
         return
     record(row.service, "InstanceExited", message + (f"; last log lines:\n{tail}" if tail else ""),
            row.name)  # fmt: skip
+
+
+def _crash_blocked(row: Instance, why: str, tail: str) -> None:
+    message = (
+        f"{why}; kept as it ended (runtime.enable_crash_block), not restarted: read "
+        "its logs, then update the service (or stop and start it) to start it again"
+    )
+    blocked = (
+        Instance.objects.filter(pk=row.pk)
+        .exclude(state=InstanceState.DRAINING)
+        .update(state=InstanceState.FAILED, message=message, url="", ready_since=None)
+    )
+    if blocked:
+        record(row.service, "InstanceCrashBlocked",
+               message + (f"; last log lines:\n{tail}" if tail else ""), row.name)  # fmt: skip
+
+
+def _spec(row: Instance):
+    try:
+        return row.service.parsed_spec()
+    except Exception:  # a spec stored before a rule tightened: the defaults
+        return None
 
 
 def _found_running(row: Instance, found: ObservedInstance, now: datetime) -> None:
@@ -162,23 +190,25 @@ def _in_flight_reports() -> list[dict]:
 
 
 def _grace(row: Instance) -> float:
-    try:
-        spec = row.service.parsed_spec()
-    except Exception:  # a spec stored before a rule tightened: the default
-        return DRAIN_GRACE
-    return getattr(spec.metadata, "termination_grace_period", DRAIN_GRACE)
+    spec = _spec(row)
+    return spec.metadata.termination_grace_period if spec is not None else DRAIN_GRACE
 
 
 def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> set[str]:
     """Stop a draining instance once no gateway routes to it or has requests in flight to
-    it, or once its grace has passed."""
+    it, or once its grace has passed. With the spec's rpc.enable_sigterm its engine gets
+    SIGTERM at once, and once it has ended, it is removed."""
     since = row.draining_since or now
     waited = (now - since).total_seconds()
+    if found is not None and found.running and _sigterm_due(row):
+        return background(row.name, partial(_sigterm, row, runtime))
+    ended = found is None or not found.running
     clear = inflight.drained(reports, row.name, int(since.timestamp() * 1000))
     clear = clear and waited >= fleet.drain_settle
-    if not clear and waited < _grace(row):
+    if not clear and not ended and waited < _grace(row):
         return set()
-    why = "its requests finished" if clear else f"its grace of {_grace(row):.0f} s passed"
+    why = ("it ended" if ended else "its requests finished" if clear
+           else f"its grace of {_grace(row):.0f} s passed")  # fmt: skip
 
     def stop() -> set[str]:
         if found is not None:
@@ -191,6 +221,21 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> se
         return {row.service.name}
 
     return background(row.name, stop)
+
+
+def _sigterm_due(row: Instance) -> bool:
+    spec = _spec(row)
+    rpc = spec.metadata.rpc if spec is not None else None
+    return bool(rpc and rpc.enable_sigterm) and not row.message.startswith(SIGTERM_SENT)
+
+
+def _sigterm(row: Instance, runtime: Runtime) -> set[str]:
+    """SIGTERM to a draining instance's engine, once (its message records it)."""
+    Instance.objects.filter(pk=row.pk).update(message=f"{SIGTERM_SENT}: {row.message}".strip(": "))
+    runtime.terminate(row.name)
+    record(row.service, "InstanceSignalled", "SIGTERM sent as it started draining "
+           "(metadata.rpc.enable_sigterm)", row.name)  # fmt: skip
+    return {row.service.name}
 
 
 def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:

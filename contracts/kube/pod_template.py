@@ -30,7 +30,7 @@ from contracts.kube.front import ENGINE_PORT, front_container
 from contracts.kube.names import KubeSettings
 from contracts.limits import TenantLimits, granted_capabilities
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
-from contracts.spec_facts import card_need, model_refs
+from contracts.spec_facts import card_need, model_refs, reserved_cpu
 
 ENGINE = "engine"  # the engine container's name
 MODEL_STORE = "/models"  # where engines see the model store (Placement.models_root)
@@ -292,14 +292,19 @@ def cpu_and_memory(spec: ServiceSpec, plan: ContainerPlan) -> dict:
     copies a limit into a request left out, so a spec that asks nothing requests 0: the
     operator's default bounds the pod, it reserves nothing on a node."""
     assert plan.cpus and plan.memory_bytes  # contracts.limits.filled
-    meta = spec.metadata
-    return {
+    meta, cpu = spec.metadata, reserved_cpu(spec)  # qos BestEffort: no CPU requested
+    out = {
         "requests": {
-            "cpu": cpu_quantity(meta.cpu) if meta.cpu else "0",
+            "cpu": cpu_quantity(cpu) if cpu else "0",
             "memory": f"{meta.memory}Mi" if meta.memory else "0",
         },
         "limits": {"cpu": cpu_quantity(plan.cpus), "memory": quantity(plan.memory_bytes)},
     }
+    if meta.disk_mb:  # metadata.disk: the pod's ephemeral disk, requested and limited
+        out["requests"]["ephemeral-storage"] = out["limits"]["ephemeral-storage"] = (
+            f"{meta.disk_mb}Mi"
+        )
+    return out
 
 
 def check(path: str) -> dict:

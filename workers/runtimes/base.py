@@ -100,6 +100,11 @@ class Runtime(Protocol):
 
     def logs(self, name: str, tail: int = 200) -> str: ...
 
+    def terminate(self, name: str) -> None:
+        """SIGTERM to instance `name`'s engine, which ends in its own time (or is removed
+        later); nothing when it is not running."""
+        ...
+
     def cpu_seconds(self, name: str) -> float | None:
         """CPU seconds instance `name` has used since it started; None: no figure."""
         ...

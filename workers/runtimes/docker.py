@@ -388,6 +388,10 @@ class DockerRuntime:
             paths=bind_sources(container.attrs),
         )
 
+    def terminate(self, name: str) -> None:
+        with contextlib.suppress(NotFound, APIError):  # gone, or not running: nothing to signal
+            self.client.containers.get(name).kill(signal="SIGTERM")
+
     def cpu_seconds(self, name: str) -> float | None:
         """CPU seconds the engine's container has used (its cgroup, as `docker stats` reads
         it, in one look); None when it is not there."""

@@ -49,6 +49,10 @@ class MemoryRuntime:
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         return [o for o in self.instances.values() if service in (None, o.service)]
 
+    def terminate(self, name: str) -> None:
+        if name in self.instances:  # it ends at once, as an engine that handles SIGTERM
+            self.exit(name, 0)
+
     def cpu_seconds(self, name: str) -> float | None:
         return None  # nothing runs: no figure
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -226,6 +227,16 @@ class ProcessRuntime:
             pd_index=state.get("pd_index", 0),
             paths=paths,
         )
+
+    def terminate(self, name: str) -> None:
+        """SIGTERM to its process group: the front stops taking connections and waits for
+        the engine, which ends in its own time."""
+        try:
+            state = json.loads(self._state_path(name).read_text())
+        except (OSError, ValueError):
+            return
+        if _proc_start_time(state["pid"]) == state["start_time"]:
+            process_groups.signal_group(state["pid"], signal.SIGTERM)
 
     def cpu_seconds(self, name: str) -> float | None:
         """CPU seconds its process group has used (the front's and the engine's); None when

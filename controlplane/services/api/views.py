@@ -15,10 +15,12 @@ from rest_framework.views import APIView
 
 from contracts.eas import normalise
 from contracts.eas.written import eas_form
+from contracts.instance_types import size_by_instance_type, table_in_use
 from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
 from contracts.spec_facts import card_need, replicas
+from contracts.spec_instance import notes as instance_notes
 from contracts.spec_labels import matches, parse_selector
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
@@ -57,11 +59,18 @@ def _canonical(data):
 
 
 def _warned(service: Service, body: dict, data: dict) -> dict:
-    """`body` with the warnings `data` earns (EAS's cloud-only fields), each also an event."""
-    warnings = cloud_only_warnings(data) if isinstance(data, dict) else []
-    for warning in warnings:
-        record(service, "FieldIgnored", f"{warning['field']}: {warning['message']}")
-    return {**body, "warnings": warnings}
+    """`body` with the warnings `data` earns, each also an event: EAS's cloud-only fields and
+    instance types Wharf does not know (FieldIgnored), what Wharf does otherwise than asked
+    (FieldAdjusted); and the notes (what its instance type fills in: SizedByInstanceType)."""
+    if not isinstance(data, dict):
+        return {**body, "warnings": [], "notes": []}
+    _, notes, unknown = size_by_instance_type(data, table_in_use())
+    ignored, adjusted = unknown + cloud_only_warnings(data), instance_notes(data)
+    for reason, found in (("FieldIgnored", ignored), ("FieldAdjusted", adjusted),
+                          ("SizedByInstanceType", notes)):  # fmt: skip
+        for warning in found:
+            record(service, reason, f"{warning['field']}: {warning['message']}")
+    return {**body, "warnings": ignored + adjusted, "notes": notes}
 
 
 def _check_token_free(spec: ServiceSpec, service: Service | None = None) -> None:
