@@ -20,8 +20,13 @@ Snapshot JSON::
             {"name": "<instance name>", "url": "http://127.0.0.1:32768",
              "adapters": ["sql"]}           # loaded there (absent: all of the service's)
           ],
-          "rate_limit": 100,               # requests/s for the whole service (metadata.rpc)
-          "max_queue_size": 64,            # requests waiting per instance; null: no bound
+          "rate_limit": 100,               # requests/s for the whole service: the lower of
+                                           # metadata.rpc's and networking.gateway_policy's
+          "max_queue_size": 64,            # requests outstanding per instance (with
+                                           # worker_threads: waiting for a slot); null: no bound
+          "worker_threads": 5,             # requests at one instance at once; null: no cap
+          "concurrency_limit": 50,         # requests in the gateways for the whole service at
+                                           # once (networking.gateway_policy); null: no cap
           "timeout": 600.0,                # seconds for the whole request, from its arrival
                                            # (metadata.rpc.keepalive); null: no bound
           "routing": "least_outstanding",  # | prefix_cache | kv_cache_load | session
@@ -102,6 +107,8 @@ class RoutedService:
     rate_limit: int = DEFAULT_RATE_LIMIT
     max_queue_size: int | None = None
     timeout: float | None = None
+    worker_threads: int | None = None  # metadata.rpc.worker_threads: per instance
+    concurrency_limit: int | None = None  # networking.gateway_policy: per service
     pd: PdRouting | None = None
     routing: str = "least_outstanding"
     session_header: str = DEFAULT_SESSION_HEADER
@@ -184,6 +191,8 @@ class Snapshot:
                         "rate_limit": svc.rate_limit,
                         "max_queue_size": svc.max_queue_size,
                         "timeout": svc.timeout,
+                        "worker_threads": svc.worker_threads,
+                        "concurrency_limit": svc.concurrency_limit,
                         "pd": None if svc.pd is None else asdict(svc.pd),
                         "routing": svc.routing,
                         "session_header": svc.session_header,
@@ -308,6 +317,8 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         rate_limit=_number(entry.get("rate_limit", DEFAULT_RATE_LIMIT), int, optional=False),
         max_queue_size=_number(entry.get("max_queue_size"), int),
         timeout=_number(entry.get("timeout"), float),
+        worker_threads=_number(entry.get("worker_threads"), int),
+        concurrency_limit=_number(entry.get("concurrency_limit"), int),
         pd=PdRouting(**pd) if pd else None,
         routing=str(entry.get("routing", "least_outstanding")),
         session_header=str(entry.get("session_header", DEFAULT_SESSION_HEADER)),

@@ -33,6 +33,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
     RollingStrategy,
     _Strict,
 )
+from contracts.spec_gateway_policy import RpcConcurrency
 from contracts.spec_instance import SHAPING_UNLESS, UNSHAPING, InstanceSettings, RpcLifecycle
 from contracts.spec_labels import ServiceLabels
 from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's users)
@@ -128,7 +129,7 @@ class Container(ContainerProbes):
         return self
 
 
-class Rpc(RpcNotes, RpcLifecycle):
+class Rpc(RpcNotes, RpcLifecycle, RpcConcurrency):
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     keepalive: int | None = Field(default=None, ge=1, le=86_400_000, description="ms")
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000, description="requests/s")
@@ -352,7 +353,8 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
         rpc = data["metadata"]["rpc"] or {}
-        for key in ("routing", "session_header", "enable_sigterm", *CLOUD_RPC):  # not what runs
+        # not what runs: the gateway's, and what acts on running instances
+        for key in ("routing", "session_header", "enable_sigterm", "worker_threads", *CLOUD_RPC):
             rpc.pop(key, None)
         if not any(value is not None for value in rpc.values()):
             data["metadata"]["rpc"] = None

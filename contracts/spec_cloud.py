@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from contracts.spec_fleet import MAX_STRING, _Strict
+from contracts.spec_gateway_policy import GatewayPolicied
 
 MAX_KEPT = 64 * 1024  # bytes of JSON one kept object may hold
 
@@ -104,8 +105,9 @@ class RpcNotes(_Strict):
     enable_jemalloc: int | bool | None = Field(default=None)
 
 
-class Networking(_Strict):
-    """EAS's networking section; what has a meaning here is acted on elsewhere."""
+class Networking(GatewayPolicied):
+    """EAS's networking section: gateway_policy is acted on by the gateway
+    (contracts.spec_gateway_policy); the rest is cloud-only (NETWORKING)."""
 
     gateway: str | None = Field(
         default=None, max_length=MAX_STRING, description=NETWORKING["gateway"]

@@ -16,6 +16,7 @@ from gateway import body as bodies
 from gateway import errors, request_id
 from gateway.callers import Caller
 from gateway.headers import upstream_request_headers
+from gateway.limit_rules import instance_bounds
 from gateway.limits import Demand
 from gateway.pd import PrefillLeg, by_role
 from gateway.plane import EAS_FORM, Call
@@ -39,23 +40,24 @@ def runtime_of(request: Request) -> Runtime:
 
 
 def demand(service: RoutedService, caller: Caller, tokens: int, adapter: str) -> Demand:
-    key = caller.key
-    if key is None:
-        return Demand(
-            service.name,
-            rate_limit=service.rate_limit,
-            tokens=tokens,
-            queue_size=service.max_queue_size or 0,
-        )
-    return Demand(
+    workers, queue_size = instance_bounds(service.worker_threads, service.max_queue_size)
+    shared = Demand(
         service.name,
         rate_limit=service.rate_limit,
+        tokens=tokens,
+        queue_size=queue_size,
+        service_concurrency=service.concurrency_limit or 0,
+        workers=workers,
+    )
+    key = caller.key
+    if key is None:
+        return shared
+    return replace(
+        shared,
         key_id=key.id,
         rpm=key.rpm or 0,
         tpm=key.tpm or 0,
         max_concurrency=key.max_concurrency or 0,
-        tokens=tokens,
-        queue_size=service.max_queue_size or 0,
         adapter=adapter,
     )
 

@@ -12,6 +12,19 @@ from gateway import metrics
 
 # Verdict codes shared by the script and LocalLimits.
 ADMITTED, OVER_RPS, OVER_RPM, OVER_TPM, TOO_LARGE, OVER_CONCURRENCY, QUEUE_FULL = range(7)
+OVER_SERVICE_CONCURRENCY = 7
+
+# The limits' Redis keys, in the order the script and LocalLimits read them (0-based): the
+# service's requests/s log, the key's requests and tokens per minute (a log, and the amounts
+# beside it), the key's leases, the service's leases; then, from FIRST_INSTANCE, one lease set
+# per candidate instance (its outstanding requests), and with worker slots one more per
+# instance (the requests it works on), in the same order.
+SERVICE_RPS, KEY_RPM, KEY_TPM, KEY_TPM_AMOUNTS, KEY_LEASES, SERVICE_LEASES = range(6)
+FIRST_INSTANCE = 6
+
+# EAS's default metadata.rpc.max_queue_size: requests waiting per instance once a
+# worker_threads cap makes them wait.
+EAS_QUEUE_SIZE = 64
 
 REASONS = {
     OVER_RPS: metrics.REASON_SERVICE_RPS,
@@ -20,6 +33,7 @@ REASONS = {
     TOO_LARGE: metrics.REASON_KEY_TPM,
     OVER_CONCURRENCY: metrics.REASON_KEY_CONCURRENCY,
     QUEUE_FULL: metrics.REASON_INSTANCE_QUEUE,
+    OVER_SERVICE_CONCURRENCY: metrics.REASON_SERVICE_CONCURRENCY,
 }
 
 # The OpenAI SDKs honour retry-after up to 120 s; longer waits would make them give up.
@@ -38,8 +52,10 @@ class Demand:
     max_concurrency: int = 0
     tokens: int = 0  # estimated prompt tokens + max_tokens
     instances: tuple[str, ...] = ()  # candidate instance urls, best first
-    queue_size: int = 0  # outstanding requests per instance
+    queue_size: int = 0  # outstanding requests per instance, working and waiting
     adapter: str = ""  # the LoRA adapter called: rpm and tpm count per adapter
+    service_concurrency: int = 0  # the service's requests in the gateways at once
+    workers: int = 0  # requests one instance works on at once; with queue_size only
 
     @property
     def limited(self) -> bool:
@@ -48,8 +64,26 @@ class Demand:
             or self.rpm
             or self.tpm
             or self.max_concurrency
+            or self.service_concurrency
             or (self.queue_size and self.instances)
         )
+
+    @property
+    def waiting(self) -> int:
+        """Requests that may wait in the gateway for a worker slot, per instance."""
+        return self.queue_size - self.workers if self.workers else 0
+
+
+def instance_bounds(worker_threads: int | None, max_queue_size: int | None) -> tuple[int, int]:
+    """(workers, queue_size) of a Demand for a service's rpc settings (0: no bound).
+
+    Without worker_threads the engine queues for itself, and max_queue_size bounds the
+    requests outstanding at an instance. With it, an instance works on worker_threads at
+    once and max_queue_size more (EAS's 64 unset) wait for a slot: EAS's processors' queue.
+    """
+    if not worker_threads:
+        return 0, max_queue_size or 0
+    return worker_threads, worker_threads + (max_queue_size or EAS_QUEUE_SIZE)
 
 
 @dataclass(frozen=True)
@@ -72,6 +106,7 @@ class Verdict:
     tpm_left: int = -1
     tpm_reset_ms: int = 0
     chosen: int = 0  # 1-based index into the candidate instances
+    working: int = 0  # 1: a worker slot at the chosen instance was taken; 0: it waits for one
 
     @classmethod
     def parse(cls, raw: Sequence[int]) -> Verdict:
@@ -152,10 +187,24 @@ def refusal(demand: Demand, verdict: Verdict) -> Refusal:
             "one of its requests has finished."
         )
         return Refusal(REASONS[code], "requests", message, headers)
-    message = (
-        f"Service '{demand.service}' is at capacity: every instance has its queue limit of "
-        f"{demand.queue_size} outstanding requests. {after}"
-    )
+    if code == OVER_SERVICE_CONCURRENCY:
+        message = (
+            f"Service '{demand.service}' concurrency limit of {demand.service_concurrency} "
+            "requests at once reached (networking.gateway_policy.concurrency_limit). Retry "
+            "when one of its requests has finished."
+        )
+        return Refusal(REASONS[code], "requests", message, headers)
+    if demand.workers:
+        message = (
+            f"Service '{demand.service}' is at capacity: every instance is working on its "
+            f"{demand.workers} requests (metadata.rpc.worker_threads) and has {demand.waiting} "
+            f"waiting (metadata.rpc.max_queue_size). {after}"
+        )
+    else:
+        message = (
+            f"Service '{demand.service}' is at capacity: every instance has its queue limit of "
+            f"{demand.queue_size} outstanding requests. {after}"
+        )
     return Refusal(REASONS[code], "requests", message, headers)
 
 

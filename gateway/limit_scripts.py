@@ -11,13 +11,18 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 # First settles earlier requests (lease releases, token corrections) that rode along, then
 # admits this one; settling alone is the same call with every limit 0.
-# KEYS: service rps log, key rpm log, key tpm log, key tpm amounts, key leases; the candidate
-# instances' lease sets, best first; the lease sets to release from; the (tpm log, amounts)
-# pairs to correct.
+# KEYS: service rps log, key rpm log, key tpm log, key tpm amounts, key leases, service leases
+# (gateway.limit_rules' slots); the candidate instances' lease sets (outstanding requests),
+# best first; with worker slots, the same instances' worker sets; the lease sets to release
+# from; the (tpm log, amounts) pairs to correct.
 # ARGV: id, rps, second ms, rpm, tpm, tokens, minute ms, max concurrency, lease ms, queue,
-# number of instances, of releases, of corrections; the released ids; (id, tokens) pairs.
+# number of instances, of releases, of corrections, service concurrency, workers; the
+# released ids; (id, tokens) pairs.
 # Limits of 0 are not checked. Returns {reason, retry ms, rpm remaining, rpm reset ms,
-# tpm remaining, tpm reset ms, chosen instance (1-based, 0: none)}; remaining -1: unlimited.
+# tpm remaining, tpm reset ms, chosen instance (1-based, 0: none), working (1: a worker slot
+# taken there, 0: none or it waits for one)}; remaining -1: unlimited.
+# With workers, a request works at once only where nobody waits (outstanding < workers), so
+# newcomers never overtake the requests waiting at an instance.
 ADMIT_LUA = (
     _LUA_PRELUDE
     + """
@@ -28,8 +33,11 @@ local rpm, tpm, tokens, minute = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(
 local conc, lease, queue = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local instances, releases, corrections = tonumber(ARGV[11]), tonumber(ARGV[12]),
   tonumber(ARGV[13])
+local sconc, workers = tonumber(ARGV[14]), tonumber(ARGV[15])
+local slots = 0
+if workers > 0 then slots = instances end
 
-local k, a = 6 + instances, 14
+local k, a = 7 + instances + slots, 16
 for _ = 1, releases do
   redis.call('ZREM', KEYS[k], ARGV[a])
   k, a = k + 1, a + 1
@@ -118,10 +126,20 @@ if tpm > 0 then
   end
 end
 if conc > 0 and live_leases(KEYS[5]) >= conc then return {5, 1000, -1, 0, -1, 0, 0} end
-local chosen = 0
+if sconc > 0 and live_leases(KEYS[6]) >= sconc then return {7, 1000, -1, 0, -1, 0, 0} end
+local chosen, working = 0, 0
 if queue > 0 then
-  for i = 6, 5 + instances do
-    if live_leases(KEYS[i]) < queue then chosen = i - 5; break end
+  local outstanding = {}
+  for i = 1, instances do outstanding[i] = live_leases(KEYS[6 + i]) end
+  if workers > 0 then
+    for i = 1, instances do
+      if outstanding[i] < workers then chosen, working = i, 1; break end
+    end
+  end
+  if chosen == 0 then
+    for i = 1, instances do
+      if outstanding[i] < queue then chosen = i; break end
+    end
   end
   if chosen == 0 then return {6, 1000, -1, 0, -1, 0, 0} end
 end
@@ -147,11 +165,19 @@ if conc > 0 then
   redis.call('ZADD', KEYS[5], now + lease, id)
   redis.call('PEXPIRE', KEYS[5], lease)
 end
-if chosen > 0 then
-  redis.call('ZADD', KEYS[5 + chosen], now + lease, id)
-  redis.call('PEXPIRE', KEYS[5 + chosen], lease)
+if sconc > 0 then
+  redis.call('ZADD', KEYS[6], now + lease, id)
+  redis.call('PEXPIRE', KEYS[6], lease)
 end
-return {0, 0, rpm_left, rpm_reset, tpm_left, tpm_reset, chosen}
+if chosen > 0 then
+  redis.call('ZADD', KEYS[6 + chosen], now + lease, id)
+  redis.call('PEXPIRE', KEYS[6 + chosen], lease)
+end
+if working > 0 then
+  redis.call('ZADD', KEYS[6 + instances + chosen], now + lease, id)
+  redis.call('PEXPIRE', KEYS[6 + instances + chosen], lease)
+end
+return {0, 0, rpm_left, rpm_reset, tpm_left, tpm_reset, chosen, working}
 """
 )
 
@@ -167,5 +193,18 @@ for i = 1, #KEYS do
   end
 end
 return 0
+"""
+)
+
+# A request waiting at its instance takes a worker slot there if one is free.
+# KEYS: the instance's worker set. ARGV: id, workers, lease ms. Returns 1 if taken, else 0.
+SLOT_LUA = (
+    _LUA_PRELUDE
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
 """
 )

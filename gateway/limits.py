@@ -12,10 +12,15 @@ Algorithms (all windows slide, all counts are exact):
 - tokens per minute (API key): a sliding log of admissions whose amounts (estimated prompt
   tokens + max_tokens) sit in a hash next to a running sum; when the answer's real usage is
   known, the next call replaces the estimate in place, while the entry is still in its window.
-- concurrent requests (API key) and outstanding requests per instance (`max_queue_size`):
-  a sorted set of leases scored by a deadline. Releasing removes the lease when the answer
-  ends (including disconnects and errors); a lease whose gateway died expires by itself
-  after `lease_ttl`, while a live gateway renews its leases (RENEW) every third of it.
+- concurrent requests (API key; the service, networking.gateway_policy.concurrency_limit),
+  outstanding requests per instance (`max_queue_size`) and the requests an instance works on
+  (`worker_threads`): a sorted set of leases scored by a deadline. Releasing removes the
+  lease when the answer ends (including disconnects and errors); a lease whose gateway died
+  expires by itself after `lease_ttl`, while a live gateway renews its leases (RENEW) every
+  third of it.
+
+With worker_threads, a request admitted where every worker slot is taken holds its place in
+the instance's queue and waits in the gateway for a slot (`wait_for_slot`, gateway.slot_waits).
 
 Ending a request (freeing its leases, correcting its tokens) costs no round trip of its
 own when another request follows within 10 ms: it rides along with that request's ADMIT
@@ -23,8 +28,9 @@ call, settled before the checks; otherwise the same script runs for it alone.
 
 Redis layout, under `prefix` (``wharf:limit:``), every key expiring once idle:
 ``svc:<service>:rps`` and ``key:<id>:rpm`` (logs), ``key:<id>:tpm`` (log) with
-``key:<id>:tpm:amounts`` (hash; field ``#`` is the sum), ``key:<id>:leases`` and
-``instance:<url>:leases``. Times come from Redis (TIME), so gateways' clocks do not matter.
+``key:<id>:tpm:amounts`` (hash; field ``#`` is the sum), ``key:<id>:leases``,
+``svc:<service>:leases``, ``instance:<url>:leases`` and ``instance:<url>:workers``. Times
+come from Redis (TIME), so gateways' clocks do not matter.
 
 Without Redis (unreachable), the same algorithms run in-process (gateway.local_limits): each
 gateway process then enforces every limit on its own, so N processes admit up to N times
@@ -50,10 +56,23 @@ from redis.exceptions import NoScriptError, RedisError
 
 from gateway.background import cancel
 from gateway.health import UNREACHABLE, RedisHealth
-from gateway.limit_rules import ADMITTED, Demand, Refusal, Verdict, limit_headers, refusal
-from gateway.limit_scripts import ADMIT_LUA, RENEW_LUA
+from gateway.limit_rules import (
+    ADMITTED,
+    FIRST_INSTANCE,
+    KEY_LEASES,
+    KEY_TPM,
+    KEY_TPM_AMOUNTS,
+    SERVICE_LEASES,
+    Demand,
+    Refusal,
+    Verdict,
+    limit_headers,
+    refusal,
+)
+from gateway.limit_scripts import ADMIT_LUA, RENEW_LUA, SLOT_LUA
 from gateway.local_limits import LocalLimits
 from gateway.pipelined import PipelinedRedis
+from gateway.slot_waits import FIRST_WAIT_S, SlotWaits, backoff
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +95,7 @@ class Admission:
     id: str
     refusal: Refusal | None = None
     instance: str | None = None  # chosen by the queue limit; None: any
+    slot: str | None = None  # the worker set at `instance` it must take a slot in first
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     local: bool = False
     leases: list[str] = field(default_factory=list)  # lease sets holding `id`
@@ -111,6 +131,8 @@ class Limiter:
         self._lease_ms = max(1, round(lease_ttl * 1000))
         self._admit = client.register_script(ADMIT_LUA)
         self._renew = client.register_script(RENEW_LUA)
+        self._slot = client.register_script(SLOT_LUA)
+        self._waits = SlotWaits()
         self._local = LocalLimits(second_s, minute_s)
         # Unique per process and request: the members of every log and lease set.
         self._ids = map(f"{os.urandom(4).hex()}:{{}}".format, itertools.count())
@@ -143,29 +165,69 @@ class Limiter:
         return admission
 
     async def reroute(self, admission: Admission, demand: Demand, urls: Sequence[str]) -> bool:
-        """Move the admission's instance lease to the first of `urls` with room (a failover)."""
+        """Move the admission's instance leases to the first of `urls` with room (a failover)."""
         if not demand.queue_size or admission.instance is None:
             admission.instance = None
             return True
-        moved = Demand(demand.service, instances=tuple(urls), queue_size=demand.queue_size)
+        moved = Demand(
+            demand.service, instances=tuple(urls), queue_size=demand.queue_size,
+            workers=demand.workers,
+        )  # fmt: skip
         keys = self._keys(moved)
         verdict: Verdict | None
         if admission.local:
             verdict = self._local.admit(moved, keys, admission.id, time.monotonic())
         else:
             verdict = await self._remote(moved, keys, admission.id)
-        self._drop_leases(admission, [self._instance_key(admission.instance)])
+        left = self._instance_keys(admission.instance)
+        self._drop_leases(admission, [k for k in admission.leases if k in left])
+        admission.slot = None
         if verdict is None:
             # Redis went away mid-request: better an uncounted failover than a failed request.
             admission.instance = urls[0]
             return True
         if verdict.code != ADMITTED:
             return False
-        admission.instance = urls[verdict.chosen - 1]
-        admission.leases.append(keys[4 + verdict.chosen])
+        self._take_instance(admission, moved, keys, verdict)
         if not admission.local:
             self._held[admission.id] = admission.leases
         return True
+
+    async def wait_for_slot(self, admission: Admission, workers: int) -> None:
+        """Wait until the admission's instance has a free worker slot, and take it.
+
+        Unbounded here: the caller bounds it (the keepalive, the upstream timeout) by
+        cancelling; the place in the queue is given back with the admission's other leases.
+        """
+        key, wait = admission.slot, FIRST_WAIT_S
+        if key is None:
+            return
+        # Held before it is asked for: a request cancelled mid-call (its client gone, its
+        # keepalive past) gives back a slot the script may have taken for it. Releasing one
+        # never taken removes nothing.
+        if key not in admission.leases:
+            admission.leases.append(key)
+        if not admission.local:
+            self._held[admission.id] = admission.leases
+        while not await self._take_slot(admission, key, workers):
+            await self._waits.sleep(key, wait)
+            wait = backoff(wait)
+        admission.slot = None
+
+    async def _take_slot(self, admission: Admission, key: str, workers: int) -> bool:
+        if admission.local:
+            return self._local.take_slot(key, admission.id, workers)
+        if not self._health.up:
+            return True  # Redis is away: better an uncounted slot than a stuck request
+        try:
+            taken = await self._evalsha(self._slot, [key], [admission.id, workers, self._lease_ms])
+        except UNREACHABLE as exc:
+            self._health.failed(exc)
+            return True
+        except RedisError:
+            log.exception("worker slot script failed; letting the request through")
+            return True
+        return bool(taken)
 
     def release(self, admission: Admission, tokens: int | None) -> None:
         """End the request's hold: free its leases, replace its token estimate by `tokens`."""
@@ -173,6 +235,7 @@ class Limiter:
             return
         if admission.local:
             self._local.release(admission.leases, admission.id)
+            self._waits.wake(admission.leases)
             if admission.token_log is not None and tokens is not None:
                 self._local.correct(admission.token_log[0], admission.id, tokens)
             return
@@ -201,17 +264,21 @@ class Limiter:
         # A key's requests and tokens per minute count per model: each LoRA adapter its own,
         # as OpenAI counts per model; its concurrency is the key's whole.
         model = f"{key}@{demand.adapter}" if demand.adapter else key
+        instances = demand.instances if demand.queue_size else ()
         return [
             f"{p}svc:{demand.service}:rps",
             f"{p}key:{model}:rpm",
             f"{p}key:{model}:tpm",
             f"{p}key:{model}:tpm:amounts",
             f"{p}key:{key}:leases",
-            *(self._instance_key(url) for url in demand.instances if demand.queue_size),
+            f"{p}svc:{demand.service}:leases",
+            *(self._instance_keys(url)[0] for url in instances),
+            *(self._instance_keys(url)[1] for url in instances if demand.workers),
         ]
 
-    def _instance_key(self, url: str) -> str:
-        return f"{self._prefix}instance:{url}:leases"
+    def _instance_keys(self, url: str) -> tuple[str, str]:
+        """An instance's lease sets: its outstanding requests, those it works on."""
+        return f"{self._prefix}instance:{url}:leases", f"{self._prefix}instance:{url}:workers"
 
     async def _verdict(self, demand: Demand, keys: list[str], admission: Admission) -> Verdict:
         verdict = await self._remote(demand, keys, admission.id)
@@ -229,7 +296,9 @@ class Limiter:
             return None
         batch = self._take_pending()
         try:
-            return Verdict.parse(await self._call(demand, keys, request_id, batch))
+            verdict = Verdict.parse(await self._call(demand, keys, request_id, batch))
+            self._wake(batch)
+            return verdict
         except UNREACHABLE as exc:
             self._health.failed(exc)
         except RedisError:
@@ -263,9 +332,11 @@ class Limiter:
             demand.max_concurrency,
             self._lease_ms,
             demand.queue_size if demand.instances else 0,
-            len(keys) - 5,
+            len(demand.instances) if demand.queue_size else 0,
             len(released_ids),
             len(corrections) // 2,
+            demand.service_concurrency,
+            demand.workers if demand.queue_size else 0,
             *released_ids,
             *corrections,
         ]
@@ -281,6 +352,11 @@ class Limiter:
             # A restarted (or flushed) Redis forgot the script: load it again, once.
             script.sha = await self._client.script_load(script.script)
             return await self._pipe.call("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _wake(self, batch: list[_Release]) -> None:
+        """Releases reached Redis: wake this process's waiters for the slots they freed."""
+        for item in batch:
+            self._waits.wake(item.leases)
 
     def _take_pending(self) -> list[_Release]:
         if not self._pending:
@@ -301,14 +377,30 @@ class Limiter:
             return
         admission.headers = limit_headers(demand, verdict)
         if demand.tpm:
-            admission.token_log = (keys[2], keys[3])
+            admission.token_log = (keys[KEY_TPM], keys[KEY_TPM_AMOUNTS])
         if demand.max_concurrency:
-            admission.leases.append(keys[4])
+            admission.leases.append(keys[KEY_LEASES])
+        if demand.service_concurrency:
+            admission.leases.append(keys[SERVICE_LEASES])
         if verdict.chosen:
-            admission.instance = demand.instances[verdict.chosen - 1]
-            admission.leases.append(keys[4 + verdict.chosen])
+            self._take_instance(admission, demand, keys, verdict)
         if admission.leases and not admission.local:
             self._held[admission.id] = admission.leases
+
+    @staticmethod
+    def _take_instance(
+        admission: Admission, demand: Demand, keys: list[str], verdict: Verdict
+    ) -> None:
+        """Record the instance the verdict chose, its lease, and its worker slot or the
+        worker set to wait on."""
+        admission.instance = demand.instances[verdict.chosen - 1]
+        admission.leases.append(keys[FIRST_INSTANCE - 1 + verdict.chosen])
+        if demand.workers:
+            slots = keys[FIRST_INSTANCE - 1 + len(demand.instances) + verdict.chosen]
+            if verdict.working:
+                admission.leases.append(slots)
+            else:
+                admission.slot = slots
 
     def _drop_leases(self, admission: Admission, leases: list[str]) -> None:
         admission.leases = [k for k in admission.leases if k not in leases]
@@ -323,10 +415,11 @@ class Limiter:
     async def _flush(self) -> None:
         """Settle what no admission took along, waiting out a Redis outage if need be."""
         idle = Demand("")
-        keys = [f"{self._prefix}-"] * 5  # untouched: every limit is 0
+        keys = [f"{self._prefix}-"] * FIRST_INSTANCE  # untouched: every limit is 0
         while batch := self._take_pending():
             try:
                 await self._call(idle, keys, "-", batch)
+                self._wake(batch)
             except UNREACHABLE as exc:
                 self._health.failed(exc)
                 self._pending.extendleft(reversed(batch))

@@ -7,11 +7,18 @@ from collections import deque
 
 from gateway.limit_rules import (
     ADMITTED,
+    FIRST_INSTANCE,
+    KEY_LEASES,
+    KEY_RPM,
+    KEY_TPM,
     OVER_CONCURRENCY,
     OVER_RPM,
     OVER_RPS,
+    OVER_SERVICE_CONCURRENCY,
     OVER_TPM,
     QUEUE_FULL,
+    SERVICE_LEASES,
+    SERVICE_RPS,
     TOO_LARGE,
     Demand,
     Verdict,
@@ -38,58 +45,97 @@ class LocalLimits:
 
     def admit(self, demand: Demand, keys: list[str], request_id: str, now: float) -> Verdict:
         if demand.rate_limit > 0:
-            log_ = self._log(keys[0], now, self._second)
+            log_ = self._log(keys[SERVICE_RPS], now, self._second)
             if len(log_) >= demand.rate_limit:
                 wait = self._wait_for_room(log_, demand.rate_limit, self._second, now)
                 return Verdict(OVER_RPS, wait)
         if demand.rpm:
-            requests = self._log(keys[1], now, self._minute)
+            requests = self._log(keys[KEY_RPM], now, self._minute)
             if len(requests) >= demand.rpm:
                 wait = self._wait_for_room(requests, demand.rpm, self._minute, now)
                 return Verdict(OVER_RPM, wait, 0, wait)
         if demand.tpm:
-            tokens = self._token_log(keys[2], now)
+            tokens = self._token_log(keys[KEY_TPM], now)
             if demand.tokens > demand.tpm:
                 return Verdict(TOO_LARGE, 0, -1, 0, demand.tpm - tokens.used)
             if tokens.used + demand.tokens > demand.tpm:
                 wait = self._wait_for_tokens(tokens, tokens.used + demand.tokens - demand.tpm, now)
                 return Verdict(OVER_TPM, wait, -1, 0, demand.tpm - tokens.used, wait)
-        if demand.max_concurrency and len(self._leases.get(keys[4], ())) >= demand.max_concurrency:
+        if demand.max_concurrency and self._held(keys[KEY_LEASES]) >= demand.max_concurrency:
             return Verdict(OVER_CONCURRENCY, 1000)
-        chosen = 0
+        if (
+            demand.service_concurrency
+            and self._held(keys[SERVICE_LEASES]) >= demand.service_concurrency
+        ):
+            return Verdict(OVER_SERVICE_CONCURRENCY, 1000)
+        chosen, working = 0, 0
         if demand.queue_size:
-            for index, key in enumerate(keys[5:], start=1):
-                if len(self._leases.get(key, ())) < demand.queue_size:
-                    chosen = index
-                    break
-            else:
+            chosen, working = self._instance(demand, keys)
+            if not chosen:
                 return Verdict(QUEUE_FULL, 1000)
-        return self._take(demand, keys, request_id, now, chosen)
+        return self._take(demand, keys, request_id, now, chosen, working)
+
+    def _instance(self, demand: Demand, keys: list[str]) -> tuple[int, int]:
+        """(chosen, working), as the script picks: a worker slot where nobody waits, else a
+        place in a queue; (0, 0) when every queue is full."""
+        count = len(demand.instances)
+        outstanding = [self._held(k) for k in keys[FIRST_INSTANCE : FIRST_INSTANCE + count]]
+        if demand.workers:
+            for index, held in enumerate(outstanding, start=1):
+                if held < demand.workers:
+                    return index, 1
+        for index, held in enumerate(outstanding, start=1):
+            if held < demand.queue_size:
+                return index, 0
+        return 0, 0
 
     def _take(
-        self, demand: Demand, keys: list[str], request_id: str, now: float, chosen: int
+        self,
+        demand: Demand,
+        keys: list[str],
+        request_id: str,
+        now: float,
+        chosen: int,
+        working: int,
     ) -> Verdict:
         rpm_left = rpm_reset = -1
         tpm_left = tpm_reset = -1
         if demand.rate_limit > 0:
-            self._logs[keys[0]].append((now, request_id))
+            self._logs[keys[SERVICE_RPS]].append((now, request_id))
         if demand.rpm:
-            requests = self._logs[keys[1]]
+            requests = self._logs[keys[KEY_RPM]]
             requests.append((now, request_id))
             rpm_left = demand.rpm - len(requests)
             rpm_reset = ms(requests[0][0] + self._minute - now)
         if demand.tpm:
-            tokens = self._tokens[keys[2]]
+            tokens = self._tokens[keys[KEY_TPM]]
             tokens.entries.append((now, request_id))
             tokens.amounts[request_id] = demand.tokens
             tokens.used += demand.tokens
             tpm_left = demand.tpm - tokens.used
             tpm_reset = ms(tokens.entries[0][0] + self._minute - now)
+        held = []
         if demand.max_concurrency:
-            self._leases.setdefault(keys[4], set()).add(request_id)
+            held.append(keys[KEY_LEASES])
+        if demand.service_concurrency:
+            held.append(keys[SERVICE_LEASES])
         if chosen:
-            self._leases.setdefault(keys[4 + chosen], set()).add(request_id)
-        return Verdict(ADMITTED, 0, rpm_left, rpm_reset, tpm_left, tpm_reset, chosen)
+            held.append(keys[FIRST_INSTANCE - 1 + chosen])
+        if working:
+            held.append(keys[FIRST_INSTANCE - 1 + len(demand.instances) + chosen])
+        for key in held:
+            self._leases.setdefault(key, set()).add(request_id)
+        return Verdict(ADMITTED, 0, rpm_left, rpm_reset, tpm_left, tpm_reset, chosen, working)
+
+    def take_slot(self, key: str, request_id: str, workers: int) -> bool:
+        """A worker slot in lease set `key` for a waiting request, if one is free."""
+        if self._held(key) >= workers:
+            return False
+        self._leases.setdefault(key, set()).add(request_id)
+        return True
+
+    def _held(self, key: str) -> int:
+        return len(self._leases.get(key, ()))
 
     def release(self, leases: list[str], request_id: str) -> None:
         for key in leases:

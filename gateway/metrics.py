@@ -27,6 +27,7 @@ REASON_SERVICE_RPS = "service_rps"
 REASON_KEY_RPM = "key_rpm"
 REASON_KEY_TPM = "key_tpm"
 REASON_KEY_CONCURRENCY = "key_concurrency"
+REASON_SERVICE_CONCURRENCY = "service_concurrency"  # networking.gateway_policy
 REASON_INSTANCE_QUEUE = "instance_queue"
 REASON_KEY_EXPIRED = "key_expired"
 REASON_KEY_SCOPE = "key_scope"

@@ -107,6 +107,11 @@ class ProxyResponse(Response):
             left = call.keepalive - (time.perf_counter() - call.arrived)
             deadline = asyncio.get_running_loop().call_later(max(left, 0), stop, _EXPIRED)
         try:
+            # A worker slot first (metadata.rpc.worker_threads), before any prefill leg.
+            if admission.slot is not None and not await self._slot(
+                admission, demand, outcome, scope, receive, send
+            ):
+                return
             if call.prefill is not None:
                 decode_body = await run_prefill(plane, call, call.prefill)
                 if isinstance(decode_body, Response):
@@ -166,6 +171,10 @@ class ProxyResponse(Response):
         instance = _first(ranked, admission.instance)
         last_error: BaseException | None = None
         while instance is not None:
+            if admission.slot is not None and not await self._slot(
+                admission, demand, outcome, scope, receive, send
+            ):
+                return
             tried.add(instance.url)
             plane.balancer.acquire(instance.url)
             try:
@@ -216,6 +225,28 @@ class ProxyResponse(Response):
         else:
             response = errors.upstream_unreachable(service.name)
         await self._error(response, outcome, scope, receive, send)
+
+    async def _slot(
+        self,
+        admission: Admission,
+        demand: Demand,
+        outcome: _Outcome,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> bool:
+        """Wait for a worker slot at the admission's instance (metadata.rpc.worker_threads):
+        True once taken; False when the wait outlasted the upstream timeout (answered 504).
+        The keepalive's deadline cancels the wait as it cancels the rest of the request."""
+        call = self.call
+        try:
+            async with asyncio.timeout(None if call.keepalive else call.timeout):
+                await self.plane.limiter.wait_for_slot(admission, demand.workers)
+        except TimeoutError:
+            response = errors.upstream_timeout(call.service.name, call.timeout)
+            await self._error(response, outcome, scope, receive, send)
+            return False
+        return True
 
     async def _open(self, instance: RoutedInstance) -> Answer:
         call, plane = self.call, self.plane

@@ -12,7 +12,8 @@ documents and published files use; ../shared/eas/PARAMETERS.md §0):
   `credential.generate_token` for `dockerAuth`, `token` and `generate_token`,
   `runtime.termination_grace_period` and `eas.termination_grace_period` for Wharf's
   `metadata.termination_grace_period`, `rpc.*` beside `metadata.rpc.*`,
-  `metadata.max_queue_size` for `metadata.rpc.max_queue_size`, a top-level `resource`;
+  `metadata.max_queue_size` for `metadata.rpc.max_queue_size`, `metadata.worker_threads` and
+  `metadata.workers` for `metadata.rpc.worker_threads`, a top-level `resource`;
 - the scaling sections' other shapes (contracts.eas.scaling_forms).
 
 One setting given twice with different values is an error naming both places; given twice
@@ -47,6 +48,8 @@ ALIASES: tuple[tuple[Path, Path], ...] = (
     (("metadata", "max_queue_size"), ("metadata", "rpc", "max_queue_size")),
     (("metadata", "rate_limit"), ("metadata", "rpc", "rate_limit")),
     (("metadata", "keepalive"), ("metadata", "rpc", "keepalive")),
+    (("metadata", "worker_threads"), ("metadata", "rpc", "worker_threads")),
+    (("metadata", "workers"), ("metadata", "rpc", "worker_threads")),
     (("resource",), ("metadata", "resource")),
     (("scheduling",), ("metadata", "scheduling")),
     (("networking", "enable_grpc"), ("metadata", "enable_grpc")),

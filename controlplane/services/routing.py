@@ -23,6 +23,7 @@ from contracts.routing import (
     Snapshot,
 )
 from contracts.spec import Pd, Rpc, ServiceSpec, typed_spec
+from contracts.spec_gateway_policy import policy_limit, service_rate_limit
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
@@ -71,6 +72,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
     if service.desired_state != DesiredState.RUNNING:
         ready = []
     rpc = spec.metadata.rpc or Rpc()
+    policy = spec.networking.gateway_policy if spec.networking else None
     pd = spec.llm.pd if spec.llm else None
     return RoutedService(
         name=service.name,
@@ -78,9 +80,11 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         token_digests=frozenset(t.digest for t in service.tokens.all()),
         sealed_tokens=frozenset(t.sealed for t in service.tokens.all() if t.sealed),
         instances=tuple(ready),
-        rate_limit=rpc.rate_limit or DEFAULT_RATE_LIMIT,
+        rate_limit=service_rate_limit(rpc.rate_limit, policy) or DEFAULT_RATE_LIMIT,
         max_queue_size=rpc.max_queue_size,
         timeout=rpc.keepalive / 1000 if rpc.keepalive else None,  # EAS gives milliseconds
+        worker_threads=rpc.worker_threads,
+        concurrency_limit=policy_limit(policy.concurrency_limit) if policy else None,
         pd=_pd_routing(pd, spec_facts.routing_policy(spec)),
         routing=spec_facts.routing_policy(spec),
         session_header=rpc.session_header or DEFAULT_SESSION_HEADER,

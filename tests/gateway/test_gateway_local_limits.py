@@ -15,7 +15,8 @@ from gateway.limit_rules import (
 )
 from gateway.local_limits import LocalLimits
 
-KEYS = ["rps", "rpm", "tpm", "tpm:amounts", "leases", "instance-a", "instance-b"]
+# gateway.limit_rules' slots: the fixed keys, then one lease set per candidate instance.
+KEYS = ["rps", "rpm", "tpm", "tpm:amounts", "leases", "service-leases", "instance-a", "instance-b"]
 
 
 def admit(limits: LocalLimits, demand: Demand, request_id: str, now: float) -> int:
