@@ -12,8 +12,8 @@ is Scheduling):
 - `enable_crash_block`: an instance whose engine exits is kept as it ended (stopped, with its
   logs) for inspection, not restarted; the service shows failed until it is updated or
   restarted;
-- `enable_grpc`: false only. Wharf's gateway relays HTTP/1.1 (and WebSockets); a gRPC server
-  is refused by name rather than served wrongly;
+- `enable_grpc`: Wharf's gateway relays HTTP/1.1 (and WebSockets), not gRPC: true is taken
+  with a warning saying so (HTTP calls are relayed as ever);
 - `rpc.enable_sigterm`: the engine gets SIGTERM the moment its instance starts draining (it
   leaves routing at once), rather than after its requests finish;
 - `scheduling.spread.policy`: "host" puts at most one instance of the service on a node;
@@ -92,7 +92,9 @@ class InstanceSettings(_Strict):
         "than restarting it.",
     )
     enable_grpc: bool = Field(
-        default=False, description="false only: the gateway relays HTTP/1.1 and WebSockets."
+        default=False,
+        description="The gateway relays HTTP/1.1 and WebSockets: with true, gRPC calls are "
+        "not relayed (a warning says so); HTTP calls are, as ever.",
     )
 
     @field_validator("disk")
@@ -100,16 +102,6 @@ class InstanceSettings(_Strict):
     def _disk(cls, value: str | None) -> str | None:
         if value is not None:
             disk_mb(value)
-        return value
-
-    @field_validator("enable_grpc")
-    @classmethod
-    def _grpc(cls, value: bool) -> bool:
-        if value:
-            raise ValueError(
-                "Wharf's gateway relays HTTP/1.1 and WebSockets, not gRPC (HTTP/2): serve "
-                "HTTP from the container, or leave enable_grpc false"
-            )
         return value
 
     @model_validator(mode="after")
@@ -151,4 +143,8 @@ def notes(data: dict) -> list[dict[str, str]]:
                     ),
                 }
             )
+    if metadata.get("enable_grpc") is True:
+        found.append({"field": "metadata.enable_grpc", "message": "Wharf's gateway relays "
+                      "HTTP/1.1 and WebSockets, not gRPC (HTTP/2): gRPC calls do not reach the "
+                      "container; its HTTP calls do"})  # fmt: skip
     return found

@@ -19,10 +19,8 @@ def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
         for i, container in enumerate(spec.containers):
             if not container.image:
                 errors[f"containers[{i}].image"] = ["an image is required without an llm section"]
-            if not (container.command or container.script):
-                errors[f"containers[{i}].command"] = [
-                    "a command or script is required without an llm section"
-                ]
+            # Without one, the image's own entrypoint runs (as EAS runs it); the process
+            # runtime has no image to take one from (runtime_checks).
     if spec.llm is not None:
         errors.update(_llm_checks(spec))
     if len(spec.containers) > 1:
@@ -189,6 +187,12 @@ def runtime_checks(spec: ServiceSpec, runtime: str) -> dict[str, list[str]]:
     or "" for Docker when a daemon answers, else processes): what the spec asks of it that it
     cannot do."""
     errors: dict[str, list[str]] = {}
+    for i, container in enumerate(spec.containers if spec.llm is None else ()):
+        if runtime == PROCESS and not (container.command or container.script):
+            errors[f"containers[{i}].command"] = [
+                "this server runs local processes, which have no image entrypoint to run: "
+                "give a command or script"
+            ]
     for i, entry in enumerate(spec.storage):
         if entry.pvc is not None and runtime != KUBERNETES:
             errors[f"storage[{i}].pvc"] = [

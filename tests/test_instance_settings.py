@@ -39,7 +39,6 @@ def test_a_disk_is_read_as_kubernetes_writes_it(text, mb):
     [
         ({"disk": "forty"}, "metadata.disk", "not a size"),
         ({"disk": "0Gi"}, "metadata.disk", "between"),
-        ({"enable_grpc": True}, "metadata.enable_grpc", "not gRPC"),
         ({"gpu_core_percentage": 50}, "metadata", "give both"),
         ({"qos": "Burstable"}, "metadata.qos", "BestEffort"),
         ({"scheduling": {"spread": {"policy": "rack"}}}, "metadata.scheduling.spread.policy",
@@ -76,6 +75,8 @@ def test_a_gpu_slice_gets_a_whole_card_and_the_answer_says_so():
     warned = notes(normalise({**BASE, "metadata": {"gpu_memory": "10", "gpu_core_percentage": 30}}))
     assert [w["field"] for w in warned] == ["metadata.gpu_memory", "metadata.gpu_core_percentage"]
     assert "one whole card" in warned[0]["message"]
+    (grpc,) = notes(normalise({**BASE, "metadata": {"enable_grpc": "true"}}))
+    assert grpc["field"] == "metadata.enable_grpc" and "not gRPC" in grpc["message"]
 
 
 def test_best_effort_reserves_no_cpu_and_a_disk_is_requested_on_kubernetes():
@@ -202,3 +203,19 @@ def test_a_process_instance_gets_sigterm_and_a_node_reports_its_disk(tmp_path):
         runtime.remove("sig-1")
     runtime.terminate("sig-1")  # gone: nothing to signal, no error
     assert node_disk_mb(runtime) > 0
+
+
+def test_an_image_without_a_command_runs_its_own_entrypoint_except_as_a_process():
+    from contracts.engines import render
+    from contracts.spec_rules import runtime_checks
+    from workers.runtimes.base import InstanceRequest
+    from workers.runtimes.docker import run_options
+
+    spec = parse_spec(normalise({"name": "web", "containers": [{"image": "img", "port": 8000}]}))
+    plan = render(spec)
+    assert plan.args == []
+    options = run_options(InstanceRequest("web", "web-1", "h", plan), model_dir="/m",
+                          bind_address="127.0.0.1")  # fmt: skip
+    assert "entrypoint" not in options and "command" not in options  # the image's own
+    assert runtime_checks(spec, "docker") == {}
+    assert "no image entrypoint" in runtime_checks(spec, "process")["containers[0].command"][0]

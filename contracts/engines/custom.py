@@ -12,7 +12,7 @@ DEFAULT_PORT = 8000
 
 def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     container = spec.containers[0]
-    shell = container.command or container.script or ""
+    shell = container.command or container.script
     port = container.port or DEFAULT_PORT
     env = {e.name: e.value for e in container.env}
     # The command is a shell line in EAS's format; PORT tells a process-runtime instance which
@@ -27,7 +27,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         mounts += locate_model(spec.llm.model, placement)[1]
     return ContainerPlan(
         image=container.image or "",
-        args=["/bin/sh", "-c", shell],
+        args=["/bin/sh", "-c", shell] if shell else [],  # none: the image's entrypoint runs
         port=placement.port or port,
         env=env,
         mounts=mounts,

@@ -386,8 +386,8 @@ def engine(
     instances have it), environment and ports, cards, probes and a preStop wait."""
     container = {
         "name": ENGINE, "image": plan.image,
-        "command": [literal(arg) for arg in plan.args[:1]],
-        "args": [literal(arg) for arg in plan.args[1:]],
+        **({"command": [literal(arg) for arg in plan.args[:1]],  # none: the image's own
+            "args": [literal(arg) for arg in plan.args[1:]]} if plan.args else {}),
         "env": env(spec, plan, secret, key), "ports": ports(spec, plan, placement),
         "resources": resources(spec, plan, placement.role, settings), "volumeMounts": mounts,
         **probes(spec, plan, settings), "securityContext": restricted(granted_capabilities(plan)),

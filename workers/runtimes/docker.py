@@ -92,9 +92,8 @@ def run_options(
     }
     options: dict = {
         # Plans are whole command lines: replace the image's entrypoint (vLLM's and TGI's
-        # images have one) rather than appending to it.
-        "entrypoint": plan.args[:1],
-        "command": plan.args[1:],
+        # images have one) rather than appending to it. No command: the image's own runs.
+        **({"entrypoint": plan.args[:1], "command": plan.args[1:]} if plan.args else {}),
         "name": request.name,
         "labels": labels,
         # The plan's env only: docker-py sends nothing of the worker's own environment (its
