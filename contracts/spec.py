@@ -43,6 +43,8 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
     model_reference,
 )
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
+from contracts.spec_webapp import NOT_SHAPING as WEB_METADATA
+from contracts.spec_webapp import WebService
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
@@ -195,7 +197,7 @@ class Rpc(RpcNotes):
     )  # fmt: skip
 
 
-class Metadata(CloudOnlyMetadata):
+class Metadata(CloudOnlyMetadata, WebService):
     instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     cpu: float | None = Field(default=None, gt=0, le=4096)
     memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
@@ -390,7 +392,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging
             del data["llm"]["hub_token"]
-        for key in ("instance", "termination_grace_period", *CLOUD_METADATA):
+        for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *WEB_METADATA):
             data["metadata"].pop(key, None)
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)
