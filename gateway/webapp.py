@@ -3,7 +3,7 @@
 
 Routes (gateway.app):
 - GET /web/<service>/.wharf/signin?ticket=…  a ticket from the API becomes the pass's cookie,
-  and the browser is sent on to /web/<service>/;
+  and the browser moves on to /web/<service>/;
 - any method on /web/<service>/<path>: the app's <path> on one of its instances (the same one
   for one browser session, while it serves), its answer streamed back with its redirects and
   cookies kept under the prefix;
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection, Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from contracts import webapp
 from contracts.routing import RoutedInstance, RoutedService
@@ -33,6 +33,10 @@ from gateway.headers import HOP_BY_HOP, upstream_request_headers
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _ANSWER_DROP = HOP_BY_HOP | {"server", "date", "content-length"}
+SIGNED_IN_PAGE = (
+    '<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={prefix}">'
+    '<title>Signing in</title><a href="{prefix}">Open the web UI</a>\n'
+)
 
 
 class WebClient:
@@ -100,10 +104,14 @@ async def signin(request: Request) -> Response:
     if ticket is None:
         return no_pass(request)
     value = webapp.sign(secret, webapp.PASS, service.name, time.time(), ticket.session)
-    answer = RedirectResponse(webapp.web_prefix(service.name), status_code=303)
-    answer.headers["set-cookie"] = webapp.cookie_header(value, service.name, is_tls(request))
-    answer.headers["cache-control"] = "no-store"
-    return answer
+    # A page of the gateway's own that moves on, not a redirect: a SameSite=Strict cookie is
+    # not sent on a redirect in a navigation that another site (the console's host) started,
+    # and is on one this page starts. No Referer carries the ticket on to the app.
+    prefix = webapp.web_prefix(service.name)
+    page = SIGNED_IN_PAGE.format(prefix=prefix)
+    headers = {"set-cookie": webapp.cookie_header(value, service.name, is_tls(request)),
+               "cache-control": "no-store", "referrer-policy": "no-referrer"}  # fmt: skip
+    return HTMLResponse(page, headers=headers)
 
 
 def app_path(connection: HTTPConnection) -> str:
