@@ -42,6 +42,7 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
     Speculative,
     model_reference,
 )
+from contracts.spec_prepare import Prepared
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 from contracts.spec_webapp import NOT_SHAPING as WEB_METADATA
 from contracts.spec_webapp import WebService
@@ -82,7 +83,7 @@ class EnvVar(_Strict):
     value: str = Field(default="", max_length=MAX_ENV_VALUE)
 
 
-class Container(_Strict):
+class Container(Prepared):
     image: str | None = Field(default=None, max_length=512)
     command: str | None = Field(default=None, max_length=MAX_COMMAND)
     script: str | None = Field(default=None, max_length=MAX_COMMAND)
@@ -394,6 +395,9 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
             del data["llm"]["hub_token"]
         for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *WEB_METADATA):
             data["metadata"].pop(key, None)
+        for container in data["containers"]:  # unset: the hashes from before it existed
+            if container.get("prepare") is None:
+                container.pop("prepare", None)
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)
         if data["metadata"]["resource"] is None:

@@ -93,7 +93,7 @@ def test_a_browser_session_stays_on_its_instance_until_that_one_leaves() -> None
 def test_enable_webservice_shapes_no_instance() -> None:
     spec = {"name": "sd", "containers": [{"image": "sd:1", "command": "run", "port": 8000}]}
     web = {**spec, "metadata": {"enable_webservice": True}}
-    assert parse_spec(web).spec_hash() == parse_spec(spec).spec_hash()
+    assert parse_spec(web).spec_hash() == parse_spec(spec).spec_hash() == "f1e33e2af8ee"
     assert (
         parse_spec(web).metadata.enable_webservice
         and not parse_spec(spec).metadata.enable_webservice
