@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import time
+import tomllib
+import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +30,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.versions import record_version
 from tests.api_support import default_workspace, grant
 from tests.fleet_support import FLEET
+from tests.system import require_runtime
 from workers.agent import converge
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.process import ProcessRuntime
@@ -36,6 +39,9 @@ from workers.starter import start_instance
 
 PACKAGE = "wharfprobe"
 PREPARE = "containers[0].prepare"
+WHARF_VERSION = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())[
+    "project"
+]["version"]
 
 
 def spec(prepare_section: dict | None, command: str = "serve", env: dict | None = None) -> dict:
@@ -213,6 +219,7 @@ def run_until_exit(runtime: ProcessRuntime, name: str, data: dict, seconds: floa
         time.sleep(0.2)
 
 
+IMPORTS = f"python3 -c 'import {PACKAGE}; print(\"got:\", {PACKAGE}.VALUE)'"
 # No index: the install reads the wheel's path alone, and a missing package fails at once.
 OFFLINE = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
 
@@ -221,8 +228,7 @@ def test_a_process_instance_imports_what_its_requirements_installed(runtime, tmp
     wheel = build_wheel(tmp_path, "installed by prepare")
     listed = tmp_path / "requirements.txt"
     listed.write_text(f"{wheel}\n")
-    command = (f"python3 -c 'import {PACKAGE}; print(\"got:\", {PACKAGE}.VALUE)' "
-               '&& echo "home=$HOME"')  # fmt: skip
+    command = IMPORTS + ' && echo "home=$HOME"'
     for name, section in (
         ("prepared-list", {"pythonRequirements": [str(wheel)]}),
         ("prepared-file", {"pythonRequirementsPath": str(listed)}),
@@ -298,3 +304,34 @@ def test_the_worker_shows_the_install_then_pips_reason_for_a_failure(node, tmp_p
     assert row.message.startswith("installing the Python requirements failed: ")
     assert "No matching distribution found for wharf-nowhere-to-be-found==1.0" in row.message
     assert service.events.filter(reason="InstanceExited", message__contains="ERROR:").exists()
+
+
+def test_a_docker_instance_of_the_wharf_image_imports_what_it_installed(tmp_path):
+    """wharf/wharf:<version> brings python and pip (in a virtualenv it may not write: it runs
+    as a plain user); the wheel is in the image, as a user's image would carry it."""
+    require_runtime("docker")
+    from workers.runtimes.docker import DockerRuntime
+
+    runtime = DockerRuntime(str(tmp_path / "models"), files_dir=tmp_path / "files")
+    wharf_image = f"wharf/wharf:{WHARF_VERSION}"
+    if not runtime.client.images.list(name=wharf_image):
+        pytest.skip(f"{wharf_image} is not built here (make image)")
+    build_wheel(tmp_path, "installed in a container")
+    (tmp_path / "Dockerfile").write_text(f"FROM {wharf_image}\nCOPY *.whl /wheels/\n")
+    image = f"eas-webapp/prepare-test:{uuid.uuid4().hex[:8]}"
+    runtime.client.images.build(path=str(tmp_path), tag=image, rm=True)
+    wheel = f"/wheels/{PACKAGE}-1.0-py3-none-any.whl"
+    data = spec({"pythonRequirements": [wheel]}, IMPORTS, env=OFFLINE)
+    data["containers"][0]["image"] = image
+    name = f"prepared-{uuid.uuid4().hex[:8]}-1"
+    try:
+        runtime.create(InstanceRequest(name.removesuffix("-1"), name, "h",
+                                       render(parse_spec(data), runtime.placement())))  # fmt: skip
+        code = runtime.client.containers.get(name).wait(timeout=120)["StatusCode"]
+        logs = runtime.logs(name, tail=100)
+    finally:
+        runtime.remove(name)
+        runtime.client.images.remove(image, force=True)
+    assert code == 0, logs
+    assert "got: installed in a container" in logs
+    assert "Successfully installed wharfprobe-1.0" in logs

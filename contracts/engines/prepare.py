@@ -9,8 +9,9 @@ arguments, quoted once with shlex.join) and each requirement arrive as arguments
 own, so nothing a spec gives is ever part of a shell line it did not write itself.
 
 Where the instance's Python is shared (a local process runs with the node's engine
-virtualenv), the runtime sets WHARF_PYTHON_TARGET to a folder of the instance's own: pip
-installs there (--target) and PYTHONPATH leads to it. A failed install exits with
+virtualenv), the runtime sets WHARF_PYTHON_TARGET to a folder of the instance's own; where
+the image's site-packages is not writable (an image that runs as a plain user), it is
+$TMPDIR/wharf-python: pip installs there (--target) and PYTHONPATH leads to it. A failed install exits with
 PREPARE_FAILED after pip's own last lines, which the node reports as the instance's error.
 """
 
@@ -32,6 +33,10 @@ py=$(command -v python3 || command -v python) || {
   echo "$failed: the image has no python3 or python" >&2; exit 97; }
 echo "wharf: installing $# Python requirement(s)${requirements:+ and $requirements}"
 if [ -n "$requirements" ]; then set -- -r "$requirements" "$@"; fi
+if [ -z "${WHARF_PYTHON_TARGET:-}" ] && ! "$py" -c 'import os, sys, sysconfig
+sys.exit(not os.access(sysconfig.get_paths()["purelib"], os.W_OK))'; then
+  WHARF_PYTHON_TARGET="${TMPDIR:-/tmp}/wharf-python"  # an image that runs as a plain user
+fi
 if [ -n "${WHARF_PYTHON_TARGET:-}" ]; then
   set -- --target "$WHARF_PYTHON_TARGET" --upgrade "$@"
   export PYTHONPATH="$WHARF_PYTHON_TARGET${PYTHONPATH:+:$PYTHONPATH}"
