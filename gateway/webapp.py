@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import httpx
 from starlette.background import BackgroundTask
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from contracts import webapp
@@ -30,6 +30,7 @@ from contracts.routing import RoutedInstance, RoutedService
 from gateway import errors, metrics
 from gateway.forwarding import runtime_of
 from gateway.headers import HOP_BY_HOP, upstream_request_headers
+from gateway.proxy import CLIENT_CLOSED
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _ANSWER_DROP = HOP_BY_HOP | {"server", "date", "content-length"}
@@ -59,7 +60,7 @@ def pick_instance(instances: Sequence[RoutedInstance], session: str) -> RoutedIn
 
 def web_service(connection: HTTPConnection) -> RoutedService | Response:
     """The service named in the path if it serves a web UI here, else the answer why not."""
-    runtime = runtime_of(connection)  # type: ignore[arg-type]  # reads .app.state alone
+    runtime = runtime_of(connection)
     if not runtime.watcher.loaded:
         return errors.routing_not_loaded()
     name = connection.path_params["service"]
@@ -73,7 +74,7 @@ def web_service(connection: HTTPConnection) -> RoutedService | Response:
 
 def pass_of(connection: HTTPConnection, service: str) -> webapp.WebPass | None:
     """The browser's pass to `service`, if its cookie holds a valid one."""
-    secret = runtime_of(connection).settings.secret_key  # type: ignore[arg-type]
+    secret = runtime_of(connection).settings.secret_key
     value = connection.cookies.get(webapp.COOKIE, "")
     return webapp.verify(secret, webapp.PASS, value, service, time.time())
 
@@ -133,7 +134,7 @@ def app_headers(connection: HTTPConnection, service: str, instance: RoutedInstan
     ]
     if cookies:
         kept.append(("cookie", "; ".join(cookies)))
-    keys = runtime_of(connection).plane.engine_keys  # type: ignore[arg-type]
+    keys = runtime_of(connection).plane.engine_keys
     prefix = webapp.web_prefix(service).rstrip("/")
     return [*kept, keys.authorization(instance), ("x-forwarded-prefix", prefix),
             ("x-forwarded-proto", "https" if is_tls(connection) else "http"),
@@ -202,6 +203,8 @@ async def web_page(request: Request) -> Response:
         answer = await client.client.send(upstream, stream=True)
     except _BodyTooLargeError:
         return body_too_large(runtime.settings.max_body_bytes)
+    except ClientDisconnect:  # the browser left while sending: nobody to answer
+        return Response(status_code=CLIENT_CLOSED)
     except httpx.TimeoutException:
         return errors.upstream_timeout(service.name, runtime.settings.upstream_timeout)
     except httpx.RequestError as exc:

@@ -11,8 +11,9 @@ own, so nothing a spec gives is ever part of a shell line it did not write itsel
 Where the instance's Python is shared (a local process runs with the node's engine
 virtualenv), the runtime sets WHARF_PYTHON_TARGET to a folder of the instance's own; where
 the image's site-packages is not writable (an image that runs as a plain user), it is
-$TMPDIR/wharf-python: pip installs there (--target) and PYTHONPATH leads to it. A failed install exits with
-PREPARE_FAILED after pip's own last lines, which the node reports as the instance's error.
+$TMPDIR/wharf-python: pip installs there (--target) and PYTHONPATH leads to it. A failed
+install exits with PREPARE_FAILED after pip's own last lines, which the node reports as the
+instance's error.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ pytestmark = pytest.mark.timeout(60)
 
 PAGE = '<html><script src="static/app.js"></script><body>a web ui</body></html>'
 ASSET = "console.log('the app')"
+MAX_BODY = 64 * 1024
 
 
 async def page(request: Request) -> Response:
@@ -106,7 +107,7 @@ def site(redis_url: str) -> Iterator[Site]:
     instance = RoutedInstance(name=unique("web-i"), url=upstream.url)
     names = unique("web-a"), unique("web-b"), unique("plain")
     routed = [service(n, [instance], [], webservice=n != names[2]) for n in names]
-    settings = isolated_settings(redis_url)
+    settings = isolated_settings(redis_url, max_body_bytes=MAX_BODY)
     publish(redis_url, settings, snapshot(1, *routed))
     gateway = GatewayProcess(settings)
     assert wait_until(lambda: httpx.get(gateway.url + "/readyz").status_code == 200, 20)
@@ -269,3 +270,17 @@ def test_a_ticket_that_is_not_valid_signs_no_one_in(site: Site, given) -> None:
         trust_env=False,
     )
     assert answer.status_code == 401 and "set-cookie" not in answer.headers
+
+
+def test_a_body_past_the_gateways_bound_is_refused(site: Site) -> None:
+    with signed_in(site, site.app) as browser:
+        at_bound = browser.post(f"/web/{site.app}/echo", content=b"u" * MAX_BODY)
+        assert at_bound.status_code == 200 and len(at_bound.content) == MAX_BODY
+
+        def chunks():
+            yield b"u" * MAX_BODY
+            yield b"u"
+
+        past = browser.post(f"/web/{site.app}/echo", content=chunks())
+    assert past.status_code == 413
+    assert "WHARF_GATEWAY_MAX_BODY_BYTES" in past.json()["error"]["message"]
