@@ -27,6 +27,7 @@ from contracts.spec import ServiceSpec
 PREPARE_FAILED = 97  # the exit code of an install that failed (the node reads it so)
 FAILED_LINE = "wharf: installing the Python requirements failed"
 TARGET_ENV = "WHARF_PYTHON_TARGET"
+MARKER = "wharf-prepare"  # the script's $0, in its error messages and in `ps`
 PREPARE_SCRIPT = """\
 run=$1; requirements=$2; shift 2
 failed="wharf: installing the Python requirements failed"
@@ -55,9 +56,14 @@ def with_prepare(spec: ServiceSpec, plan: ContainerPlan) -> ContainerPlan:
     prepare = spec.containers[0].prepare if spec.containers else None
     if prepare is None:
         return plan
-    args = ["/bin/sh", "-c", PREPARE_SCRIPT, "wharf-prepare", shlex.join(plan.args),
+    args = ["/bin/sh", "-c", PREPARE_SCRIPT, MARKER, shlex.join(plan.args),
             prepare.pythonRequirementsPath or "", *(prepare.pythonRequirements or [])]  # fmt: skip
     return replace(plan, args=args)
+
+
+def installs(plan: ContainerPlan) -> bool:
+    """Whether the plan installs Python requirements before its command (with_prepare's)."""
+    return plan.args[2:4] == [PREPARE_SCRIPT, MARKER]
 
 
 def progress(spec: ServiceSpec) -> str:

@@ -152,7 +152,8 @@ class ProcessRuntime:
         args, env, url = plan.args, self._env(plan), f"http://{self.node_address}:{plan.port}"
         # The node's Python is every local instance's: a container's prepare installs into a
         # folder of this instance's own (contracts.engines.prepare).
-        env[prepare.TARGET_ENV] = str(self._python_dir(request.name))
+        if prepare.installs(plan):
+            env[prepare.TARGET_ENV] = str(self._python_dir(request.name))
         health_path = plan.health_path
         if self._fronted(request):
             port = free_port(self.node_address)
