@@ -34,6 +34,9 @@ from gateway.proxy import CLIENT_CLOSED
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _ANSWER_DROP = HOP_BY_HOP | {"server", "date", "content-length"}
+# The browser's own of these never reach the app: the gateway sets them (the cookie without
+# the pass).
+_SET_HERE = frozenset({"cookie", "x-forwarded-prefix", "x-forwarded-proto", "x-forwarded-host"})
 SIGNED_IN_PAGE = (
     '<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={prefix}">'
     '<title>Signing in</title><a href="{prefix}">Open the web UI</a>\n'
@@ -125,7 +128,7 @@ def app_path(connection: HTTPConnection) -> str:
 def app_headers(connection: HTTPConnection, service: str, instance: RoutedInstance) -> list:
     """The browser's headers for the app: the pass's cookie taken out, the engine key in."""
     client = connection.client.host if connection.client else None
-    kept = upstream_request_headers(connection.headers, client, frozenset({"cookie"}))
+    kept = upstream_request_headers(connection.headers, client, _SET_HERE)
     cookies = [
         part.strip()
         for value in connection.headers.getlist("cookie")
@@ -136,9 +139,11 @@ def app_headers(connection: HTTPConnection, service: str, instance: RoutedInstan
         kept.append(("cookie", "; ".join(cookies)))
     keys = runtime_of(connection).plane.engine_keys
     prefix = webapp.web_prefix(service).rstrip("/")
-    return [*kept, keys.authorization(instance), ("x-forwarded-prefix", prefix),
-            ("x-forwarded-proto", "https" if is_tls(connection) else "http"),
-            ("x-forwarded-host", connection.headers.get("host", ""))]  # fmt: skip
+    kept += [keys.authorization(instance), ("x-forwarded-prefix", prefix),
+             ("x-forwarded-proto", "https" if is_tls(connection) else "http")]  # fmt: skip
+    if "host" in connection.headers:
+        kept.append(("x-forwarded-host", connection.headers["host"]))
+    return kept
 
 
 def answer_headers(headers: httpx.Headers, service: str) -> list[tuple[str, str]]:

@@ -182,10 +182,13 @@ def test_with_the_pass_the_page_and_its_asset_load(site: Site) -> None:
 def test_the_app_gets_its_engine_key_and_never_the_pass(site: Site) -> None:
     with signed_in(site, site.app) as browser:
         browser.cookies.set("theirs", "kept", path=f"/web/{site.app}/")
-        seen = browser.get(f"/web/{site.app}/headers").json()
+        forged = {"x-forwarded-prefix": "/elsewhere", "x-forwarded-proto": "gopher"}
+        seen = browser.get(f"/web/{site.app}/headers", headers=forged).json()
     assert seen["authorization"] == f"Bearer {engine_key(SECRET_KEY, site.instance.name)}"
     assert seen["cookie"] == "theirs=kept"
     assert seen["x-forwarded-prefix"] == f"/web/{site.app}"
+    assert seen["x-forwarded-proto"] == "http"
+    assert seen["x-forwarded-host"] == site.gateway.removeprefix("http://")
 
 
 def test_redirects_and_the_apps_cookies_stay_under_the_prefix(site: Site) -> None:
