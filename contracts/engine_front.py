@@ -6,6 +6,9 @@ from __future__ import annotations
 KEY_ENV = "WHARF_FRONT_KEY"  # the instance's engine key (contracts.engine_keys)
 METRICS_TOKEN_ENV = "WHARF_FRONT_METRICS_TOKEN"  # the operator's WHARF_ENGINE_METRICS_TOKEN
 READY_PATH = "/.wharf/ready"  # 200 when the engine accepts connections, else 503
+# GET ?port=P[&path=/x]&timeout=S: 200 when the instance's port P (one its spec probes)
+# accepts a connection, or answers /x with 2xx/3xx; else 503 (EAS's container probes).
+PROBE_PATH = "/.wharf/probe"
 PORT = 18999  # where a front listens in its engine's network namespace
 
 

@@ -17,6 +17,8 @@ A sample, JSON::
      "prefix_queries": 1500,    #   and looked up,
      "ttft_sum": 12.5,          #   time to first token, seconds summed
      "ttft_count": 40,          #   over this many requests,
+     "itl_sum": 3.1,            #   time between two output tokens, seconds summed
+     "itl_count": 900,          #   over this many tokens,
      "prompt_tokens": 9000, "generation_tokens": 4000,
      "spec_drafts": 0, "spec_draft_tokens": 0, "spec_accepted_tokens": 0}
 
@@ -43,8 +45,9 @@ SERIES_TTL = 900
 
 GAUGES = ("running", "waiting", "kv_cache")
 COUNTERS = (
-    "prefix_hits", "prefix_queries", "ttft_sum", "ttft_count", "prompt_tokens",
-    "generation_tokens", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens",
+    "prefix_hits", "prefix_queries", "ttft_sum", "ttft_count", "itl_sum", "itl_count",
+    "prompt_tokens", "generation_tokens", "spec_drafts", "spec_draft_tokens",
+    "spec_accepted_tokens",
 )  # fmt: skip
 FIELDS = GAUGES + COUNTERS
 
@@ -97,7 +100,8 @@ def decode(raw: str | bytes | None) -> dict[str, float] | None:
 
 def rates(newer: dict[str, float], older: dict[str, float]) -> dict[str, float]:
     """What happened between two samples of one engine: prefix-cache hit rate (0..1), mean
-    time to first token (s), prompt and generation tokens/s, speculative acceptance (0..1).
+    time to first token (s), mean inter-token latency (s), prompt and generation tokens/s,
+    speculative acceptance (0..1).
     A rate whose counters went backwards (the engine restarted) or did not move is left out."""
     span = newer["at"] - older["at"]
     delta = {k: newer[k] - older[k] for k in COUNTERS if k in newer and k in older}
@@ -108,6 +112,8 @@ def rates(newer: dict[str, float], older: dict[str, float]) -> dict[str, float]:
         out["prefix_hit_rate"] = delta.get("prefix_hits", 0) / delta["prefix_queries"]
     if delta.get("ttft_count", 0) > 0:
         out["ttft"] = delta.get("ttft_sum", 0) / delta["ttft_count"]
+    if delta.get("itl_count", 0) > 0:
+        out["itl"] = delta.get("itl_sum", 0) / delta["itl_count"]
     for counter, rate in (("prompt_tokens", "prompt_tps"), ("generation_tokens", "generation_tps")):
         if counter in delta:
             out[rate] = delta[counter] / span

@@ -10,6 +10,17 @@ the histogram `vllm:time_to_first_token_seconds` (its `_sum` and `_count`). Olde
 releases named two of them differently (`vllm:gpu_cache_usage_perc`,
 `vllm:gpu_prefix_cache_hits_total`/`_queries_total`); the V1 name wins where both appear.
 
+SGLang 0.5 (`--enable-metrics`; names from its production-metrics page and
+sglang/srt/metrics/collector.py): `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
+`sglang:token_usage` (the share of its KV pool's tokens in use), counters
+`sglang:prompt_tokens_total`, `sglang:generation_tokens_total`, `sglang:cached_tokens_total`
+(prompt tokens found in its radix cache; every prompt token is looked up, so the prompt tokens
+are the queries), and the histograms `sglang:time_to_first_token_seconds` and
+`sglang:inter_token_latency_seconds` (`sglang:time_per_output_token_seconds` before it). SGLang
+reports speculative decoding only as a mean accept length, not as counters: no spec fields.
+Both engines' inter-token latency histograms give `itl_sum`/`itl_count` (vLLM V1's
+`vllm:inter_token_latency_seconds`, `vllm:time_per_output_token_seconds` before it).
+
 Samples are matched by their own names (not their families'), so a page without `# TYPE`
 lines reads the same. An engine with several label sets for one name (several data-parallel
 engine indexes, several served models) is summed, except KV-cache usage, a fraction of each
@@ -30,19 +41,35 @@ MAX_TEXT = 4 * 1024 * 1024  # characters of a /metrics page read at most (vLLM's
 
 # A sample field -> the sample names that give it, preferred first.
 NAMES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
-    "kv_cache": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-    "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "ttft_sum": ("vllm:time_to_first_token_seconds_sum",),
-    "ttft_count": ("vllm:time_to_first_token_seconds_count",),
-    "prompt_tokens": ("vllm:prompt_tokens_total",),
-    "generation_tokens": ("vllm:generation_tokens_total",),
+    "running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
+    "waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+    "kv_cache": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
+    "prefix_hits": (
+        "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total",
+        "sglang:cached_tokens_total",
+    ),
+    "prefix_queries": (
+        "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total",
+        "sglang:prompt_tokens_total",
+    ),
+    "ttft_sum": ("vllm:time_to_first_token_seconds_sum", "sglang:time_to_first_token_seconds_sum"),
+    "ttft_count": (
+        "vllm:time_to_first_token_seconds_count", "sglang:time_to_first_token_seconds_count",
+    ),
+    "itl_sum": (
+        "vllm:inter_token_latency_seconds_sum", "vllm:time_per_output_token_seconds_sum",
+        "sglang:inter_token_latency_seconds_sum", "sglang:time_per_output_token_seconds_sum",
+    ),
+    "itl_count": (
+        "vllm:inter_token_latency_seconds_count", "vllm:time_per_output_token_seconds_count",
+        "sglang:inter_token_latency_seconds_count", "sglang:time_per_output_token_seconds_count",
+    ),
+    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total"),
+    "generation_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total"),
     "spec_drafts": ("vllm:spec_decode_num_drafts_total",),
     "spec_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
     "spec_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
-}
+}  # fmt: skip
 AVERAGED = frozenset({"kv_cache"})  # a fraction per engine: a sum over engines means nothing
 WANTED = frozenset(name for names in NAMES.values() for name in names)
 # vLLM's LoRA gauge: one label set per change of the adapters its running and waiting requests
@@ -74,6 +101,8 @@ def read(text: str, at: float) -> tuple[dict[str, float], frozenset[str] | None]
         found = next((values[name] for name in names if values.get(name)), None)
         if found:
             sample[field] = sum(found) / len(found) if field in AVERAGED else sum(found)
+    if "prefix_hits" not in sample:  # an SGLang before cached_tokens_total: no hit rate, not 0
+        sample.pop("prefix_queries", None)
     return sample, adapters
 
 

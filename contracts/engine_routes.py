@@ -62,6 +62,13 @@ _VLLM = {
 }
 # Text Generation Inference's OpenAI-compatible Messages API and its read-only routes.
 _TGI = {**_OPENAI, **_routes(GET, LISTING, "/health", "/info")}
+# SGLang's OpenAI-compatible routes (sglang/srt/entrypoints/http_server.py); its native
+# /generate answers no OpenAI usage, so it is not metered and not forwarded.
+_SGLANG = {
+    **_OPENAI,
+    **_routes(POST, POOLING, "/v1/embeddings"),
+    **_routes(GET, LISTING, "/health"),
+}
 # An engine name this gateway does not know (a newer control plane's): the OpenAI form's.
 _UNKNOWN = {**_OPENAI, **_routes(POST, POOLING, "/v1/embeddings")}
 
@@ -70,6 +77,7 @@ ALLOWED: dict[str, dict[str, EngineRoute]] = {
     "vllm": _VLLM,
     "vllm-cpu": _VLLM,
     "vllm-ascend": _VLLM,
+    "sglang": _SGLANG,
     "tgi": _TGI,
     "bladellm": _OPENAI,
     "paddlenlp": _OPENAI,

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from contracts.instance_types import sized
 from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
 from contracts.spec_cloud import RPC as CLOUD_RPC
@@ -32,6 +33,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
     RollingStrategy,
     _Strict,
 )
+from contracts.spec_instance import SHAPING_UNLESS, UNSHAPING, InstanceSettings, RpcLifecycle
 from contracts.spec_labels import ServiceLabels
 from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's users)
     MODEL_STORE_NAME,
@@ -42,7 +44,8 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
     Speculative,
     model_reference,
 )
-from contracts.spec_prepare import Prepared
+from contracts.spec_prepare import Prepared, drop_unset_prepare
+from contracts.spec_probes import ContainerProbes, drop_unset_probes
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 from contracts.spec_webapp import NOT_SHAPING as WEB_METADATA
 from contracts.spec_webapp import WebService
@@ -51,7 +54,9 @@ from contracts.spec_webapp import WebService
 # either would be unreachable or shadow them.
 RESERVED_PORTS = frozenset({8080, 9090})
 # Each has an adapter in contracts/engines/ (custom: the given image and command, verbatim).
-ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "bladellm", "tgi", "paddlenlp", "custom")
+ENGINES = (
+    "vllm", "vllm-cpu", "vllm-ascend", "sglang", "bladellm", "tgi", "paddlenlp", "custom",
+)  # fmt: skip
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 REDACTED = "******"
 # Names the API routes use after /services/: a service of that name could not be reached.
@@ -83,7 +88,7 @@ class EnvVar(_Strict):
     value: str = Field(default="", max_length=MAX_ENV_VALUE)
 
 
-class Container(Prepared):
+class Container(ContainerProbes, Prepared):
     image: str | None = Field(default=None, max_length=512)
     command: str | None = Field(default=None, max_length=MAX_COMMAND)
     script: str | None = Field(default=None, max_length=MAX_COMMAND)
@@ -186,7 +191,7 @@ class StorageEntry(_Strict):
         return self
 
 
-class Rpc(RpcNotes):
+class Rpc(RpcNotes, RpcLifecycle):
     max_queue_size: int | None = Field(default=None, ge=1, le=100_000)
     keepalive: int | None = Field(default=None, ge=1, le=86_400_000, description="ms")
     rate_limit: int | None = Field(default=None, ge=1, le=1_000_000, description="requests/s")
@@ -198,7 +203,7 @@ class Rpc(RpcNotes):
     )  # fmt: skip
 
 
-class Metadata(CloudOnlyMetadata, WebService):
+class Metadata(CloudOnlyMetadata, InstanceSettings, WebService):
     instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     cpu: float | None = Field(default=None, gt=0, le=4096)
     memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
@@ -216,6 +221,11 @@ class Metadata(CloudOnlyMetadata, WebService):
         description="Seconds a removed instance may finish its in-flight requests before it "
         "is stopped.",
     )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _whole_card(self) -> Metadata:
+        self.gpu = self.whole_cards(self.gpu, self.npu)  # EAS's GPU slicing: a whole card
+        return self
 
 
 PD_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
@@ -263,7 +273,7 @@ class Llm(_Strict):
     engine: str = Field(
         json_schema_extra={"enum": list(ENGINES)},
         description="vllm (NVIDIA GPUs), vllm-cpu (no cards), vllm-ascend (Ascend NPUs), "
-        "bladellm, tgi, paddlenlp (GPUs), or custom (the given image and command).",
+        "sglang, bladellm, tgi, paddlenlp (GPUs), or custom (the given image and command).",
     )
     model: str | None = Field(
         default=None,
@@ -393,17 +403,20 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging
             del data["llm"]["hub_token"]
-        for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *WEB_METADATA):
+        for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *UNSHAPING,
+                    *WEB_METADATA):  # fmt: skip
             data["metadata"].pop(key, None)
-        for container in data["containers"]:  # unset: the hashes from before it existed
-            if container.get("prepare") is None:
-                container.pop("prepare", None)
+        for key, unset in SHAPING_UNLESS.items():  # unset: the hashes from before they existed
+            if data["metadata"].get(key) in unset:
+                del data["metadata"][key]
+        drop_unset_probes(data["containers"])  # the hashes from before probes existed
+        drop_unset_prepare(data["containers"])  # and from before prepare existed
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)
         if data["metadata"]["resource"] is None:
             del data["metadata"]["resource"]
         rpc = data["metadata"]["rpc"] or {}
-        for key in ("routing", "session_header", *CLOUD_RPC):  # not what runs
+        for key in ("routing", "session_header", "enable_sigterm", *CLOUD_RPC):  # not what runs
             rpc.pop(key, None)
         if not any(value is not None for value in rpc.values()):
             data["metadata"]["rpc"] = None
@@ -448,7 +461,7 @@ def _message(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
+GPU_ENGINES = ("vllm", "sglang", "bladellm", "tgi", "paddlenlp")
 
 
 def parse_spec(data: Any) -> ServiceSpec:
@@ -465,11 +478,12 @@ def parse_spec(data: Any) -> ServiceSpec:
 
 def typed_spec(data: Any) -> ServiceSpec:
     """The spec's schema alone (types, bounds, fields), for readers such as the routing
-    snapshot that need its values but not the rules that decide whether it may deploy."""
+    snapshot that need its values but not the rules that decide whether it may deploy. An
+    EAS instance type sizes the metadata the spec leaves unset (contracts.instance_types)."""
     if not isinstance(data, dict):
         raise SpecError({"spec": ["the spec must be a JSON object"]})
     try:
-        return ServiceSpec.model_validate(data)
+        return ServiceSpec.model_validate(sized(data))
     except ValidationError as exc:
         errors: dict[str, list[str]] = {}
         for error in exc.errors():

@@ -19,9 +19,9 @@ MAX_KEPT = 64 * 1024  # bytes of JSON one kept object may hold
 
 # Top-level fields, metadata fields and networking fields: each with why it has no effect.
 TOP = {
-    "cloud": "EAS's public resource pool (ECS or ml.* instance types, spot instances, its VPC) "
-    "is Alibaba Cloud's; here the nodes' own cards and the spec's metadata.cpu, memory and gpu "
-    "decide",
+    "cloud": "EAS's public resource pool (spot instances, its VPC, where instances run) is "
+    "Alibaba Cloud's; here the nodes' own cards and the spec's metadata.cpu, memory and gpu "
+    "decide, which an instance type it names fills in where unset (see the answer's notes)",
     "features": "EAS feature gates switch its own cloud services",
     "sinker": "EAS keeps requests in MaxCompute or SLS; Wharf's usage and logs are its own",
     "confidential": "confidential inference uses Alibaba Cloud's Trustee key service",

@@ -104,3 +104,15 @@ def model_ids(spec: ServiceSpec) -> dict[str, str]:
         for model in (spec.name, *spec.served_model_names):
             ids.setdefault(f"{model}:{adapter}", f"llm.lora.adapters[{i}].name")
     return ids
+
+
+def reserved_cpu(spec: ServiceSpec) -> float:
+    """The CPUs placement reserves for an instance: none with qos BestEffort (instances share
+    the node's CPUs; cpu is each one's cap)."""
+    return 0.0 if spec.metadata.qos == "BestEffort" else (spec.metadata.cpu or 0.0)
+
+
+def spread_policy(spec: ServiceSpec) -> str:
+    """metadata.scheduling.spread.policy: default, host or zone."""
+    scheduling = spec.metadata.scheduling
+    return scheduling.spread.policy if scheduling else "default"

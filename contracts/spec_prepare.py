@@ -89,3 +89,11 @@ class Prepared(_Strict):
         default=None,
         description="Python requirements installed before the command starts (EAS's prepare).",
     )
+
+
+def drop_unset_prepare(containers: list[dict]) -> None:
+    """The dumped containers without a `prepare` they do not set, so that the spec hash of a
+    container without one is the one it had before the field existed."""
+    for container in containers:
+        if container.get("prepare") is None:
+            container.pop("prepare", None)

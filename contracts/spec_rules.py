@@ -6,6 +6,7 @@ from __future__ import annotations
 from contracts import spec_facts
 from contracts.hub_refs import is_hub_ref
 from contracts.spec import GPU_ENGINES, PD_ENGINES, ROLES, Llm, ServiceSpec
+from contracts.spec_probes import probe_conflicts
 from contracts.spec_scaling import Autoscaler
 
 
@@ -33,12 +34,14 @@ def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
     if spec.metadata.shm_size and "/dev/shm" in mounts:
         errors["metadata.shm_size"] = ["shared memory is set twice: here and as /dev/shm storage"]
     errors.update(_scaling_checks(spec))
+    first = spec.containers[0] if spec.containers else None
+    errors.update(probe_conflicts("health_check" in spec.model_fields_set, first))
     return errors
 
 
 # Engines whose own metrics Wharf reads (contracts.engine_metrics): the signals queue and
 # kv_cache, and the kv_cache_load policy, need them.
-METRICS_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend")
+METRICS_ENGINES = ("vllm", "vllm-cpu", "vllm-ascend", "sglang")
 
 
 def _scaling_checks(spec: ServiceSpec) -> dict[str, list[str]]:

@@ -17,6 +17,7 @@ from contracts.grants import Grants
 from contracts.spec import ServiceSpec
 from controlplane.audit import views as audit
 from controlplane.benchmarks.api.openapi import describe_benchmark_views
+from controlplane.eas_api.openapi import describe_access_key_views
 from controlplane.nodes.api import views as nodes
 from controlplane.nodes.api.serializers import NodeSerializer
 from controlplane.services.api import estimate, logs, schema, versions, views
@@ -165,6 +166,7 @@ def describe_views() -> None:
 
     describe_benchmark_views(V, _op, ERRORS)
     describe_workspace_views(V, _op, ERRORS)
+    describe_access_key_views(V, _op, ERRORS)
     V(get=_op("audit", "Who changed what, newest first", parameters=[
         OpenApiParameter(p, str) for p in ("since", "until", "service", "actor", "limit")
     ], responses={200: {"type": "array", "items": AUDIT_ENTRY}}))(audit.Audit)  # fmt: skip

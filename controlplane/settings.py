@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import secrets
 import socket
 from pathlib import Path
@@ -16,6 +17,7 @@ from urllib.parse import parse_qs, urlparse
 from contracts import log_format
 from contracts.env import envbool, envfloat, envint, envrange, envstr, secret
 from contracts.hub_refs import ENDPOINTS
+from contracts.instance_types import SHIPPED, Flavour, operator_table, use_table
 from contracts.version import VERSION
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -123,6 +125,7 @@ INSTALLED_APPS = [
     "controlplane.usage",
     "controlplane.nodes",
     "controlplane.benchmarks",
+    "controlplane.eas_api",
     "frontend",
     "launcher",
 ]
@@ -275,6 +278,24 @@ WHARF_ENGINE_METRICS_TOKEN = envstr("WHARF_ENGINE_METRICS_TOKEN", "")
 WHARF_APPROVED_IMAGES = tuple(
     image.strip() for image in envstr("WHARF_APPROVED_IMAGES", "").split(",") if image.strip()
 )
+
+
+def _instance_types(path: str) -> dict[str, Flavour]:
+    """The instance types EAS specs may name (contracts.instance_types): the shipped table,
+    with the operator's JSON file on top. A file that cannot be read or is wrong stops
+    start-up, naming the variable."""
+    if not path:
+        return dict(SHIPPED)
+    try:
+        return operator_table(json.loads(Path(path).read_text()))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"WHARF_INSTANCE_TYPES_FILE {path}: {exc}") from None
+
+
+# EAS instance types and ModelArts flavours beyond the shipped ones (a JSON file, see README):
+# they fill metadata.cpu, memory and gpu|npu of specs that name them and leave those unset.
+WHARF_INSTANCE_TYPES = _instance_types(envstr("WHARF_INSTANCE_TYPES_FILE", ""))
+use_table(WHARF_INSTANCE_TYPES)  # every spec this process reads is sized with it
 # What an instance whose spec names no memory or CPU may use, per card it holds (once without
 # cards); the tasks (processes and threads) it may run, likewise; the largest memory-backed
 # empty_dir (contracts.limits). A bad value stops start-up here, naming the variable.
@@ -298,3 +319,5 @@ WHARF_PD_PORTS = envrange("WHARF_PD_PORTS", (30000, 32767))
 WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
 WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")
+# EAS's management API (/api/v2/): the region its answers name; any ClusterId is this Wharf.
+WHARF_EAS_REGION = envstr("WHARF_EAS_REGION", "local")

@@ -10,9 +10,15 @@ and its bytes are relayed both ways untouched (streams, WebSockets, keep-alive),
 connection is authenticated, not each request. Without the key: 401, and the connection is
 closed before a byte reaches the engine.
 
-Two more doors, both narrow:
+Three more doors, all narrow:
 - `GET /.wharf/ready` (with the key) answers 200 when the engine accepts connections, 503
   when not: the worker's port check of an engine without a health path.
+- `GET /.wharf/probe?port=P[&path=/x]&timeout=S` (with the key): the worker's probe of a
+  port of the instance that its spec's container probes name (EAS's http_get, tcp_socket).
+  Only the ports given with `--probe-port P=Q` (the spec's port P is Q on the loopback the
+  front shares with its engine: a container's own network namespace, or the engine's port
+  of a local process); 200 when Q accepts a connection (no path) or answers GET /x with a
+  2xx or 3xx within S seconds, else 503; 403 for any other port.
 - `GET <metrics path>` with the operator's metrics token (WHARF_ENGINE_METRICS_TOKEN), for
   Prometheus: that one request is relayed with `Connection: close`, nothing after it.
 
@@ -20,7 +26,8 @@ It runs in the Wharf image beside a container, or as the parent of a local engin
 (`-- command...`, started in `--cwd`), whose exit code it then exits with.
 
     python -m gateway.front --listen 0.0.0.0:18999 --upstream 127.0.0.1:8000 \
-        [--metrics-path /metrics] [--cwd DIR] [-- engine command ...]
+        [--metrics-path /metrics] [--probe-port 8000=8000 ...] [--cwd DIR] \
+        [-- engine command ...]
 
 The key comes in WHARF_FRONT_KEY (and the metrics token in WHARF_FRONT_METRICS_TOKEN),
 never on the command line; an engine it starts gets neither.
@@ -34,14 +41,20 @@ import contextlib
 import hmac
 import json
 import os
+import re
 import signal
 import sys
+from urllib.parse import parse_qs, urlsplit
 
-from contracts.engine_front import KEY_ENV, METRICS_TOKEN_ENV, READY_PATH
+from contracts.engine_front import KEY_ENV, METRICS_TOKEN_ENV, PROBE_PATH, READY_PATH
 
 MAX_HEAD = 64 * 1024  # bytes of a request's line and headers
 HEAD_TIMEOUT = 30.0  # seconds a caller has to send them
 CHUNK = 64 * 1024
+# A probe's path, as the spec allows it (contracts.spec_probes): nothing to smuggle a header.
+PROBE_TARGET = re.compile(r"^/[A-Za-z0-9._~/-]{0,255}$")
+MAX_PROBE_TIMEOUT = 300.0
+PROBE_HEAD = 8192  # bytes of a probed port's status line read
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -60,6 +73,22 @@ def read_head(head: bytes) -> tuple[str, str, dict[str, str]]:
         if colon:
             headers.setdefault(name.strip().lower(), value.strip())
     return method, path.split("?", 1)[0], headers
+
+
+def probe_query(head: bytes) -> tuple[int, str | None, float] | None:
+    """(port, path or None for a connect, timeout) of a /.wharf/probe request; None when the
+    query is not one."""
+    target = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+    query = parse_qs(urlsplit(target[1] if len(target) > 1 else "").query)
+    try:
+        port = int(query["port"][0])
+        timeout = min(max(float(query.get("timeout", ["1"])[0]), 0.1), MAX_PROBE_TIMEOUT)
+    except (KeyError, ValueError):
+        return None
+    path = query.get("path", [None])[0]
+    if path is not None and (not PROBE_TARGET.fullmatch(path) or ".." in path):
+        return None
+    return port, path, timeout
 
 
 def _bearer(headers: dict[str, str], secret: str) -> bool:
@@ -83,10 +112,12 @@ def _closing(head: bytes) -> bytes:
 
 class Front:
     def __init__(
-        self, upstream: tuple[str, int], key: str, metrics_path: str = "", metrics_token: str = ""
-    ):
+        self, upstream: tuple[str, int], key: str, metrics_path: str = "", metrics_token: str = "",
+        probe_ports: dict[int, int] | None = None,
+    ):  # fmt: skip
         self.upstream, self.key = upstream, key
         self.metrics_path, self.metrics_token = metrics_path, metrics_token
+        self.probe_ports = probe_ports or {}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -121,6 +152,9 @@ class Front:
             else:
                 writer.write(_answer("503 Service Unavailable", "not accepting connections"))
             return
+        if path == PROBE_PATH and not only_this:
+            writer.write(await self._probe(head))
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.upstream)
         except OSError:
@@ -139,6 +173,24 @@ class Front:
             return False
         probe.close()
         return True
+
+    async def _probe(self, head: bytes) -> bytes:
+        """The answer to a /.wharf/probe request (the module's docstring)."""
+        query = probe_query(head)
+        if query is None:
+            return _answer("400 Bad Request", "give port=N, and path=/x for an HTTP probe")
+        port, path, timeout = query
+        if port not in self.probe_ports:
+            return _answer("403 Forbidden", f"port {port} is not one this instance's probes name")
+        reached = _probe_port(self.upstream[0], self.probe_ports[port], path)
+        try:
+            passed = await asyncio.wait_for(reached, timeout)
+        except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError):  # fmt: skip
+            passed = False
+        if passed:
+            return _answer("200 OK", f"port {port} passed")
+        return _answer("503 Service Unavailable", f"port {port} failed its probe")
 
     @staticmethod
     async def _relay(reader, writer, up_reader, up_writer, only_this: bool) -> None:
@@ -163,8 +215,33 @@ class Front:
                     await up
 
 
+async def _probe_port(host: str, port: int, path: str | None) -> bool:
+    """Whether `port` accepts a connection (no `path`) or answers GET `path` with 2xx/3xx."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        if path is None:
+            return True
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: wharf-probe"
+                     "\r\nConnection: close\r\n\r\n".encode())  # fmt: skip
+        await writer.drain()
+        status = (await reader.readuntil(b"\r\n"))[:PROBE_HEAD].split()
+        return len(status) >= 2 and status[1].isdigit() and 200 <= int(status[1]) < 400
+    finally:
+        writer.close()
+
+
+def probe_ports(given: list[str]) -> dict[int, int]:
+    """`--probe-port P=Q` arguments as {P: Q}."""
+    ports = {}
+    for text in given:
+        asked, _, reached = text.partition("=")
+        ports[int(asked)] = int(reached or asked)
+    return ports
+
+
 async def serve(args: argparse.Namespace, key: str, metrics_token: str) -> int:
-    front = Front(_address(args.upstream), key, args.metrics_path, metrics_token)
+    front = Front(_address(args.upstream), key, args.metrics_path, metrics_token,
+                  probe_ports(args.probe_port))  # fmt: skip
     host, port = _address(args.listen)
     server = await asyncio.start_server(front.handle, host, port, limit=MAX_HEAD)
     stop = asyncio.Event()
@@ -194,6 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, help="host:port the gateways call")
     parser.add_argument("--upstream", required=True, help="host:port of the engine")
     parser.add_argument("--metrics-path", default="", help="the engine's metrics page")
+    parser.add_argument(
+        "--probe-port",
+        action="append",
+        default=[],
+        metavar="P=Q",
+        help="a port the spec's probes name (P), reached at Q beside the engine",
+    )
     parser.add_argument("--cwd", default=None, help="where the engine it starts runs")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- an engine to start")
     args = parser.parse_args(argv)

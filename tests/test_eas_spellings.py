@@ -172,12 +172,16 @@ def test_a_string_where_the_schema_takes_strings_stays_a_string():
 
 def test_what_shapes_no_instance_leaves_the_spec_hash_alone():
     """Cloud-only fields, labels, the token and a mount's console properties roll no
-    instance when added or changed (and left the hashes of earlier specs as they were)."""
+    instance when added or changed (and left the hashes of earlier specs as they were); an
+    instance type does, by the metadata it fills (contracts.instance_types)."""
     plain = {"name": "svc", "containers": [dict(IMAGE)],
              "storage": [{"mount_path": "/d", "nfs": {"server": "nas", "path": "/x"}}]}  # fmt: skip
     more = {
         **plain,
-        "cloud": {"computing": {"instance_type": "ecs.gn7i-c16g1.4xlarge"}},
+        "cloud": {
+            "networking": {"vpc_id": "vpc-1"},
+            "computing": {"disable_spot_protection_period": True},
+        },
         "features": {"eas.aliyun.com/extra-ephemeral-storage": "100Gi"},
         "labels": {"team": "a"},
         "token": "t" * 16,
@@ -192,6 +196,8 @@ def test_what_shapes_no_instance_leaves_the_spec_hash_alone():
         "storage": [{**plain["storage"][0], "properties": {"resource_type": "model"}}],
     }
     assert parse_spec(normalise(more)).spec_hash() == parse_spec(plain).spec_hash()
+    sized = {**more, "cloud": {"computing": {"instance_type": "ecs.gn7i-c16g1.4xlarge"}}}
+    assert parse_spec(normalise(sized)).spec_hash() != parse_spec(plain).spec_hash()
     warned = {w["field"] for w in cloud_only_warnings(normalise(more))}
     assert warned == {"cloud", "features", "networking.gateway", "metadata.workspace_id",
                       "metadata.region", "metadata.cuda", "storage[0].properties",

@@ -26,20 +26,21 @@ LABELS = '{engine="0",model_name="tiny"}'
     ("page", "expected"),
     [
         (PREFIX_PAGE, {"running": 0, "waiting": 0, "kv_cache": 0, "prefix_hits": 640,
-                       "prefix_queries": 873, "ttft_count": 6, "prompt_tokens": 873,
-                       "generation_tokens": 96}),
+                       "prefix_queries": 873, "ttft_count": 6, "itl_count": 90,
+                       "prompt_tokens": 873, "generation_tokens": 96}),
         (SPEC_PAGE, {"running": 0, "waiting": 0, "kv_cache": 0, "prefix_hits": 640,
-                     "prefix_queries": 873, "ttft_count": 6, "prompt_tokens": 873,
-                     "generation_tokens": 96, "spec_drafts": 90, "spec_draft_tokens": 270,
-                     "spec_accepted_tokens": 0}),
+                     "prefix_queries": 873, "ttft_count": 6, "itl_count": 90,
+                     "prompt_tokens": 873, "generation_tokens": 96, "spec_drafts": 90,
+                     "spec_draft_tokens": 270, "spec_accepted_tokens": 0}),
     ],
     ids=["prefix-cache", "spec-decode"],
 )  # fmt: skip
 def test_reads_a_real_vllm_page(page, expected):
     sample = parse(page, 1700000000.0)
     assert sample["at"] == 1700000000.0
-    assert {k: v for k, v in sample.items() if k not in ("at", "ttft_sum")} == expected
+    assert {k: v for k, v in sample.items() if k not in ("at", "ttft_sum", "itl_sum")} == expected
     assert 0 < sample["ttft_sum"] < 60  # six first tokens of a tiny model on CPU
+    assert 0 < sample["itl_sum"] < 60  # and their other tokens
 
 
 def test_a_real_page_without_spec_decoding_has_no_spec_fields():

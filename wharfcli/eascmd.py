@@ -121,6 +121,8 @@ def follow(client: Client, name: str, goal: str, timeout: float) -> dict:
 def _warn(service: dict) -> None:
     for warning in service.get("warnings") or []:
         click.echo(f"[WARNING] {warning['field']}: {warning['message']}", err=True)
+    for note in service.get("notes") or []:  # what an instance type filled in
+        click.echo(f"[INFO] {note['field']}: {note['message']}", err=True)
 
 
 def _confirm(question: str, yes: bool) -> None:

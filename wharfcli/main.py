@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from wharfcli import service_ops  # noqa: F401  (its commands join `services`)
+from wharfcli.access_keys import access_keys
 from wharfcli.adapters import adapters
 from wharfcli.bench import bench
 from wharfcli.client import EXIT_CODES
@@ -29,7 +30,7 @@ def cli() -> None:
 
 
 COMMANDS = (login, services, adapters, keys, usage, nodes, preview, estimate, call, bench,
-            workspaces, members, audit)  # fmt: skip
+            workspaces, members, audit, access_keys)  # fmt: skip
 for command in COMMANDS:
     cli.add_command(command)
 for alias, command in VERB_ALIASES.items():

@@ -65,10 +65,12 @@ def create(spec_file: str, wait: bool, timeout: float) -> None:
 
 
 def _warn(service: dict) -> None:
-    """The fields the API took but which have no effect here (EAS's cloud-only ones), on
-    stderr, one line each."""
+    """The fields the API took but which have no effect here (EAS's cloud-only ones), and
+    what an EAS instance type filled in, on stderr, one line each."""
     for warning in service.get("warnings") or []:
         click.echo(f"warning: {warning['field']}: {warning['message']}", err=True)
+    for note in service.get("notes") or []:
+        click.echo(f"note: {note['field']}: {note['message']}", err=True)
 
 
 def _created(service: dict) -> str:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 Background = Callable[[str, Callable[[], set[str]]], set[str]]
 LOG_TAIL = 15  # log lines kept with an exit event
 DRAIN_GRACE = 30  # seconds, when the spec does not say
+SIGTERM_SENT = "SIGTERM sent"  # a draining instance's message once rpc.enable_sigterm signalled
 
 
 def converge(
@@ -126,8 +128,13 @@ def _exit_text(found: ObservedInstance, runtime: Runtime) -> str:
 
 def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = True) -> None:
     """Into back-off: the restart waits 10 s, doubling to 5 min; an engine that stayed up
-    10 minutes starts over from 10 s. The event keeps its last log lines."""
+    10 minutes starts over from 10 s. The event keeps its last log lines. With the spec's
+    enable_crash_block, kept as it ended instead (failed, its container and logs left)."""
     tail = runtime.logs(row.name, tail=LOG_TAIL).strip() if logs else ""
+    spec = _spec(row)
+    if spec is not None and spec.metadata.enable_crash_block:
+        _crash_blocked(row, why, tail)
+        return
     up = (now - row.started_at).total_seconds() if row.started_at else 0.0
     restarts = 1 if up >= fleet.backoff_reset else row.restarts + 1
     delay = fleet.backoff(restarts)
@@ -142,6 +149,28 @@ def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = 
         return
     record(row.service, "InstanceExited", message + (f"; last log lines:\n{tail}" if tail else ""),
            row.name)  # fmt: skip
+
+
+def _crash_blocked(row: Instance, why: str, tail: str) -> None:
+    message = (
+        f"{why}; kept as it ended (runtime.enable_crash_block), not restarted: read "
+        "its logs, then update the service (or stop and start it) to start it again"
+    )
+    blocked = (
+        Instance.objects.filter(pk=row.pk)
+        .exclude(state=InstanceState.DRAINING)
+        .update(state=InstanceState.FAILED, message=message, url="", ready_since=None)
+    )
+    if blocked:
+        record(row.service, "InstanceCrashBlocked",
+               message + (f"; last log lines:\n{tail}" if tail else ""), row.name)  # fmt: skip
+
+
+def _spec(row: Instance):
+    try:
+        return row.service.parsed_spec()
+    except Exception:  # a spec stored before a rule tightened: the defaults
+        return None
 
 
 def _found_running(row: Instance, found: ObservedInstance, now: datetime) -> None:
@@ -165,23 +194,25 @@ def _in_flight_reports() -> list[dict]:
 
 
 def _grace(row: Instance) -> float:
-    try:
-        spec = row.service.parsed_spec()
-    except Exception:  # a spec stored before a rule tightened: the default
-        return DRAIN_GRACE
-    return getattr(spec.metadata, "termination_grace_period", DRAIN_GRACE)
+    spec = _spec(row)
+    return spec.metadata.termination_grace_period if spec is not None else DRAIN_GRACE
 
 
 def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> set[str]:
     """Stop a draining instance once no gateway routes to it or has requests in flight to
-    it, or once its grace has passed."""
+    it, or once its grace has passed. With the spec's rpc.enable_sigterm its engine gets
+    SIGTERM at once, and once it has ended, it is removed."""
     since = row.draining_since or now
     waited = (now - since).total_seconds()
+    if found is not None and found.running and _sigterm_due(row):
+        return background(row.name, partial(_sigterm, row, runtime))
+    ended = found is None or not found.running
     clear = inflight.drained(reports, row.name, int(since.timestamp() * 1000))
     clear = clear and waited >= fleet.drain_settle
-    if not clear and waited < _grace(row):
+    if not clear and not ended and waited < _grace(row):
         return set()
-    why = "its requests finished" if clear else f"its grace of {_grace(row):.0f} s passed"
+    why = ("it ended" if ended else "its requests finished" if clear
+           else f"its grace of {_grace(row):.0f} s passed")  # fmt: skip
 
     def stop() -> set[str]:
         if found is not None:
@@ -196,29 +227,45 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> se
     return background(row.name, stop)
 
 
+def _sigterm_due(row: Instance) -> bool:
+    spec = _spec(row)
+    rpc = spec.metadata.rpc if spec is not None else None
+    return bool(rpc and rpc.enable_sigterm) and not row.message.startswith(SIGTERM_SENT)
+
+
+def _sigterm(row: Instance, runtime: Runtime) -> set[str]:
+    """SIGTERM to a draining instance's engine, once (its message records it)."""
+    Instance.objects.filter(pk=row.pk).update(message=f"{SIGTERM_SENT}: {row.message}".strip(": "))
+    runtime.terminate(row.name)
+    record(row.service, "InstanceSignalled", "SIGTERM sent as it started draining "
+           "(metadata.rpc.enable_sigterm)", row.name)  # fmt: skip
+    return {row.service.name}
+
+
 def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
-    """Readiness and liveness for the running instances whose checks are due, in parallel."""
+    """Readiness and liveness for the running instances whose checks are due, in parallel.
+    A starting instance with a startup probe is ready only once that passes too, and its
+    liveness waits until then."""
     checks = []
     for row, found in due:
-        spec = row.placed_spec()
-        hc = getattr(spec, "health_check", None) if spec else None
-        ready = probes.Probe.of(hc)
-        alive = probes.Probe.of(hc.liveness) if hc and hc.liveness else None
+        found_probes = probes.probe_set(row.placed_spec())
+        gate = found_probes.startup if row.state == InstanceState.STARTING else None
         started = (row.started_at or now).timestamp()
         last = row.probed_at.timestamp() if row.probed_at else None
-        if probes.due(last, started, now.timestamp(), ready):
-            checks.append((row, found, "readiness", ready))
+        if probes.due(last, started, now.timestamp(), gate or found_probes.readiness):
+            checks.append((row, found, "readiness", found_probes.readiness, gate))
+        alive = None if gate else found_probes.liveness
         if alive and probes.due(liveness_clock.get(row.name), started, now.timestamp(), alive):
             liveness_clock[row.name] = now.timestamp()
-            checks.append((row, found, "liveness", alive))
+            checks.append((row, found, "liveness", alive, None))
     if not checks:
         return set()
     with ThreadPoolExecutor(max_workers=min(8, len(checks))) as pool:
         results = list(pool.map(
-            lambda c: check(c[1].url or "", c[1].health_path, c[3], c[0].engine_key()), checks
+            lambda c: _passes(c[0], c[1], (c[4], c[3]), runtime, check), checks
         ))  # fmt: skip
     touched = set()
-    for (row, _, kind, probe), passed in zip(checks, results, strict=True):
+    for (row, _, kind, probe, _), passed in zip(checks, results, strict=True):
         if kind == "readiness":
             touched |= _after_readiness(row, passed, probe, runtime, fleet, now)
         elif not passed:
@@ -226,6 +273,23 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
         elif row.liveness_failures:
             Instance.objects.filter(pk=row.pk).update(liveness_failures=0)
     return touched
+
+
+def _passes(row, found, steps, runtime, check) -> bool:
+    """Whether every probe of `steps` (None: none) passes, in turn: an exec probe in the
+    instance (its runtime), a network one at its url (through its front where it has one)."""
+    for probe in steps:
+        if probe is None:
+            continue
+        if probe.kind == probes.EXEC:
+            passed = runtime.exec_check(row.name, probe.command, probe.timeout)
+        else:
+            path = probes.request_path(probe, found.fronted)
+            asked = probe if path is None else replace(probe, path=path)
+            passed = check(found.url or "", found.health_path, asked, row.engine_key())
+        if not passed:
+            return False
+    return True
 
 
 def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
@@ -239,7 +303,8 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
         and ((now - row.started_at).total_seconds() > deadline)
     ):
         runtime.remove(row.name)
-        crashed(row, runtime, fleet, now, f"not ready within {deadline:.0f} s", logs=False)
+        why = f"not ready within {deadline:.0f} s" + _startup_reason(row)
+        crashed(row, runtime, fleet, now, why, logs=False)
         return {row.service.name}
     changes = dict(state=result.state, probe_successes=result.successes,
                    probe_failures=result.failures, probed_at=now)  # fmt: skip
@@ -258,9 +323,13 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
 
 
 def _startup_deadline(row: Instance, fleet: FleetSettings) -> float:
-    spec = row.placed_spec()
-    hc = getattr(spec, "health_check", None) if spec else None
-    return float(getattr(hc, "startup_timeout_seconds", None) or fleet.health_timeout)
+    deadline = probes.probe_set(row.placed_spec()).startup_deadline
+    return float(deadline or fleet.health_timeout)
+
+
+def _startup_reason(row: Instance) -> str:
+    startup = probes.probe_set(row.placed_spec()).startup
+    return f" (its startup check, {startup.kind}, did not pass)" if startup else ""
 
 
 def _after_liveness_failure(row, probe, runtime, fleet, now) -> set[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 from dataclasses import asdict
 
@@ -27,6 +28,17 @@ MAX_IMAGES = 200  # tags reported per node
 
 def memory_mb() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+
+
+def disk_mb(runtime) -> int:
+    """The size of the disk this node's instances write to: Docker's data root, or the
+    process runtime's instance folder; 0 when it cannot be read (not a constraint then)."""
+    try:
+        where = runtime.client.info()["DockerRootDir"] if runtime.name == "docker" else None
+        where = where or getattr(runtime, "state_dir", None)
+        return shutil.disk_usage(where).total // (1024 * 1024) if where else 0
+    except Exception:  # a daemon away, a folder not visible here: unknown
+        return 0
 
 
 def engine_images(runtime) -> list[str]:
@@ -58,6 +70,7 @@ def inventory(runtime) -> dict:
         "cards": cards,
         "cpus": os.cpu_count() or 0,
         "memory_mb": memory_mb(),
+        "disk_mb": disk_mb(runtime),
         "runtime": runtime.name,
         "images": engine_images(runtime),
         "cached_models": local_models(),

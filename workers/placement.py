@@ -1,8 +1,11 @@
 """Where each new instance goes: which node, and which cards on it. Pure (no Django, no I/O),
 so the scheduler's choices are tested without servers and the same call explains a refusal.
 
-Needs are placed in order and each sees what the earlier ones took. Among the nodes where a
-need fits it prefers, in turn: (1) the fewest instances of its service already there, so one
+Needs are placed in order and each sees what the earlier ones took. A need fits a node with
+the cards, CPUs, memory and disk it asks for free (and, with spread "host", none of its
+service's instances). Among the nodes where it fits it prefers, in turn: (0) with spread
+"zone", the zone with the fewest of its service's instances; (1) the fewest instances of its
+service already there, so one
 node's loss takes few replicas; (2) a node that has its model cached, then its engine image,
 so it starts without a download; (3) the fewest free cards of its kind left afterwards, so
 large nodes stay whole for big tensor-parallel instances; (4) the node's name, so the same
@@ -19,6 +22,8 @@ from dataclasses import dataclass, field
 
 from workers.devices import first_contiguous  # the node-local allocator's rule, shared
 
+# Where a node's zone is read from when it has no `zone` label (Kubernetes' well-known label).
+ZONE_LABEL = "topology.kubernetes.io/zone"
 # CPUs are fractional (0.5, 0.1 + 0.2 ...): a need equal to what is free must fit.
 CPU_TOLERANCE = 1e-9
 
@@ -40,6 +45,7 @@ class NodeOffer:
     cards: tuple[Card, ...] = ()
     cpus: float = 0  # 0 = unknown: not a constraint
     memory_mb: int = 0  # 0 = unknown: not a constraint
+    disk_mb: int = 0  # the disk its instances write to; 0 = unknown: not a constraint
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     unschedulable: str = ""  # "" or why it takes nothing new: "not_ready", "cordoned", "draining"
     models: frozenset[str] = frozenset()  # model sources already cached on the node
@@ -64,6 +70,7 @@ class Held:
     cards: tuple[int, ...] = ()
     cpu: float = 0
     memory_mb: int = 0
+    disk_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -76,13 +83,15 @@ class Need:
     cards: int = 0
     cpu: float = 0
     memory_mb: int = 0
+    disk_mb: int = 0
     selector: Mapping[str, str] = field(default_factory=dict, hash=False)  # labels required
+    spread: str = "default"  # "host": one per node; "zone": across zones first
     model: str = ""  # preferred: nodes whose `models` contain it
     image: str = ""  # preferred: nodes whose `images` contain it
 
     def __post_init__(self) -> None:
-        if self.cards < 0 or self.cpu < 0 or self.memory_mb < 0:
-            raise ValueError(f"{self.key}: cards, cpu and memory_mb must be >= 0")
+        if min(self.cards, self.cpu, self.memory_mb, self.disk_mb) < 0:
+            raise ValueError(f"{self.key}: cards, cpu, memory_mb and disk_mb must be >= 0")
         if self.cards and not self.kind:
             raise ValueError(f"{self.key}: needs {self.cards} cards but names no kind")
         object.__setattr__(self, "selector", dict(self.selector))
@@ -111,10 +120,12 @@ class Unplaced:
 class _Node:
     """What is still free on one node while a call places its needs."""
 
-    __slots__ = ("offer", "free", "total", "free_cards", "cpu", "memory", "services")
+    __slots__ = ("offer", "free", "total", "free_cards", "cpu", "memory", "disk", "services",
+                 "zones")  # fmt: skip
 
-    def __init__(self, offer: NodeOffer):
+    def __init__(self, offer: NodeOffer, zones: dict[tuple[str, str], int]):
         self.offer = offer
+        self.zones = zones  # (zone, service) -> its instances there, shared by every node
         indexes: dict[str, set[int]] = {}
         for card in offer.cards:
             indexes.setdefault(card.kind, set()).add(card.index)
@@ -123,12 +134,22 @@ class _Node:
         self.free_cards = sum(self.total.values())
         self.cpu = float(offer.cpus)
         self.memory = offer.memory_mb
+        self.disk = offer.disk_mb
         self.services: dict[str, int] = {}
 
-    def hold(self, service: str, kind: str, cards: Sequence[int], cpu: float, memory: int) -> None:
+    @property
+    def zone(self) -> str:
+        labels = self.offer.labels
+        return labels.get("zone") or labels.get(ZONE_LABEL) or ""
+
+    def hold(
+        self, service: str, kind: str, cards: Sequence[int], cpu: float, memory: int, disk: int
+    ) -> None:
         self.services[service] = self.services.get(service, 0) + 1
+        self.zones[self.zone, service] = self.zones.get((self.zone, service), 0) + 1
         self.cpu -= cpu
         self.memory -= memory
+        self.disk -= disk
         taken = set(cards)
         for each in (kind,) if kind else tuple(self.free):
             free = self.free.get(each)
@@ -142,13 +163,16 @@ class _Node:
             (not need.cards or len(self.free.get(need.kind, ())) >= need.cards)
             and (not offer.cpus or self.cpu + CPU_TOLERANCE >= need.cpu)
             and (not offer.memory_mb or self.memory >= need.memory_mb)
+            and (not offer.disk_mb or self.disk >= need.disk_mb)
+            and (need.spread != "host" or not self.services.get(need.service))
         )
 
-    def rank(self, need: Need) -> tuple[int, bool, bool, int]:
+    def rank(self, need: Need) -> tuple[int, int, bool, bool, int]:
         """Smaller is better; ties go to the earlier node in name order."""
         offer = self.offer
         left = len(self.free.get(need.kind, ())) if need.kind else self.free_cards
         return (
+            self.zones.get((self.zone, need.service), 0) if need.spread == "zone" else 0,
             self.services.get(need.service, 0),
             bool(need.model) and need.model not in offer.models,
             bool(need.image) and need.image not in offer.images,
@@ -160,19 +184,25 @@ class _Node:
         if need.cards:
             free = self.free[need.kind]
             chosen = first_contiguous(free, need.cards) or tuple(free[: need.cards])
-        self.hold(need.service, need.kind, chosen, need.cpu, need.memory_mb)
+        self.hold(need.service, need.kind, chosen, need.cpu, need.memory_mb, need.disk_mb)
         return chosen
 
     def why_not(self, need: Need) -> str:
         """What keeps `need` off this node, in plain words; "" when nothing does."""
         free = len(self.free.get(need.kind, ()))
         total = self.total.get(need.kind, 0)
-        return shortfall(self.offer, need, free, total, self.cpu, self.memory)
+        reasons = shortfall(self.offer, need, free, total, self.cpu, self.memory, self.disk)
+        if need.spread == "host" and self.services.get(need.service):
+            host = f"runs an instance of {need.service} already (spread.policy host)"
+            reasons = f"{reasons} and {host}" if reasons else host
+        return reasons
 
 
-def shortfall(offer: NodeOffer, need: Need, free: int, total: int, cpu: float, memory: int) -> str:
+def shortfall(
+    offer: NodeOffer, need: Need, free: int, total: int, cpu: float, memory: int, disk: int = 0
+) -> str:
     """What keeps `need` off a node that has `free` of its `total` cards of the kind, `cpu`
-    CPUs and `memory` MB left, in plain words; "" when nothing does."""
+    CPUs, `memory` MB and `disk` MB left, in plain words; "" when nothing does."""
     reasons = [offer.unschedulable.replace("_", " ")] if offer.unschedulable else []
     for key, value in need.selector.items():
         if key not in offer.labels:
@@ -187,6 +217,8 @@ def shortfall(offer: NodeOffer, need: Need, free: int, total: int, cpu: float, m
         reasons.append(f"{max(cpu, 0):g} free CPUs, needs {need.cpu:g}")
     if offer.memory_mb and memory < need.memory_mb:
         reasons.append(f"{max(memory, 0)} MB free memory, needs {need.memory_mb}")
+    if offer.disk_mb and disk < need.disk_mb:
+        reasons.append(f"{max(disk, 0)} MB free disk, needs {need.disk_mb}")
     return " and ".join(reasons)
 
 
@@ -197,14 +229,15 @@ def _matches(offer: NodeOffer, selector: Mapping[str, str]) -> bool:
 def _nodes(nodes: Sequence[NodeOffer], held: Sequence[Held]) -> list[_Node]:
     """Every node's free state after what `held` holds, in name order."""
     by_name: dict[str, _Node] = {}
+    zones: dict[tuple[str, str], int] = {}
     for offer in nodes:
         if offer.name in by_name:
             raise ValueError(f"node {offer.name!r} is offered twice")
-        by_name[offer.name] = _Node(offer)
+        by_name[offer.name] = _Node(offer, zones)
     for h in held:
         node = by_name.get(h.node)
         if node is not None:  # a node that is gone holds nothing we could give out
-            node.hold(h.service, h.kind, h.cards, h.cpu, h.memory_mb)
+            node.hold(h.service, h.kind, h.cards, h.cpu, h.memory_mb, h.disk_mb)
     return [by_name[name] for name in sorted(by_name)]
 
 

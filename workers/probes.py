@@ -3,21 +3,32 @@
 Readiness decides routing: `success_threshold` passes in a row make an instance ready,
 `failure_threshold` failures in a row take a ready one out of routing until it passes again.
 A new instance that has not passed by its startup deadline has failed to start. Liveness
-alone restarts a running engine: `failure_threshold` failures in a row.
+alone restarts a running engine: `failure_threshold` failures in a row. A startup probe
+(EAS's containers[].startup_check) gates a starting instance: its readiness counts only once
+the startup probe passes, and its liveness is not probed before it is ready.
+
+Where the probes come from (probe_set): Wharf's top-level health_check, or EAS's container
+probes (contracts.spec_probes); a spec gives one or the other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from urllib.parse import urlencode
 
+from contracts.engine_front import PROBE_PATH
 from workers.health import is_healthy
 
 READY, STARTING, UNHEALTHY = "ready", "starting", "unhealthy"
+# What a probe does: the engine's own health path (or its port, where it has none), an HTTP
+# GET or a TCP connect of a port of the instance (through its front), a command in it.
+ENGINE, HTTP, TCP, EXEC = "engine", "http", "tcp", "exec"
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One check's settings, from the spec's health_check (or its liveness)."""
+    """One check's settings, from the spec's health_check (or its liveness), or a container
+    probe of EAS's."""
 
     path: str | None = None  # None: the engine's own health path
     initial_delay: float = 0
@@ -25,6 +36,9 @@ class Probe:
     timeout: float = 2
     failure_threshold: int = 3
     success_threshold: int = 1
+    kind: str = ENGINE
+    port: int | None = None  # HTTP, TCP: the port the spec names
+    command: tuple[str, ...] = ()  # EXEC
 
     @classmethod
     def of(cls, check) -> Probe:
@@ -37,6 +51,70 @@ class Probe:
             failure_threshold=check.failure_threshold,
             success_threshold=getattr(check, "success_threshold", 1),
         )  # fmt: skip
+
+    @classmethod
+    def of_container(cls, probe) -> Probe:
+        """From one of EAS's container probes (contracts.spec_probes.ContainerProbe)."""
+        timing = cls(
+            initial_delay=probe.initial_delay_seconds, period=probe.period_seconds,
+            timeout=probe.timeout_seconds, failure_threshold=probe.failure_threshold,
+            success_threshold=probe.success_threshold,
+        )  # fmt: skip
+        if probe.http_get is not None:
+            return replace(timing, kind=HTTP, path=probe.http_get.path, port=probe.http_get.port)
+        if probe.tcp_socket is not None:
+            return replace(timing, kind=TCP, port=probe.tcp_socket.port)
+        return replace(timing, kind=EXEC, command=tuple(probe.exec.command))
+
+
+@dataclass(frozen=True)
+class ProbeSet:
+    """How an instance of a spec is probed."""
+
+    readiness: Probe
+    liveness: Probe | None = None
+    startup: Probe | None = None
+    startup_deadline: float | None = None  # seconds after start; None: the fleet's default
+
+
+def probe_set(spec) -> ProbeSet:
+    """The probes of an instance of `spec` (None: the defaults): EAS's container probes where
+    the spec has them, else Wharf's health_check."""
+    container = spec.containers[0] if spec is not None and spec.containers else None
+    if container is not None and container.probes():
+        startup = container.startup_check
+        deadline = None
+        if startup is not None:  # Kubernetes' budget: the delay, then every allowed failure
+            deadline = float(startup.initial_delay_seconds
+                             + startup.period_seconds * startup.failure_threshold)  # fmt: skip
+        ready = container.readiness()
+        return ProbeSet(
+            readiness=Probe.of_container(ready) if ready else Probe(),
+            liveness=Probe.of_container(container.liveness_check)
+            if container.liveness_check else None,
+            startup=Probe.of_container(startup) if startup else None,
+            startup_deadline=deadline,
+        )  # fmt: skip
+    hc = getattr(spec, "health_check", None) if spec is not None else None
+    return ProbeSet(
+        readiness=Probe.of(hc),
+        liveness=Probe.of(hc.liveness) if hc and hc.liveness else None,
+        startup_deadline=getattr(hc, "startup_timeout_seconds", None),
+    )
+
+
+def request_path(probe: Probe, fronted: bool) -> str | None:
+    """The path a network probe asks at the instance's url: its front's probe door with the
+    port (and path) the spec names; with no front (host network, a prefill/decode member),
+    the served port itself: the path (HTTP), or "" (TCP, a connect). None for others."""
+    if probe.kind not in (HTTP, TCP):
+        return None
+    if not fronted:
+        return probe.path or "" if probe.kind == HTTP else ""
+    query: dict = {"port": probe.port, "timeout": probe.timeout}
+    if probe.kind == HTTP:
+        query["path"] = probe.path
+    return f"{PROBE_PATH}?{urlencode(query)}"
 
 
 @dataclass(frozen=True)
@@ -68,4 +146,9 @@ def due(last: float | None, started: float, now: float, probe: Probe) -> bool:
 
 
 def check(url: str, default_path: str, probe: Probe, key: str = "") -> bool:
-    return is_healthy(url, probe.path or default_path, timeout=probe.timeout, key=key)
+    """A network probe of an instance at `url` (its front's, where it has one); `probe.path`
+    is the path asked (request_path), or None for the engine's own `default_path`."""
+    if probe.kind == ENGINE:
+        return is_healthy(url, probe.path or default_path, timeout=probe.timeout, key=key)
+    # The front probes within probe.timeout; a second more for its own answer.
+    return is_healthy(url, probe.path or "", timeout=probe.timeout + 1, key=key)

@@ -233,10 +233,10 @@ def _need(service: str, spec: ServiceSpec, role: str) -> placement.Need:
     resource = getattr(spec.metadata, "resource", None)
     return placement.Need(
         key=planning.instance_name(service, role), service=service,
-        kind=kind if count else "", cards=count, cpu=spec.metadata.cpu or 0,
-        memory_mb=spec.metadata.memory or 0,
+        kind=kind if count else "", cards=count, cpu=spec_facts.reserved_cpu(spec),
+        memory_mb=spec.metadata.memory or 0, disk_mb=spec.metadata.disk_mb,
         selector={"resource": resource} if resource else {},
-        model=_model_key(spec),
+        model=_model_key(spec), spread=spec_facts.spread_policy(spec),
     )  # fmt: skip
 
 
@@ -264,7 +264,8 @@ def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[plac
             name=node.name,
             cards=tuple(placement.Card(c["kind"], c["index"], c.get("memory_mb", 0))
                         for c in node.cards),
-            cpus=node.cpus, memory_mb=node.memory_mb, labels=dict(node.labels),
+            cpus=node.cpus, memory_mb=node.memory_mb, disk_mb=node.disk_mb,
+            labels=dict(node.labels),
             unschedulable="" if state == NODE_READY else state,
             images=frozenset(node.images), models=frozenset(node.cached_models),
         ))  # fmt: skip
@@ -280,8 +281,9 @@ def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[plac
         kind, cards = decode_allocation(row.devices) if row.devices else ("", ())
         held.append(placement.Held(
             node=row.node, service=row.service.name, kind=kind, cards=tuple(cards),
-            cpu=(spec.metadata.cpu or 0) if spec else 0,
+            cpu=spec_facts.reserved_cpu(spec) if spec else 0,
             memory_mb=(spec.metadata.memory or 0) if spec else 0,
+            disk_mb=spec.metadata.disk_mb if spec else 0,
         ))  # fmt: skip
     return offers, held
 

@@ -21,6 +21,7 @@ from contracts.engines.plan import PdMember, Placement
 from contracts.grants import own_image
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
+from contracts.spec_probes import probe_ports
 from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
@@ -81,6 +82,7 @@ def start_instance(
         observed = runtime.create(InstanceRequest(
             service.name, name, row.spec_hash, plan, row.devices, row.role, row.pd_index,
             tuple(staged.values()), engine_key=placement.engine_key,
+            probe_ports=_probe_ports(spec, plan.port),
         ))  # fmt: skip
     except InstanceError as exc:  # the user must change something: a permanent failure
         _fail(row, str(exc))
@@ -101,6 +103,13 @@ def start_instance(
     if started:  # else drained or moved meanwhile: the next pass deals with it
         record(service, "InstanceStarted", f"engine started on node {node}", name)
     return service.name
+
+
+def _probe_ports(spec: ServiceSpec, engine_port: int) -> tuple[tuple[int, int], ...]:
+    """The ports the spec's container probes name, and where each is beside the engine."""
+    container = spec.containers[0] if spec.containers else None
+    served = container.port if container else None
+    return tuple(probe_ports(container, served, engine_port).items())
 
 
 def _with_adapters(placement: Placement, spec: ServiceSpec, staged: dict[str, str]) -> Placement:

@@ -48,6 +48,10 @@ ALIASES: tuple[tuple[Path, Path], ...] = (
     (("metadata", "rate_limit"), ("metadata", "rpc", "rate_limit")),
     (("metadata", "keepalive"), ("metadata", "rpc", "keepalive")),
     (("resource",), ("metadata", "resource")),
+    (("scheduling",), ("metadata", "scheduling")),
+    (("networking", "enable_grpc"), ("metadata", "enable_grpc")),
+    (("runtime", "enable_crash_block"), ("metadata", "enable_crash_block")),
+    (("metadata", "enable_sigterm"), ("metadata", "rpc", "enable_sigterm")),
 )
 # Where dotted keys are split: EAS writes them at the top and inside metadata.
 DOTTED_IN: tuple[Path, ...] = ((), ("metadata",))
@@ -71,7 +75,8 @@ def canonical(data: Any) -> Any:
     for alias, target in ALIASES:
         _move(found, alias, target, errors)
     scaling_forms(found, errors)
-    for parent in ((), ("credential",), ("runtime",), ("eas",), ("metadata", "eas")):
+    for parent in ((), ("credential",), ("runtime",), ("eas",), ("metadata", "eas"),
+                   ("networking",)):  # fmt: skip
         node = _get(found, parent)
         if parent and isinstance(node, dict) and not node:  # emptied by the moves above
             _pop(found, parent)

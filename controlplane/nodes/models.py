@@ -20,6 +20,9 @@ class Node(models.Model):
     cards = models.JSONField(default=list, blank=True)
     cpus = models.PositiveIntegerField(default=0)
     memory_mb = models.PositiveBigIntegerField(default=0)
+    # the size of the disk its instances write to (Docker's data root, the process runtime's
+    # folder, a Kubernetes node's allocatable ephemeral storage); 0: unknown
+    disk_mb = models.PositiveBigIntegerField(default=0)
     runtime = models.CharField(max_length=16, blank=True)
     images = models.JSONField(default=list, blank=True)  # engine images present on the node
     # Models it holds: model-store names and staged object-storage sources (their cache keys);

@@ -288,8 +288,8 @@ def test_forms_are_drawn_from_the_schema_the_page_fetches(live_server, page):
     options = page.eval_on_selector_all(
         f'{form} [name="llm.engine"] option', "options => options.map(o => o.value)"
     )
-    assert options == ["vllm", "vllm-cpu", "vllm-ascend", "bladellm", "tgi", "paddlenlp",
-                       "new-engine"]  # fmt: skip
+    assert options == ["vllm", "vllm-cpu", "vllm-ascend", "sglang", "bladellm", "tgi",
+                       "paddlenlp", "new-engine"]  # fmt: skip
     length = f'{form} [name="llm.max_model_len"]'
     assert page.get_attribute(length, "min") == "32"
     help_text = page.inner_text(f'{form} [data-field="llm.max_model_len"] small')

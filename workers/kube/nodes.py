@@ -42,6 +42,7 @@ class NodeView:
     ready: bool
     cpus: int
     memory_mb: int
+    disk_mb: int = 0
     cards: list[dict] = field(default_factory=list)  # {"kind", "index", "memory_mb"}
     # pod name -> its cards, encoded as contracts.allocation does ("gpu:0,1")
     held: dict[str, str] = field(default_factory=dict)
@@ -99,6 +100,7 @@ def views(nodes: list[dict], pods: list[dict], kube: names.KubeSettings) -> list
             name=meta.get("name", ""), address=address, labels=dict(meta.get("labels") or {}),
             ready=ready, cpus=math.floor(quantity(allocatable.get("cpu"))),
             memory_mb=int(quantity(allocatable.get("memory")) // 2**20), cards=cards, held=held,
+            disk_mb=int(quantity(allocatable.get("ephemeral-storage")) // 2**20),
         ))  # fmt: skip
     return out
 
@@ -120,7 +122,8 @@ def sync(cluster, kube: names.KubeSettings) -> int:
     for view in seen:
         Node.objects.update_or_create(name=view.name, defaults={
             "address": view.address, "labels": view.labels, "cards": view.cards,
-            "cpus": view.cpus, "memory_mb": view.memory_mb, "runtime": RUNTIME,
+            "cpus": view.cpus, "memory_mb": view.memory_mb, "disk_mb": view.disk_mb,
+            "runtime": RUNTIME,
             "heartbeat_at": now if view.ready else None,
         })  # fmt: skip
         for pod, devices in view.held.items():

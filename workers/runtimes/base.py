@@ -55,6 +55,9 @@ class InstanceRequest:
     # The instance's engine key (contracts.engine_keys): its front lets in only callers with
     # it (gateway.front); "" starts the engine with no front (tests of the runtime alone).
     engine_key: str = field(default="", repr=False)
+    # ((the port the spec's probes name, the port it is beside the engine), ...): what its
+    # front lets the worker probe (gateway.front's /.wharf/probe; contracts.spec_probes).
+    probe_ports: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class ObservedInstance:
     # folders it was created with; None: not recorded), reported whether it runs or not, since
     # a stopped instance may be restarted: the model cache keeps what they name.
     paths: tuple[str, ...] | None = ()
+    fronted: bool = False  # behind its front (gateway.front): probes go through it
 
 
 class Runtime(Protocol):
@@ -100,8 +104,18 @@ class Runtime(Protocol):
 
     def logs(self, name: str, tail: int = 200) -> str: ...
 
+    def terminate(self, name: str) -> None:
+        """SIGTERM to instance `name`'s engine, which ends in its own time (or is removed
+        later); nothing when it is not running."""
+        ...
+
     def cpu_seconds(self, name: str) -> float | None:
         """CPU seconds instance `name` has used since it started; None: no figure."""
         ...
 
     def forget(self, service: str) -> None: ...
+
+    def exec_check(self, name: str, command: tuple[str, ...], timeout: float) -> bool:
+        """Run `command` in the instance `name` (EAS's exec probe): whether it exited 0
+        within `timeout` seconds. One still running then is killed."""
+        ...

@@ -44,6 +44,7 @@ from workers.runtimes.docker_front import (
     front_options,
     fronted,
 )
+from workers.runtimes.exec_probe import exec_probe
 from workers.runtimes.pulls import pull
 
 # Serializes the making of service networks among this worker's threads.
@@ -386,7 +387,12 @@ class DockerRuntime:
             role=labels.get(LABEL_ROLE, ""),
             pd_index=int(labels.get(LABEL_PD_INDEX) or 0),
             paths=bind_sources(container.attrs),
+            fronted=labels.get(LABEL_FRONTED) == "1",
         )
+
+    def terminate(self, name: str) -> None:
+        with contextlib.suppress(NotFound, APIError):  # gone, or not running: nothing to signal
+            self.client.containers.get(name).kill(signal="SIGTERM")
 
     def cpu_seconds(self, name: str) -> float | None:
         """CPU seconds the engine's container has used (its cgroup, as `docker stats` reads
@@ -436,6 +442,11 @@ class DockerRuntime:
             return self.client.containers.get(name).logs(tail=tail).decode(errors="replace")
         except NotFound:
             return ""
+
+    def exec_check(self, name: str, command: tuple[str, ...], timeout: float) -> bool:
+        """`command` exec'd in the engine container (its user, environment and working
+        directory), as `docker exec`; past `timeout` it is killed (workers.runtimes.exec_probe)."""
+        return exec_probe(self.client.api, name, command, timeout)
 
 
 def _runs(container) -> bool:

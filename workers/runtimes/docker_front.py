@@ -51,6 +51,8 @@ def front_options(request: InstanceRequest, engine_id: str, node: str, metrics_t
             "--upstream", f"127.0.0.1:{plan.port}"]  # fmt: skip
     if plan.metrics_path:
         args += ["--metrics-path", "/" + plan.metrics_path.lstrip("/")]
+    for asked, reached in request.probe_ports:  # the engine's own network namespace's ports
+        args += ["--probe-port", f"{asked}={reached}"]
     env = {KEY_ENV: request.engine_key}
     if metrics_token:
         env[METRICS_TOKEN_ENV] = metrics_token

@@ -21,6 +21,7 @@ class MemoryRuntime:
         self.requests: dict[str, InstanceRequest] = {}
         self.healthy: set[str] = set()  # urls whose checks pass
         self.created: list[str] = []  # every create, in order
+        self.exec_passes: set[str] = set()  # instances whose exec probes pass
 
     def placement(self) -> Placement:
         return Placement(in_container=False, model_store="/models", host=self.address,
@@ -49,6 +50,10 @@ class MemoryRuntime:
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         return [o for o in self.instances.values() if service in (None, o.service)]
 
+    def terminate(self, name: str) -> None:
+        if name in self.instances:  # it ends at once, as an engine that handles SIGTERM
+            self.exit(name, 0)
+
     def cpu_seconds(self, name: str) -> float | None:
         return None  # nothing runs: no figure
 
@@ -57,6 +62,9 @@ class MemoryRuntime:
 
     def forget(self, service: str) -> None:
         pass
+
+    def exec_check(self, name: str, command: tuple[str, ...], timeout: float) -> bool:
+        return name in self.exec_passes
 
     # What tests do to it
     def exit(self, name: str, code: int = 1) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -68,6 +69,35 @@ def inherited_env(worker_env: Mapping[str, str]) -> dict[str, str]:
         for name, value in worker_env.items()
         if name in INHERITED_ENV or name.startswith(INHERITED_PREFIXES)
     }
+
+
+def engine_environment(environ: bytes) -> dict[str, str]:
+    """An engine's environment from its process's (a front's: with its secrets, which the
+    engine it starts never gets)."""
+    env = {}
+    for entry in environ.split(b"\0"):
+        name, equals, value = entry.decode(errors="replace").partition("=")
+        if equals and name not in (front.KEY_ENV, front.METRICS_TOKEN_ENV):
+            env[name] = value
+    return env
+
+
+def exec_probe(command: tuple[str, ...], env: dict[str, str], cwd: Path, timeout: float) -> bool:
+    """Whether `command` exits 0 within `timeout` seconds; its group is killed after that."""
+    try:
+        proc = subprocess.Popen(
+            command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except OSError:  # no such program
+        return False
+    try:
+        return proc.wait(timeout) == 0
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False
 
 
 def _proc_start_time(pid: int) -> str | None:
@@ -146,6 +176,12 @@ class ProcessRuntime:
             raise InstanceError(
                 f"generated files ({', '.join(plan.files)}) need the docker runtime"
             )
+        if others := sorted({asked for asked, reached in request.probe_ports
+                             if reached != plan.port}):  # fmt: skip
+            raise InstanceError(
+                f"probes of port {', '.join(map(str, others))}: a local process has no network "
+                "of its own, so only its serving port is probed; use the docker runtime"
+            )
         if self.venv and not (self.venv / "bin" / "python").exists():
             raise InstanceError(f"no engine virtualenv at {self.venv}; run `make engines`")
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -162,6 +198,8 @@ class ProcessRuntime:
                     "--upstream", f"{LOOPBACK}:{plan.port}"]  # fmt: skip
             if plan.metrics_path:
                 args += ["--metrics-path", "/" + plan.metrics_path.lstrip("/")]
+            for asked, reached in request.probe_ports:
+                args += ["--probe-port", f"{asked}={reached}"]
             args += ["--", *plan.args]
             env[front.KEY_ENV] = request.engine_key
             if self.metrics_token:
@@ -190,6 +228,7 @@ class ProcessRuntime:
             "pd_index": request.pd_index,
             "paths": list(request.paths),
             "node": self.node,
+            "fronted": args is not plan.args,
         }
         tmp = self._state_path(request.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
@@ -230,7 +269,18 @@ class ProcessRuntime:
             role=state.get("role", ""),
             pd_index=state.get("pd_index", 0),
             paths=paths,
+            fronted=state.get("fronted", False),
         )
+
+    def terminate(self, name: str) -> None:
+        """SIGTERM to its process group: the front stops taking connections and waits for
+        the engine, which ends in its own time."""
+        try:
+            state = json.loads(self._state_path(name).read_text())
+        except (OSError, ValueError):
+            return
+        if _proc_start_time(state["pid"]) == state["start_time"]:
+            process_groups.signal_group(state["pid"], signal.SIGTERM)
 
     def cpu_seconds(self, name: str) -> float | None:
         """CPU seconds its process group has used (the front's and the engine's); None when
@@ -292,6 +342,19 @@ class ProcessRuntime:
     def forget(self, service: str) -> None:
         """Remove what a deleted service shared between its instances (the KV folder)."""
         shutil.rmtree(self.state_dir.parent / "kv" / service, ignore_errors=True)
+
+    def exec_check(self, name: str, command: tuple[str, ...], timeout: float) -> bool:
+        """`command` run as the engine runs: in its working directory, with its environment
+        (read from its process: the plan's, less its front's secrets), under this worker's
+        account (the engine's); past `timeout` its whole group is killed."""
+        try:
+            state = json.loads(self._state_path(name).read_text())
+            environ = Path(f"/proc/{state['pid']}/environ").read_bytes()
+        except (OSError, ValueError, KeyError):
+            return False
+        if _proc_start_time(state["pid"]) != state["start_time"]:
+            return False  # a recycled pid: not the engine's environment
+        return exec_probe(command, engine_environment(environ), self.state_dir, timeout)
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:

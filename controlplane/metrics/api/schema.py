@@ -19,7 +19,7 @@ RATES = {
     "type": "object",
     "description": "over about the last minute; absent when nothing moved",
     "properties": {name: NUMBER for name in (
-        "prefix_hit_rate", "ttft", "prompt_tps", "generation_tps", "spec_acceptance")},
+        "prefix_hit_rate", "ttft", "itl", "prompt_tps", "generation_tps", "spec_acceptance")},
 }  # fmt: skip
 POINT = {
     "type": "object",

@@ -66,8 +66,9 @@ class NodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Node
         fields = ["name", "state", "address", "labels", "cordoned", "draining", "cards",
-                  "card_counts", "cpus", "memory_mb", "runtime", "images", "cached_models",
-                  "version", "heartbeat_at", "registered_at", "instances"]  # fmt: skip
+                  "card_counts", "cpus", "memory_mb", "disk_mb", "runtime", "images",
+                  "cached_models", "version", "heartbeat_at", "registered_at",
+                  "instances"]  # fmt: skip
 
     def _instances(self, node: Node) -> list[Instance]:
         by_node = self.context.setdefault("instances_by_node", {})

@@ -84,56 +84,63 @@ class Rollback(APIView):
                 "version must be a whole number of 1 or more.",
                 {"version": ["a whole number of 1 or more"]},
             )
-        with transaction.atomic():
-            # Locked: a concurrent update or rollback waits, so "the current version" holds.
-            service = get_object_or_404(visible_services(request).select_for_update(), name=name)
-            latest = current_number(service)
-            if wanted is None:
-                if not latest or latest < 2:
-                    return _refused(
-                        f"Service {name!r} has no version before its current one to roll back to.",
-                        {"version": ["there is no previous version"]},
-                    )
-                wanted = latest - 1
-            elif not latest or wanted > latest:
-                has = f"it has {_range(latest)}" if latest else "it has no versions"
+        return roll_back(request, name, wanted)
+
+
+def roll_back(request: Request, name: str, wanted: int | None) -> Response:
+    """Version `wanted`'s spec (None: the one before the current one) becomes the named
+    service's spec and a new version. Shared by the v1 API's rollback and EAS's
+    UpdateServiceVersion."""
+    with transaction.atomic():
+        # Locked: a concurrent update or rollback waits, so "the current version" holds.
+        service = get_object_or_404(visible_services(request).select_for_update(), name=name)
+        latest = current_number(service)
+        if wanted is None:
+            if not latest or latest < 2:
                 return _refused(
-                    f"Service {name!r} has no version {wanted}; {has}.",
-                    {"version": [f"no version {wanted}; {has}"]},
+                    f"Service {name!r} has no version before its current one to roll back to.",
+                    {"version": ["there is no previous version"]},
                 )
-            elif wanted == latest:
-                return _refused(
-                    f"Version {wanted} is the current version of {name!r}; nothing to roll back.",
-                    {"version": [f"version {wanted} is the current version"]},
-                )
-            target = ServiceVersion.objects.filter(service=service, number=wanted).first()
-            if target is None:
-                return _refused(
-                    f"Service {name!r} has no version {wanted}.",
-                    {"version": [f"no version {wanted}"]},
-                )
-            try:
-                spec = _validated(unseal(target.spec), service.workspace)
-            except SpecInvalid as exc:
-                return _refused(
-                    f"Version {wanted}'s spec no longer passes validation; nothing was "
-                    "changed. Deploy a corrected spec with an update instead.",
-                    exc.errors,
-                )
-            running = service.desired_state == DesiredState.RUNNING
-            check_model_names(spec, service.workspace, service)
-            check_quotas(service.workspace, spec, running, service)
-            Service.objects.filter(pk=service.pk).update(
-                spec=target.spec, generation=F("generation") + 1
-            )  # intent only: the reconciler alone writes the phase
-            service.refresh_from_db()
-            version = record_version(service, target.spec, f"rollback to version {wanted}")
-            record(
-                service,
-                "RolledBack",
-                f"rolled back to version {wanted}: now version {version.number} "
-                f"(generation {service.generation})",
+            wanted = latest - 1
+        elif not latest or wanted > latest:
+            has = f"it has {_range(latest)}" if latest else "it has no versions"
+            return _refused(
+                f"Service {name!r} has no version {wanted}; {has}.",
+                {"version": [f"no version {wanted}; {has}"]},
             )
-            fix_token(service, spec)  # the version's own fixed token, where it has one
-            _on_commit_reconcile(name)
-        return Response(ServiceSerializer(service).data)
+        elif wanted == latest:
+            return _refused(
+                f"Version {wanted} is the current version of {name!r}; nothing to roll back.",
+                {"version": [f"version {wanted} is the current version"]},
+            )
+        target = ServiceVersion.objects.filter(service=service, number=wanted).first()
+        if target is None:
+            return _refused(
+                f"Service {name!r} has no version {wanted}.",
+                {"version": [f"no version {wanted}"]},
+            )
+        try:
+            spec = _validated(unseal(target.spec), service.workspace)
+        except SpecInvalid as exc:
+            return _refused(
+                f"Version {wanted}'s spec no longer passes validation; nothing was "
+                "changed. Deploy a corrected spec with an update instead.",
+                exc.errors,
+            )
+        running = service.desired_state == DesiredState.RUNNING
+        check_model_names(spec, service.workspace, service)
+        check_quotas(service.workspace, spec, running, service)
+        Service.objects.filter(pk=service.pk).update(
+            spec=target.spec, generation=F("generation") + 1
+        )  # intent only: the reconciler alone writes the phase
+        service.refresh_from_db()
+        version = record_version(service, target.spec, f"rollback to version {wanted}")
+        record(
+            service,
+            "RolledBack",
+            f"rolled back to version {wanted}: now version {version.number} "
+            f"(generation {service.generation})",
+        )
+        fix_token(service, spec)  # the version's own fixed token, where it has one
+        _on_commit_reconcile(name)
+    return Response(ServiceSerializer(service).data)

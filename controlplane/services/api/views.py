@@ -15,10 +15,12 @@ from rest_framework.views import APIView
 
 from contracts.eas import normalise
 from contracts.eas.written import eas_form
+from contracts.instance_types import size_by_instance_type, table_in_use
 from contracts.limits import limit_errors
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
 from contracts.spec_facts import card_need, replicas
+from contracts.spec_instance import notes as instance_notes
 from contracts.spec_labels import matches, parse_selector
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
@@ -57,11 +59,18 @@ def _canonical(data):
 
 
 def _warned(service: Service, body: dict, data: dict) -> dict:
-    """`body` with the warnings `data` earns (EAS's cloud-only fields), each also an event."""
-    warnings = cloud_only_warnings(data) if isinstance(data, dict) else []
-    for warning in warnings:
-        record(service, "FieldIgnored", f"{warning['field']}: {warning['message']}")
-    return {**body, "warnings": warnings}
+    """`body` with the warnings `data` earns, each also an event: EAS's cloud-only fields and
+    instance types Wharf does not know (FieldIgnored), what Wharf does otherwise than asked
+    (FieldAdjusted); and the notes (what its instance type fills in: SizedByInstanceType)."""
+    if not isinstance(data, dict):
+        return {**body, "warnings": [], "notes": []}
+    _, notes, unknown = size_by_instance_type(data, table_in_use())
+    ignored, adjusted = unknown + cloud_only_warnings(data), instance_notes(data)
+    for reason, found in (("FieldIgnored", ignored), ("FieldAdjusted", adjusted),
+                          ("SizedByInstanceType", notes)):  # fmt: skip
+        for warning in found:
+            record(service, reason, f"{warning['field']}: {warning['message']}")
+    return {**body, "warnings": ignored + adjusted, "notes": notes}
 
 
 def _check_token_free(spec: ServiceSpec, service: Service | None = None) -> None:
@@ -142,6 +151,39 @@ def live_service(request: Request, name: str) -> Service:
     return get_object_or_404(visible_services(request), name=name)
 
 
+def create_service(request: Request, sent) -> Response:
+    """Create a service from `sent` (its spec as the user wrote it) in the acting workspace:
+    validated, within quota, its first version and token; the reconciler asked on commit.
+    Shared by the v1 API and EAS's CreateService (controlplane.eas_api)."""
+    data = _canonical(sent)
+    spec = _validated(data, access(request).workspace)
+    _check_token_free(spec)
+    if Service.objects.filter(name=spec.name).exists():
+        return Response(
+            {"detail": f"A service named {spec.name!r} exists; choose another name or "
+             "update it with PUT.", "errors": {"name": ["already exists"]}},
+            status=status.HTTP_409_CONFLICT,
+        )  # fmt: skip
+    try:
+        with transaction.atomic():
+            check_model_names(spec, access(request).workspace)
+            check_quotas(access(request).workspace, spec, running=True)
+            service = Service.objects.create(
+                name=spec.name, spec=seal(data), owner=request.user,
+                workspace=access(request).workspace,
+            )  # fmt: skip
+            token = ServiceToken.issue(service, spec.token)
+            record_version(service, service.spec, "created")
+            record(service, "Created", f"service created (generation {service.generation})")
+            body = _warned(service, ServiceSerializer(service).data, data)
+            _on_commit_reconcile(service.name)
+    except IntegrityError:  # a concurrent create of the same name won the race
+        return Response({"detail": "A service with that name exists.",
+                         "errors": {"name": ["already exists"]}}, status=409)  # fmt: skip
+    body["token"] = token  # shown once; only its digest is kept
+    return Response(body, status=status.HTTP_201_CREATED)
+
+
 class ServiceList(APIView):
     def get(self, request: Request) -> Response:
         # Each one's current version in the same query; a GROUP BY drops Meta.ordering.
@@ -163,39 +205,57 @@ class ServiceList(APIView):
         return Response(ServiceSerializer(services, many=True).data)
 
     def post(self, request: Request) -> Response:
-        data = _canonical(request.data)
-        spec = _validated(data, access(request).workspace)
-        _check_token_free(spec)
-        if Service.objects.filter(name=spec.name).exists():
-            return Response(
-                {"detail": f"A service named {spec.name!r} exists; choose another name or "
-                 "update it with PUT.", "errors": {"name": ["already exists"]}},
-                status=status.HTTP_409_CONFLICT,
-            )  # fmt: skip
-        try:
-            with transaction.atomic():
-                check_model_names(spec, access(request).workspace)
-                check_quotas(access(request).workspace, spec, running=True)
-                service = Service.objects.create(
-                    name=spec.name, spec=seal(data), owner=request.user,
-                    workspace=access(request).workspace,
-                )  # fmt: skip
-                token = ServiceToken.issue(service, spec.token)
-                record_version(service, service.spec, "created")
-                record(service, "Created", f"service created (generation {service.generation})")
-                body = _warned(service, ServiceSerializer(service).data, data)
-                _on_commit_reconcile(service.name)
-        except IntegrityError:  # a concurrent create of the same name won the race
-            return Response({"detail": "A service with that name exists.",
-                             "errors": {"name": ["already exists"]}}, status=409)  # fmt: skip
-        body["token"] = token  # shown once; only its digest is kept
-        return Response(body, status=status.HTTP_201_CREATED)
+        return create_service(request, request.data)
 
 
 class EasFormat(JSONRenderer):
     """`?format=eas`: the service's spec alone, as EAS writes it (contracts.eas.written)."""
 
     format = "eas"
+
+
+def replace_spec(request: Request, name: str, sent) -> Response:
+    """Replace the named service's spec with `sent` (as its user wrote it; masked secrets kept):
+    a new version. Shared by the v1 API's PUT and EAS's UpdateService."""
+    data = _canonical(sent)
+    if isinstance(data, dict) and data.get("name", name) != name:
+        raise SpecInvalid({"name": ["a service cannot be renamed; create a new service"]})
+    data = {**data, "name": name} if isinstance(data, dict) else data
+    with transaction.atomic():
+        service = live_service(request, name)
+        try:
+            data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
+        except SecretsLostError as exc:
+            raise SpecInvalid(exc.errors) from None
+        update_spec(service, data, "updated", "spec updated")
+        body = _warned(service, ServiceSerializer(service).data, data)
+    return Response(body)
+
+
+def delete_service(request: Request, name: str) -> Response:
+    """Ask for the named service's deletion (its instances removed by the reconciler)."""
+    with transaction.atomic():
+        service = live_service(request, name)
+        Service.objects.filter(pk=service.pk).update(desired_state=DesiredState.DELETED)
+        record(service, "Deleting", "delete requested; removing every instance")
+        _on_commit_reconcile(name)
+    return Response(status=status.HTTP_202_ACCEPTED)
+
+
+def change_state(request: Request, name: str, action: str) -> Response:
+    """`action` (start or stop) the named service: its desired state, the reconciler asked."""
+    desired = {"start": DesiredState.RUNNING, "stop": DesiredState.STOPPED}.get(action)
+    if desired is None:
+        raise NotFound(f"unknown action {action!r}; use start or stop")
+    with transaction.atomic():
+        service = live_service(request, name)
+        if desired == DesiredState.RUNNING:
+            check_quotas(service.workspace, None, running=True, service=service)
+        Service.objects.filter(pk=service.pk).update(desired_state=desired)
+        service.refresh_from_db()
+        record(service, action.capitalize() + "Requested", f"{action} requested")
+        _on_commit_reconcile(name)
+    return Response(ServiceSerializer(service).data, status=status.HTTP_202_ACCEPTED)
 
 
 class ServiceDetail(APIView):
@@ -208,45 +268,17 @@ class ServiceDetail(APIView):
         return Response(ServiceSerializer(service).data)
 
     def put(self, request: Request, name: str) -> Response:
-        data = _canonical(request.data)
-        if isinstance(data, dict) and data.get("name", name) != name:
-            raise SpecInvalid({"name": ["a service cannot be renamed; create a new service"]})
-        data = {**data, "name": name} if isinstance(data, dict) else data
-        with transaction.atomic():
-            service = live_service(request, name)
-            try:
-                data = seal(keep_secrets(data, service.spec))  # kept ones come sealed already
-            except SecretsLostError as exc:
-                raise SpecInvalid(exc.errors) from None
-            update_spec(service, data, "updated", "spec updated")
-            body = _warned(service, ServiceSerializer(service).data, data)
-        return Response(body)
+        return replace_spec(request, name, request.data)
 
     def delete(self, request: Request, name: str) -> Response:
-        with transaction.atomic():
-            service = live_service(request, name)
-            Service.objects.filter(pk=service.pk).update(desired_state=DesiredState.DELETED)
-            record(service, "Deleting", "delete requested; removing every instance")
-            _on_commit_reconcile(name)
-        return Response(status=status.HTTP_202_ACCEPTED)
+        return delete_service(request, name)
 
 
 class ServiceAction(APIView):
     """POST /services/<name>/start|stop."""
 
     def post(self, request: Request, name: str, action: str) -> Response:
-        desired = {"start": DesiredState.RUNNING, "stop": DesiredState.STOPPED}.get(action)
-        if desired is None:
-            raise NotFound(f"unknown action {action!r}; use start or stop")
-        with transaction.atomic():
-            service = live_service(request, name)
-            if desired == DesiredState.RUNNING:
-                check_quotas(service.workspace, None, running=True, service=service)
-            Service.objects.filter(pk=service.pk).update(desired_state=desired)
-            service.refresh_from_db()
-            record(service, action.capitalize() + "Requested", f"{action} requested")
-            _on_commit_reconcile(name)
-        return Response(ServiceSerializer(service).data, status=status.HTTP_202_ACCEPTED)
+        return change_state(request, name, action)
 
 
 class RotateServiceToken(APIView):

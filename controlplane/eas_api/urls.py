@@ -1,0 +1,21 @@
+"""EAS's OpenAPI paths (2021-07-01), as alibabacloud-eas20210701 calls them."""
+
+from django.urls import path
+
+from controlplane.eas_api import labels, listings, scaling, views
+
+SERVICE = "services/<str:cluster>/<str:name>"
+
+urlpatterns = [
+    path("services", views.Services.as_view()),
+    path(SERVICE, views.ServiceDetail.as_view()),
+    path(f"{SERVICE}/instances", listings.ServiceInstances.as_view()),
+    path(f"{SERVICE}/events", listings.ServiceEvents.as_view()),
+    path(f"{SERVICE}/versions", listings.ServiceVersions.as_view()),
+    path(f"{SERVICE}/version", listings.ServiceVersion.as_view()),
+    path(f"{SERVICE}/autoscaler", scaling.ServiceAutoscaler.as_view()),
+    path(f"{SERVICE}/cronscaler", scaling.ServiceCronscaler.as_view()),
+    path(f"{SERVICE}/label", labels.ServiceLabels.as_view()),
+    # Last: any other word after the name is a state change (start, stop).
+    path(f"{SERVICE}/<str:action>", views.ServiceState.as_view()),
+]

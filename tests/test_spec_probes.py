@@ -1,0 +1,210 @@
+"""EAS's container probes (contracts.spec_probes): accepted as EAS writes them, refused naming
+the field where they cannot mean anything, and mapped (workers.probes, contracts.kube.probes)
+into what the node agent and the kubelet run. Pure: no servers (the probes on real processes
+and containers: tests/test_probes_process.py, tests/test_probes_docker.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from contracts.eas import normalise
+from contracts.kube.probes import container_probe
+from contracts.spec import SpecError, parse_spec
+from contracts.spec_probes import probe_ports
+from workers.probes import ENGINE, EXEC, HTTP, TCP, Probe, ProbeSet, probe_set, request_path
+
+CORPUS = Path(__file__).parent / "eas_corpus"
+
+
+def spec(serve_port: int = 8000, top: dict | None = None, **probes) -> dict:
+    return {"name": "probed", "containers": [{"image": "img", "command": "serve",
+            "port": serve_port, **probes}], **(top or {})}  # fmt: skip
+
+
+HTTP_CHECK = {"http_get": {"path": "/health", "port": 8000}}
+
+
+@pytest.mark.parametrize("name", ["49-skill-probes-llm-fragment.json",
+                                  "50-skill-probe-exec-fragment.json"])  # fmt: skip
+def test_the_published_container_probe_fragments_validate_in_a_container(name):
+    fragment = json.loads((CORPUS / name).read_text())
+    parsed = parse_spec(normalise(spec(**fragment)))
+    assert [p for p in fragment] == [
+        n for n in ("startup_check", "liveness_check", "readiness_check")
+        if getattr(parsed.containers[0], n) is not None
+    ]  # fmt: skip
+
+
+def test_eas_defaults_fill_what_a_probe_leaves_out():
+    probe = parse_spec(spec(readiness_check=HTTP_CHECK)).containers[0].readiness_check
+    assert probe.model_dump(exclude={"http_get", "tcp_socket", "exec"}) == {
+        "initial_delay_seconds": 10, "period_seconds": 10, "timeout_seconds": 1,
+        "success_threshold": 1, "failure_threshold": 3,
+    }  # fmt: skip
+    assert probe.http_get.scheme == "HTTP"
+
+
+def test_numbers_given_as_strings_are_numbers():
+    sent = spec(startup_check={"tcp_socket": {"port": "8000"}, "period_seconds": "5"})
+    probe = parse_spec(normalise(sent)).containers[0].startup_check
+    assert probe.tcp_socket.port == 8000 and probe.period_seconds == 5
+
+
+@pytest.mark.parametrize(
+    ("probes", "field", "words"),
+    [
+        ({"readiness_check": {"period_seconds": 5}}, "containers[0].readiness_check",
+         "exactly one of http_get"),
+        ({"readiness_check": {**HTTP_CHECK, "exec": {"command": ["true"]}}},
+         "containers[0].readiness_check", "exactly one of http_get"),
+        ({"liveness_check": {"http_get": {"path": "/h", "port": 0}}},
+         "containers[0].liveness_check.http_get.port", "greater than or equal to 1"),
+        ({"liveness_check": {"http_get": {"path": "/../etc", "port": 80}}},
+         "containers[0].liveness_check.http_get.path", "'..'"),
+        ({"liveness_check": {"http_get": {"path": "/h?x=1", "port": 80}}},
+         "containers[0].liveness_check.http_get.path", "should match pattern"),
+        ({"liveness_check": {"http_get": {"path": "/h", "port": 80, "scheme": "HTTPS"}}},
+         "containers[0].liveness_check.http_get.scheme", "'HTTP'"),
+        ({"liveness_check": {"http_get": {"path": "/h", "port": 80, "host": "10.0.0.1"}}},
+         "containers[0].liveness_check.http_get.host", "does not support this field"),
+        ({"readiness_check": {"exec": {"command": []}}},
+         "containers[0].readiness_check.exec.command", "at least 1 item"),
+        ({"readiness_check": {"exec": {"command": "test -f /tmp/ready"}}},
+         "containers[0].readiness_check.exec.command", "valid list"),
+        ({"readiness_check": {**HTTP_CHECK, "period_seconds": 2, "timeout_seconds": 5}},
+         "containers[0].readiness_check.timeout_seconds", "cannot exceed period_seconds"),
+        ({"readiness_check": {**HTTP_CHECK, "failure_threshold": 101}},
+         "containers[0].readiness_check.failure_threshold", "less than or equal to 100"),
+        ({"startup_check": {**HTTP_CHECK, "success_threshold": 2}},
+         "containers[0]", "startup_check.success_threshold must be 1"),
+        ({"readiness_check": HTTP_CHECK, "health_check": HTTP_CHECK},
+         "containers[0]", "same probe"),
+    ],
+)  # fmt: skip
+def test_a_probe_that_cannot_mean_anything_is_refused_naming_its_field(probes, field, words):
+    with pytest.raises(SpecError) as refused:
+        parse_spec(spec(**probes))
+    assert field in refused.value.errors, refused.value.errors
+    assert words in " ".join(refused.value.errors[field])
+
+
+def test_wharfs_health_check_and_container_probes_together_are_refused_naming_both():
+    with pytest.raises(SpecError) as refused:
+        parse_spec(spec(top={"health_check": {"path": "/h"}}, liveness_check=HTTP_CHECK))
+    assert {"health_check", "containers[0].liveness_check"} <= set(refused.value.errors)
+    assert "give one of them" in refused.value.errors["health_check"][0]
+
+
+def test_unset_probes_keep_the_hash_and_set_ones_change_it():
+    plain = parse_spec(spec()).spec_hash()
+    assert parse_spec(spec(readiness_check=None)).spec_hash() == plain
+    assert parse_spec(spec(readiness_check=HTTP_CHECK)).spec_hash() != plain
+
+
+TIMING = {"initial_delay_seconds": 4, "period_seconds": 3, "timeout_seconds": 2,
+          "failure_threshold": 5}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("probes", "expected"),
+    [
+        ({}, ProbeSet(readiness=Probe())),  # Wharf's defaults: the engine's own check
+        ({"readiness_check": {**HTTP_CHECK, **TIMING, "success_threshold": 2}},
+         ProbeSet(readiness=Probe("/health", 4, 3, 2, 5, 2, HTTP, 8000))),
+        ({"health_check": {"tcp_socket": {"port": 9000}, **TIMING}},  # EAS's older spelling
+         ProbeSet(readiness=Probe(None, 4, 3, 2, 5, 1, TCP, 9000))),
+        ({"liveness_check": {"exec": {"command": ["/bin/check", "-q"]}, **TIMING}},
+         ProbeSet(readiness=Probe(), liveness=Probe(None, 4, 3, 2, 5, 1, EXEC, None,
+                                                    ("/bin/check", "-q")))),
+        ({"startup_check": {**HTTP_CHECK, **TIMING}},  # deadline: 4 + 3 * 5
+         ProbeSet(readiness=Probe(), startup=Probe("/health", 4, 3, 2, 5, 1, HTTP, 8000),
+                  startup_deadline=19.0)),
+    ],
+)  # fmt: skip
+def test_container_probes_map_to_what_the_agent_runs(probes, expected):
+    assert probe_set(parse_spec(spec(**probes))) == expected
+
+
+def test_wharfs_health_check_maps_as_before():
+    check = {"path": "/ready", "startup_timeout_seconds": 60, "liveness": {"path": "/live"}}
+    found = probe_set(parse_spec(spec(top={"health_check": check})))
+    assert found.readiness.path == "/ready" and found.readiness.kind == ENGINE
+    assert found.liveness.path == "/live" and found.startup is None
+    assert found.startup_deadline == 60
+
+
+@pytest.mark.parametrize(
+    ("probe", "fronted", "path"),
+    [
+        (Probe("/health", kind=HTTP, port=8000, timeout=2), True,
+         "/.wharf/probe?port=8000&timeout=2&path=%2Fhealth"),
+        (Probe(kind=TCP, port=9000, timeout=1), True, "/.wharf/probe?port=9000&timeout=1"),
+        (Probe("/health", kind=HTTP, port=8000), False, "/health"),  # its served port
+        (Probe(kind=TCP, port=8000), False, ""),  # a connect to its served port
+        (Probe("/health"), True, None),  # the engine's own check: as before
+        (Probe(kind=EXEC, command=("true",)), True, None),
+    ],
+)  # fmt: skip
+def test_network_probes_go_through_the_front(probe, fronted, path):
+    assert request_path(probe, fronted) == path
+
+
+@pytest.mark.parametrize(
+    ("probes", "served", "engine_port", "ports"),
+    [
+        ({}, 8000, 8000, {}),
+        ({"readiness_check": HTTP_CHECK}, 8000, 8000, {8000: 8000}),
+        ({"readiness_check": HTTP_CHECK}, 8000, 41234, {8000: 41234}),  # a local process's
+        ({"liveness_check": {"tcp_socket": {"port": 9000}}, "startup_check": HTTP_CHECK},
+         8000, 41234, {9000: 9000, 8000: 41234}),
+        ({"readiness_check": {"exec": {"command": ["true"]}}}, 8000, 8000, {}),
+    ],
+)  # fmt: skip
+def test_the_front_is_told_only_the_ports_the_probes_name(probes, served, engine_port, ports):
+    container = parse_spec(spec(served, **probes)).containers[0]
+    assert probe_ports(container, served, engine_port) == ports
+
+
+@pytest.mark.parametrize(
+    ("probe", "action"),
+    [
+        (HTTP_CHECK, {"httpGet": {"path": "/health", "port": "engine"}}),
+        ({"http_get": {"path": "/m", "port": 9000}}, {"httpGet": {"path": "/m", "port": 9000}}),
+        ({"tcp_socket": {"port": 8000}}, {"tcpSocket": {"port": "engine"}}),
+        ({"exec": {"command": ["/bin/sh", "-c", "test -f /tmp/ready"]}},
+         {"exec": {"command": ["/bin/sh", "-c", "test -f /tmp/ready"]}}),
+    ],
+)  # fmt: skip
+def test_on_kubernetes_each_probe_is_the_kubelets(probe, action):
+    parsed = parse_spec(spec(readiness_check={**probe, **TIMING})).containers[0]
+    assert container_probe(parsed.readiness_check, 8000) == {
+        **action, "initialDelaySeconds": 4, "periodSeconds": 3, "timeoutSeconds": 2,
+        "failureThreshold": 5, "successThreshold": 1,
+    }  # fmt: skip
+
+
+def test_a_pods_engine_gets_the_containers_probes_and_validates_on_kubernetes():
+    from tests.test_kube_manifests import VERSIONS, engine, objects
+
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    startup = {"tcp_socket": {"port": 8000}, **TIMING}
+    exec_check = {"exec": {"command": ["/bin/sh", "-c", "test -f /tmp/ready"]}}
+    objs = objects(spec(startup_check=startup, liveness_check=exec_check))
+    container = engine(objs)
+    assert container["startupProbe"]["tcpSocket"] == {"port": "engine"}
+    assert container["livenessProbe"]["exec"] == exec_check["exec"]
+    # No readiness probe of the container's: the engine's own (a custom one's: its port).
+    assert container["readinessProbe"] == {"tcpSocket": {"port": "engine"}, "periodSeconds": 5}
+    for obj in objs:
+        kubernetes_validate.validate(obj, VERSIONS[0], strict=True)
+
+
+@pytest.mark.django_db
+def test_the_api_answers_both_health_checks_with_a_400_naming_both(api):
+    sent = spec(top={"health_check": {}}, readiness_check=HTTP_CHECK)
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 400
+    assert {"health_check", "containers[0].readiness_check"} <= set(answer.json()["errors"])
