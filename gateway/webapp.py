@@ -17,6 +17,7 @@ forwarded to the app; the app gets its instance's engine key, like every call.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 
@@ -47,6 +48,9 @@ class WebClient:
     """The HTTP client the web routes share, one per gateway process (app.state.web)."""
 
     def __init__(self, timeout: float) -> None:
+        # httpx logs every request at INFO, query string included: a page's assets would fill
+        # the gateway's log (which has no line per call either) with what browsers asked.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=False, trust_env=False
         )
