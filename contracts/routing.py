@@ -34,9 +34,11 @@ Snapshot JSON::
           "scale_from_zero": false,        # autoscaler min 0: with no instance, hold the
                                            # request (gateway/activation.py) until one serves
           "adapters": ["sql", "chat"],     # LoRA adapters: models "<name>:<adapter>"
-          "engine": "vllm"                 # whose API its instances serve (contracts.engines:
+          "engine": "vllm",                # whose API its instances serve (contracts.engines:
                                            # "custom" for a given command): which routes the
                                            # EAS form reaches (contracts.engine_routes)
+          "webservice": false              # metadata.enable_webservice: its web UI is served
+                                           # under /web/<service>/ (contracts.webapp)
         }
       },
       "keys": {                            # API keys, by token digest
@@ -117,6 +119,8 @@ class RoutedService:
     # Whose API its instances serve ("custom": the user's own); "" from a control plane that
     # predates the field, which the gateway treats as an engine it does not know.
     engine: str = ""
+    # metadata.enable_webservice: the gateway serves its web UI to signed-in browsers.
+    webservice: bool = False
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
@@ -199,6 +203,7 @@ class Snapshot:
                         "scale_from_zero": svc.scale_from_zero,
                         "adapters": list(svc.adapters),
                         "engine": svc.engine,
+                        "webservice": svc.webservice,
                     }
                     for name, svc in sorted(self.services.items())
                 },
@@ -325,6 +330,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         scale_from_zero=entry.get("scale_from_zero", False) is True,
         adapters=_strings(entry.get("adapters", [])),
         engine=str(entry.get("engine", "")),
+        webservice=entry.get("webservice", False) is True,
     )
 
 

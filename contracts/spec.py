@@ -45,6 +45,7 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
     Speculative,
     model_reference,
 )
+from contracts.spec_prepare import Prepared, drop_unset_prepare
 from contracts.spec_probes import ContainerProbes, drop_unset_probes
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 from contracts.spec_storage import (  # noqa: F401 (re-exported for the spec's users)
@@ -59,6 +60,8 @@ from contracts.spec_storage import (  # noqa: F401 (re-exported for the spec's u
     StorageEntry,
     unset_storage_fields,
 )
+from contracts.spec_webapp import NOT_SHAPING as WEB_METADATA
+from contracts.spec_webapp import WebService
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
@@ -98,7 +101,7 @@ class EnvVar(_Strict):
     value: str = Field(default="", max_length=MAX_ENV_VALUE)
 
 
-class Container(ContainerProbes):
+class Container(ContainerProbes, Prepared):
     image: str | None = Field(default=None, max_length=512)
     command: str | None = Field(default=None, max_length=MAX_COMMAND)
     script: str | None = Field(default=None, max_length=MAX_COMMAND)
@@ -141,7 +144,7 @@ class Rpc(RpcNotes, RpcLifecycle, RpcConcurrency):
     )  # fmt: skip
 
 
-class Metadata(CloudOnlyMetadata, InstanceSettings):
+class Metadata(CloudOnlyMetadata, InstanceSettings, WebService):
     instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     cpu: float | None = Field(default=None, gt=0, le=4096)
     memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
@@ -341,12 +344,14 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging
             del data["llm"]["hub_token"]
-        for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *UNSHAPING):
+        for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *UNSHAPING,
+                    *WEB_METADATA):  # fmt: skip
             data["metadata"].pop(key, None)
         for key, unset in SHAPING_UNLESS.items():  # unset: the hashes from before they existed
             if data["metadata"].get(key) in unset:
                 del data["metadata"][key]
         drop_unset_probes(data["containers"])  # the hashes from before probes existed
+        drop_unset_prepare(data["containers"])  # and from before prepare existed
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)
             unset_storage_fields(entry)  # newer fields, unset: earlier hashes stay as they were

@@ -9,4 +9,5 @@ urlpatterns = [
     path("console/workspace", views.switch_workspace, name="switch-workspace"),
     path("services/<str:name>/", views.service, name="service"),
     path("console/services/<str:name>/test", online_test.test_call, name="online-test"),
+    path("console/services/<str:name>/web", views.web_ui, name="web-ui"),
 ]

@@ -15,10 +15,11 @@ from rest_framework.exceptions import PermissionDenied
 
 from contracts.spec import ENGINES, GPU_ENGINES
 from controlplane.audit.actor import identify
+from controlplane.services.api.webapp import NotAWebApp, web_ticket
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.access import SESSION_KEY, access, in_workspace, workspaces_of
-from controlplane.workspaces.roles import OWNER, RIGHTS
+from controlplane.workspaces.roles import KEYS, OWNER, RIGHTS
 
 # Monaco's AMD build, put here by `npm ci` in frontend/ (install_vendor.mjs); not in git.
 MONACO = "frontend/vendor/monaco/vs"
@@ -107,3 +108,25 @@ def switch_workspace(request: HttpRequest) -> HttpResponse:
     request.session[SESSION_KEY] = name
     identify(request)  # audited, as every console change
     return redirect("services")
+
+
+@login_required
+def web_ui(request: HttpRequest, name: str) -> HttpResponse:
+    """The service page's "Open web UI" link: a ticket to the service's web application
+    (controlplane.services.api.webapp), and the browser sent to the gateway to sign in with it.
+    A GET, so that it is a plain link; all it does is sign this user's own browser in."""
+    identify(request)
+    try:
+        acting = access(request)
+        acting.require(KEYS)
+    except PermissionDenied as exc:
+        return HttpResponse(str(exc.detail), status=403, content_type="text/plain")
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name)
+    service = in_workspace(request, live).first()
+    if service is None:
+        raise Http404("no such service")
+    try:
+        return redirect(web_ticket(service)["signin_url"])
+    except NotAWebApp as exc:
+        why = exc.detail["metadata.enable_webservice"][0]  # type: ignore[index]
+        return HttpResponse(why, status=409, content_type="text/plain")

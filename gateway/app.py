@@ -9,6 +9,8 @@ Routes:
 - GET  /readyz  readiness: 503 until a routing snapshot has been read.
 - GET  /metrics  Prometheus metrics (gateway.metrics), for the operator's scraper only
   (gateway.metrics_access).
+- /web/{service}/…  the web UI of a service with metadata.enable_webservice, pages and
+  WebSockets, for browsers the console signed in (gateway.webapp).
 
 A request is authorized by its service's own token or by an API key in the snapshot
 (gateway.callers) before its body is read, then admitted by the limits (gateway.limits)
@@ -27,11 +29,12 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 from contracts.engine_routes import GENERATION, POOLING, RESPONSES
 from contracts.routing import RoutedService
+from contracts.webapp import SIGNIN_PATH
 from gateway import body as bodies
 from gateway import callers, errors, request_id
 from gateway.callers import Caller
@@ -48,6 +51,9 @@ from gateway.forwarding import (
 from gateway.metrics_access import metrics_response
 from gateway.plane import OPENAI_FORM
 from gateway.runtime import Runtime, running
+from gateway.webapp import METHODS as WEB_METHODS
+from gateway.webapp import WebClient, signin, web_page
+from gateway.webapp_socket import web_socket
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +233,11 @@ def create_app(settings: Settings | None = None) -> _FastPath:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with running(settings or load_settings()) as runtime:
             app.state.runtime = runtime
-            yield
+            app.state.web = WebClient(runtime.settings.upstream_timeout)
+            try:
+                yield
+            finally:
+                await app.state.web.close()
 
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
@@ -239,6 +249,10 @@ def create_app(settings: Settings | None = None) -> _FastPath:
         # GET routes take HEAD too.
         Route("/api/predict/{service}", predict, methods=["GET", "POST"]),
         Route("/api/predict/{service}/{path:path}", predict, methods=["GET", "POST"]),
+        Route("/web/{service}/" + SIGNIN_PATH, signin, methods=["GET"]),
+        Route("/web/{service}", web_page, methods=WEB_METHODS),
+        Route("/web/{service}/{path:path}", web_page, methods=WEB_METHODS),
+        WebSocketRoute("/web/{service}/{path:path}", web_socket),
     ]
     return _FastPath(
         Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})

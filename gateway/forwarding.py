@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
 from contracts.engine_routes import GENERATION
@@ -35,7 +35,7 @@ class CallBody:
     adapter: str = ""  # the LoRA adapter it calls ("" for the base model)
 
 
-def runtime_of(request: Request) -> Runtime:
+def runtime_of(request: HTTPConnection) -> Runtime:
     return request.app.state.runtime
 
 

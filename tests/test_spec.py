@@ -44,7 +44,7 @@ def test_eas_bladellm_seed_example_validates():
 
 @pytest.mark.parametrize(
     ("section", "field"),
-    [(None, "clouds"), ("metadata", "enable_webservice"), ("containers", "prepare"),
+    [(None, "clouds"), ("metadata", "enable_web_service"), ("containers", "prepared"),
      ("llm", "temperature")],
 )  # fmt: skip
 def test_a_field_wharf_does_not_act_on_is_refused_by_name(section, field):

@@ -25,6 +25,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from contracts import inflight
+from contracts.engines import prepare
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
@@ -73,7 +74,7 @@ def converge(
             if _start_due(row, now):
                 start(row.name)
             elif row.state != InstanceState.BACKOFF and row.state != InstanceState.CREATING:
-                why = "its engine is gone" if found is None else _exit_text(found)
+                why = "its engine is gone" if found is None else _exit_text(found, runtime)
                 crashed(row, runtime, fleet, now, why, logs=found is not None)
                 touched.add(row.service.name)
         else:
@@ -146,7 +147,9 @@ def _start_due(row: Instance, now: datetime) -> bool:
     return row.state == InstanceState.BACKOFF and (row.restart_at is None or row.restart_at <= now)
 
 
-def _exit_text(found: ObservedInstance) -> str:
+def _exit_text(found: ObservedInstance, runtime: Runtime) -> str:
+    if found.exit_code == prepare.PREPARE_FAILED:  # pip's own last lines say why
+        return prepare.failure(runtime.logs(found.name, tail=LOG_TAIL))
     return "exited" + ("" if found.exit_code is None else f" with code {found.exit_code}")
 
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from contracts import sizing
 from contracts.allocation import decode_allocation
 from contracts.engine_keys import engine_key
-from contracts.engines import render
+from contracts.engines import prepare, render
 from contracts.engines.pd import on_host_network
 from contracts.engines.plan import PdMember, Placement
 from contracts.grants import own_image
@@ -106,7 +106,8 @@ def start_instance(
         pk=row.pk, state__in=(InstanceState.CREATING, InstanceState.BACKOFF)
     ).update(
         state=InstanceState.STARTING, runtime=runtime.name, url=observed.url or "",
-        started_at=timezone.now(), message="", restart_at=None, probe_failures=0,
+        started_at=timezone.now(), message=prepare.progress(spec), restart_at=None,
+        probe_failures=0,
         probe_successes=0, liveness_failures=0, probed_at=None,
         adapters=adapters.started_with(spec, service.generation) if adapters.managed(spec) else {},
     )  # fmt: skip

@@ -13,6 +13,7 @@ from dataclasses import replace
 from types import ModuleType
 
 from contracts.engines.plan import ContainerPlan, Mount, Placement
+from contracts.engines.prepare import with_prepare
 from contracts.limits import bounded
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
@@ -66,7 +67,8 @@ def validate(spec: ServiceSpec) -> dict[str, list[str]]:
 def render(spec: ServiceSpec, placement: Placement | None = None) -> ContainerPlan:
     """The container of one instance of `spec`."""
     placement = placement or Placement()
-    return _with_resources(spec, adapter(spec).render(spec, placement), placement)
+    plan = _with_resources(spec, adapter(spec).render(spec, placement), placement)
+    return with_prepare(spec, plan)  # pip installs the container's requirements first
 
 
 def _node_folder(index: int, entry: StorageEntry) -> str | None:

@@ -93,6 +93,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         scale_from_zero=any(s.min == 0 for _, s in spec_facts.autoscalers(spec).values()),
         adapters=spec_facts.adapter_names(spec),
         engine=engine_name(spec),
+        webservice=spec.metadata.enable_webservice,
     )
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from contracts import engine_front as front
+from contracts.engines import prepare
 from contracts.engines.plan import ContainerPlan, Placement
 from workers.runtimes import process_groups
 from workers.runtimes.base import (
@@ -185,6 +186,10 @@ class ProcessRuntime:
             raise InstanceError(f"no engine virtualenv at {self.venv}; run `make engines`")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         args, env, url = plan.args, self._env(plan), f"http://{self.node_address}:{plan.port}"
+        # The node's Python is every local instance's: a container's prepare installs into a
+        # folder of this instance's own (contracts.engines.prepare).
+        if prepare.installs(plan):
+            env[prepare.TARGET_ENV] = str(self._python_dir(request.name))
         health_path = plan.health_path
         if self._fronted(request):
             port = free_port(self.node_address)
@@ -318,6 +323,11 @@ class ProcessRuntime:
             child.poll()  # reaped (by now, or by _stop_group): nothing left for subprocess
         path.unlink(missing_ok=True)
         self._log_path(name).unlink(missing_ok=True)
+        shutil.rmtree(self._python_dir(name), ignore_errors=True)
+
+    def _python_dir(self, name: str) -> Path:
+        """Where instance `name`'s Python requirements are installed (containers[].prepare)."""
+        return self.state_dir / "python" / name
 
     @staticmethod
     def _stop_group(pid: int) -> None:

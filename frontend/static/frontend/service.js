@@ -110,6 +110,8 @@
       ["Updated", when(service.updated_at)],
     ];
     $("#svc-summary").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", k), el("dd", v)]));
+    const webUi = $("#svc-webui");  // only for users with the keys right
+    if (webUi) webUi.hidden = ![true, "true"].includes((spec.metadata || {}).enable_webservice);
     const error = $("#svc-error");
     error.textContent = service.last_error ? `Last error: ${service.last_error}` : "";
     error.hidden = !service.last_error;
