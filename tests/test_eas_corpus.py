@@ -1,7 +1,8 @@
 """Published EAS service files (tests/eas_corpus/, each as published, its source in SOURCES.md)
 through the real API, unchanged: every processor service is refused naming its processor
-fields and what to deploy instead; the image-based ones Wharf takes today deploy. As more of
-EAS's fields are acted on, files move into DEPLOYED (issue 27)."""
+fields and what to deploy instead; every image service deploys (placed, or pending saying what
+its node lacks), but those that need what Wharf does not run yet, refused by name; every
+fragment is taken inside a small service."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ import re
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
+from contracts.eas import normalise
 from contracts.eas.processors import FIELDS as PROCESSOR_FIELDS
+from contracts.spec import parse_spec
+from controlplane.nodes.models import Node
+from controlplane.services.models import Service
+from tests.api_support import grant
+from workers.fleet import FleetSettings
+from workers.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +28,16 @@ CORPUS = Path(__file__).parent / "eas_corpus"
 ROW = re.compile(r"^\| (\d\d-[\w.-]+\.json) \|.*\| ([^|]+) \|$")
 KINDS = {m[1]: m[2].strip() for line in (CORPUS / "SOURCES.md").read_text().splitlines()
          if (m := ROW.match(line))}  # fmt: skip
-DEPLOYED = ["01-json-deploy-quickstart-2025.json", "02-json-deploy-quickstart-2026.json"]
+# Every image service of the corpus but those test_what_wharf_does_not_run_yet names.
+DEPLOYED = [f"{n}-{rest}" for n, rest in (
+    ("01", "json-deploy-quickstart-2025.json"), ("02", "json-deploy-quickstart-2026.json"),
+    ("18", "public-resources-spot.json"), ("23", "createservice-api-image.json"),
+    ("24", "createservice-api-aiweb.json"), ("39", "skill-vllm-oss-startup-check.json"),
+    ("40", "skill-vllm-autoscaler.json"), ("41", "skill-vllm-nlb.json"),
+    ("42", "skill-sglang-health-check.json"), ("43", "skill-resource-group-gpu.json"),
+    ("44", "skill-dedicated-gateway.json"), ("45", "skill-full-example-runtime.json"),
+    ("46", "skill-combined-top-level-eas-rpc.json"), ("47", "skill-top-level-resource.json"),
+)]  # fmt: skip
 
 
 def whole(kind: str) -> bool:
@@ -52,7 +70,59 @@ def test_a_processor_service_is_refused_naming_its_processor_fields(api, name):
 
 @pytest.mark.parametrize("name", DEPLOYED)
 def test_a_published_image_service_deploys_unchanged(api, store, name):
+    """Through the API as published (the operator having granted the workspace the buckets and
+    resource groups the file names), then one scheduler pass over a CPU node: placed where it
+    fits, else pending with what the node lacks (its cards, its resource group's label)."""
     sent = json.loads((CORPUS / name).read_text())
+    resource = (sent.get("metadata") or {}).get("resource") or sent.get("resource")
+    grant(platform_buckets=["oss://*"], resource_groups=[resource] if resource else [])
+    Node.objects.create(name="cpu-node", address="10.0.0.9", cpus=16, memory_mb=65536,
+                        heartbeat_at=timezone.now())  # fmt: skip
     answer = api.post("/api/v1/services", sent, format="json")
     assert answer.status_code == 201, answer.json()
     assert whole(KINDS[name])
+    service = Service.objects.get(name=answer.json()["name"])
+    schedule(service.name, FleetSettings())
+    service.refresh_from_db()
+    spec = service.parsed_spec()
+    if spec.metadata.gpu or resource:
+        assert service.phase == "pending", (service.phase, service.last_error)
+        lacks = f"lacks label resource={resource}" if resource else "has no gpu"
+        assert f"cpu-node: {lacks}" in service.last_error
+    else:
+        assert [i.node for i in service.instances.all()] == ["cpu-node"] * spec.metadata.instance
+
+
+@pytest.mark.parametrize("name", sorted(n for n, kind in KINDS.items()
+                                        if kind.startswith("fragment")
+                                        and not n.endswith(".invalid.json")))  # fmt: skip
+def test_a_published_fragment_is_taken_in_a_service(name):
+    """A fragment (a section of a service as a page shows it) inside a small service: its
+    fields are taken in EAS's spellings, nothing refused."""
+    fragment = json.loads((CORPUS / name).read_text())
+    container = {"image": "img", "command": "serve", "port": 8000}
+    if KINDS[name].startswith("fragment (container)"):
+        sent = {"name": "frag", "containers": [{**container, **fragment}]}
+    else:
+        sent = {"name": "frag", "containers": [container], **fragment}
+        sent["metadata"] = {"instance": 1, **fragment.get("metadata", {})}
+    parse_spec(normalise(sent))  # raises naming any field refused
+
+
+@pytest.mark.parametrize(
+    ("name", "fields"),
+    [
+        # The page offers OSS or NAS for one folder; both at once is what EAS refuses too.
+        ("19-sd-webui-standard.json", ["storage[1].mount_path"]),
+        # Asynchronous services and jobs: issue 29 (queues and batch).
+        ("20-sd-webui-api-async.json", ["metadata.type", "queue"]),
+        ("29-torcheasyrec-aot-export-elasticjob.json", ["metadata.workload_type"]),
+        # Several containers in one instance (sidecars): not yet.
+        ("37-pai-rag-multi-container.json", ["containers"]),
+    ],
+)
+def test_what_wharf_does_not_run_yet_is_refused_by_name(api, name, fields):
+    sent = json.loads((CORPUS / name).read_text())
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 400
+    assert set(fields) <= set(answer.json()["errors"]), answer.json()
