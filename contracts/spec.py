@@ -62,6 +62,7 @@ from contracts.spec_storage import (  # noqa: F401 (re-exported for the spec's u
 )
 from contracts.spec_webapp import NOT_SHAPING as WEB_METADATA
 from contracts.spec_webapp import WebService
+from contracts.warmup import WarmUp
 
 # 8080 is where EAS and Wharf put the gateway sidecar and 9090 its metrics; an engine bound to
 # either would be unreachable or shadow them.
@@ -286,7 +287,7 @@ class Llm(_Strict):
         return None if value is None else model_reference(value)
 
 
-class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
+class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
@@ -339,6 +340,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled):
         runs (RUNTIME_LORA_ENGINES): workers.adapters applies them to running instances."""
         data = self.model_dump(mode="json", exclude={
             "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "cronscaler",
+            "warm_up_data_path",  # replayed to a new instance: it shapes none
             "networking", "token", "generate_token", "labels",  # the gateway's and the API's
             *CLOUD_TOP,  # EAS's cloud-only fields (contracts.spec_cloud): they shape nothing
         })  # fmt: skip

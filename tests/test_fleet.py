@@ -238,7 +238,7 @@ def test_a_probe_that_ends_after_a_drain_leaves_the_instance_draining(fleet):
     assert read.state == "ready"
     Service.objects.filter(name="web").update(desired_state=DesiredState.STOPPED)
     schedule("web", FLEET)  # drained while the probe runs
-    _after_readiness(read, True, Probe(), fleet.runtimes["a"], FLEET, timezone.now())
+    _after_readiness(read, None, True, Probe(), fleet.runtimes["a"], FLEET, timezone.now(), None)
     assert fleet.states("web") == [("a", "draining")]
     schedule("web", FLEET)
     assert service("web").events.filter(reason="InstanceDraining").count() == 1

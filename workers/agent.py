@@ -29,7 +29,7 @@ from contracts.engines import prepare
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from workers import adapters, probes, writable_storage
+from workers import adapters, probes, warmup, writable_storage
 from workers.fleet import FleetSettings, wait_for_wake
 from workers.locks import client
 from workers.runtimes import ObservedInstance, Runtime
@@ -83,7 +83,7 @@ def converge(
                 touched.add(row.service.name)
             due.append((row, found))
     clock = liveness_clock if liveness_clock is not None else {}
-    touched |= _probe_all(due, runtime, fleet, now, clock, check)
+    touched |= _probe_all(due, runtime, fleet, now, clock, check, background)
     for row, found in due:  # LoRA adapters the spec lists, loaded while the engine runs
         if row.state == InstanceState.READY and adapters.due(row, now.timestamp()):
             touched |= background(row.name, partial(adapters.sync, row, found, runtime))
@@ -270,7 +270,7 @@ def _sigterm(row: Instance, runtime: Runtime) -> set[str]:
     return {row.service.name}
 
 
-def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
+def _probe_all(due, runtime, fleet, now, liveness_clock, check, background) -> set[str]:
     """Readiness and liveness for the running instances whose checks are due, in parallel.
     A starting instance with a startup probe is ready only once that passes too, and its
     liveness waits until then."""
@@ -293,9 +293,10 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check) -> set[str]:
             lambda c: _passes(c[0], c[1], (c[4], c[3]), runtime, check), checks
         ))  # fmt: skip
     touched = set()
-    for (row, _, kind, probe, _), passed in zip(checks, results, strict=True):
+    for (row, found, kind, probe, _), passed in zip(checks, results, strict=True):
         if kind == "readiness":
-            touched |= _after_readiness(row, passed, probe, runtime, fleet, now)
+            touched |= _after_readiness(row, found, passed, probe, runtime, fleet, now,
+                                        background)  # fmt: skip
         elif not passed:
             touched |= _after_liveness_failure(row, probe, runtime, fleet, now)
         elif row.liveness_failures:
@@ -320,7 +321,7 @@ def _passes(row, found, steps, runtime, check) -> bool:
     return True
 
 
-def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
+def _after_readiness(row, found, passed, probe, runtime, fleet, now, background) -> set[str]:
     current = probes.Readiness(row.state, row.probe_successes, row.probe_failures)
     result = probes.after_readiness(current, passed, probe)
     deadline = _startup_deadline(row, fleet)
@@ -338,6 +339,10 @@ def _after_readiness(row, passed, probe, runtime, fleet, now) -> set[str]:
                    probe_failures=result.failures, probed_at=now)  # fmt: skip
     if result.event == "InstanceReady":
         changes.update(ready_since=now, message="")
+        if row.state == InstanceState.STARTING and warmup.path_of(row):  # replayed, then ready
+            Instance.objects.filter(pk=row.pk).update(message="warming up")
+            return background(row.name, partial(warmup.warm_then_ready, row, found, runtime,
+                                                changes))  # fmt: skip
     # Only over the state this pass read: a row drained meanwhile (by a scheduler pass while
     # the probe ran) must not come back as ready, into routing, to be drained again.
     if not Instance.objects.filter(pk=row.pk, state=row.state).update(**changes):

@@ -104,6 +104,11 @@ class Runtime(Protocol):
 
     def logs(self, name: str, tail: int = 200) -> str: ...
 
+    def read_file(self, name: str, path: str, limit: int) -> bytes:
+        """The first `limit` bytes of file `path` as instance `name` sees it; OSError when
+        it cannot be read (no such file, not a file, the instance gone)."""
+        ...
+
     def terminate(self, name: str) -> None:
         """SIGTERM to instance `name`'s engine, which ends in its own time (or is removed
         later); nothing when it is not running."""

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import io
 import os
 import shutil
+import tarfile
 import tempfile
 import threading
 from dataclasses import replace
@@ -389,6 +391,14 @@ class DockerRuntime:
             fronted=labels.get(LABEL_FRONTED) == "1",
         )
 
+    def read_file(self, name: str, path: str, limit: int) -> bytes:
+        """Read through dockerd (`docker cp`'s archive), so a file in any of its mounts."""
+        try:
+            stream, _ = self.client.api.get_archive(name, path)
+        except (NotFound, APIError) as exc:
+            raise OSError(f"{path}: {getattr(exc, 'explanation', None) or exc}") from None
+        return first_file(stream, path, limit)
+
     def terminate(self, name: str) -> None:
         with contextlib.suppress(NotFound, APIError):  # gone, or not running: nothing to signal
             self.client.containers.get(name).kill(signal="SIGTERM")
@@ -451,3 +461,23 @@ class DockerRuntime:
 def _runs(container) -> bool:
     state = container.attrs.get("State", {}) if container is not None else {}
     return bool(state.get("Running")) and not state.get("Restarting", False)
+
+
+def first_file(chunks, path: str, limit: int) -> bytes:
+    """The first `limit` bytes of the one regular file in a tar stream (`chunks`), as
+    dockerd's archive of `path` holds it; OSError when the path is no file."""
+    buffer = io.BytesIO()
+    for chunk in chunks:
+        buffer.write(chunk)
+        if buffer.tell() > limit + 64 * 1024:  # the header, the file's first `limit` bytes
+            break
+    buffer.seek(0)
+    try:
+        with tarfile.open(fileobj=buffer, mode="r|") as archive:
+            member = archive.next()
+            if member is None or not member.isfile():
+                raise OSError(f"{path} is not a file")
+            found = archive.extractfile(member)
+            return found.read(limit) if found else b""
+    except tarfile.TarError as exc:
+        raise OSError(f"{path}: {exc}") from None

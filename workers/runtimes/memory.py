@@ -21,6 +21,7 @@ class MemoryRuntime:
         self.requests: dict[str, InstanceRequest] = {}
         self.healthy: set[str] = set()  # urls whose checks pass
         self.created: list[str] = []  # every create, in order
+        self.files: dict[str, bytes] = {}  # what instances see at a path (read_file)
         self.exec_passes: set[str] = set()  # instances whose exec probes pass
 
     def placement(self) -> Placement:
@@ -49,6 +50,11 @@ class MemoryRuntime:
 
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         return [o for o in self.instances.values() if service in (None, o.service)]
+
+    def read_file(self, name: str, path: str, limit: int) -> bytes:
+        if path not in self.files:
+            raise OSError(f"{path}: no such file")
+        return self.files[path][:limit]
 
     def terminate(self, name: str) -> None:
         if name in self.instances:  # it ends at once, as an engine that handles SIGTERM
