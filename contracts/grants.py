@@ -25,6 +25,7 @@ from contracts.hub_refs import is_hub_ref
 from contracts.spec import K8S_NAME, SAFE_WORD, ServiceSpec, _Strict
 from contracts.spec_facts import model_refs
 from contracts.spec_models import OBJECT_STORAGE_SCHEMES
+from contracts.spec_storage import Dataset
 
 MAX_GRANTS = 256  # entries of one list
 
@@ -43,6 +44,14 @@ REGISTRY = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::
 class PvcGrant(_Strict):
     claim: str = Field(max_length=253, pattern=K8S_NAME, description="A claim's name.")
     read_write: bool = Field(default=False, description="May it be mounted read-write.")
+
+
+class DatasetGrant(_Strict):
+    id: str = Field(
+        max_length=63, pattern=r"^[a-z0-9*?][-a-z0-9*?]*$",
+        description="Dataset ids, '*' and '?' wildcards: 'd-*' is every dataset.",
+    )  # fmt: skip
+    read_write: bool = Field(default=False, description="May they be mounted read-write.")
 
 
 class Grants(_Strict):
@@ -66,6 +75,11 @@ class Grants(_Strict):
         description="NFS exports, 'server:/path': a mount's path must be one or beneath one.",
     )  # fmt: skip
     pvc: list[PvcGrant] = Field(default=[], max_length=MAX_GRANTS)
+    datasets: list[DatasetGrant] = Field(
+        default=[], max_length=MAX_GRANTS,
+        description="storage[].dataset volumes (wharf-dataset-<id>-<version>) the workspace "
+        "may mount: the operator's, shared by every workspace granted them.",
+    )  # fmt: skip
     storage_endpoints: list[str] = Field(
         default=[], max_length=MAX_GRANTS,
         description="Object-storage endpoints a spec may name, 'scheme://host[:port]'.",
@@ -245,6 +259,8 @@ def _storage(spec: ServiceSpec, grants: Grants, refuse: Callable[[str, str, str]
             elif not entry.pvc.read_only and not grant.read_write:
                 refuse(f"{where}.pvc.read_only",
                        f"claim {entry.pvc.claim_name!r} is granted read-only", "pvc")  # fmt: skip
+        if entry.dataset is not None and (refused := dataset_refusal(entry.dataset, grants)):
+            refuse(f"{where}.dataset.{refused[0]}", refused[1], "datasets")
         if entry.git is not None and (why := git_refusal(entry.git.repo, grants)):
             refuse(f"{where}.git.repo", why, "git_repositories")
         for scheme in OBJECT_STORAGE_SCHEMES:
@@ -288,6 +304,16 @@ def _mounted_images(
         ):
             refuse(f"storage[{i}].image.image", f"registry {registry} is at a local address",
                    "registries")  # fmt: skip
+
+
+def dataset_refusal(dataset: Dataset, grants: Grants) -> tuple[str, str] | None:
+    """(the field, why) when mounting `dataset` as asked is not granted, or None."""
+    granted = [g for g in grants.datasets if fnmatch.fnmatchcase(dataset.id, g.id)]
+    if not granted:
+        return "id", f"dataset {dataset.id!r} is not granted"
+    if not dataset.read_only and not any(g.read_write for g in granted):
+        return "read_only", f"dataset {dataset.id!r} is granted read-only"
+    return None
 
 
 def git_server(url: str) -> str:

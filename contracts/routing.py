@@ -37,8 +37,10 @@ Snapshot JSON::
           "engine": "vllm",                # whose API its instances serve (contracts.engines:
                                            # "custom" for a given command): which routes the
                                            # EAS form reaches (contracts.engine_routes)
-          "webservice": false              # metadata.enable_webservice: its web UI is served
+          "webservice": false,             # metadata.enable_webservice: its web UI is served
                                            # under /web/<service>/ (contracts.webapp)
+          "job": false                     # metadata.workload_type elasticjob: it takes no
+                                           # calls (409 naming the job)
         }
       },
       "keys": {                            # API keys, by token digest
@@ -121,6 +123,8 @@ class RoutedService:
     engine: str = ""
     # metadata.enable_webservice: the gateway serves its web UI to signed-in browsers.
     webservice: bool = False
+    # metadata.workload_type elasticjob (contracts.spec_job): a job takes no calls.
+    job: bool = False
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
@@ -204,6 +208,7 @@ class Snapshot:
                         "adapters": list(svc.adapters),
                         "engine": svc.engine,
                         "webservice": svc.webservice,
+                        "job": svc.job,
                     }
                     for name, svc in sorted(self.services.items())
                 },
@@ -331,6 +336,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         adapters=_strings(entry.get("adapters", [])),
         engine=str(entry.get("engine", "")),
         webservice=entry.get("webservice", False) is True,
+        job=entry.get("job", False) is True,
     )
 
 

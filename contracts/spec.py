@@ -35,6 +35,7 @@ from contracts.spec_fleet import (  # noqa: F401 (re-exported for the spec's use
 )
 from contracts.spec_gateway_policy import RpcConcurrency
 from contracts.spec_instance import SHAPING_UNLESS, UNSHAPING, InstanceSettings, RpcLifecycle
+from contracts.spec_job import JOB_SHAPING_UNLESS, JobSettings
 from contracts.spec_labels import ServiceLabels
 from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's users)
     MODEL_STORE_NAME,
@@ -145,7 +146,7 @@ class Rpc(RpcNotes, RpcLifecycle, RpcConcurrency):
     )  # fmt: skip
 
 
-class Metadata(CloudOnlyMetadata, InstanceSettings, WebService):
+class Metadata(CloudOnlyMetadata, InstanceSettings, WebService, JobSettings):
     instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     cpu: float | None = Field(default=None, gt=0, le=4096)
     memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
@@ -349,7 +350,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp
         for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *UNSHAPING,
                     *WEB_METADATA):  # fmt: skip
             data["metadata"].pop(key, None)
-        for key, unset in SHAPING_UNLESS.items():  # unset: the hashes from before they existed
+        for key, unset in {**SHAPING_UNLESS, **JOB_SHAPING_UNLESS}.items():  # unset: as before
             if data["metadata"].get(key) in unset:
                 del data["metadata"][key]
         drop_unset_probes(data["containers"])  # the hashes from before probes existed

@@ -193,7 +193,19 @@ def runtime_checks(spec: ServiceSpec, runtime: str) -> dict[str, list[str]]:
                 "this server runs local processes, which have no image entrypoint to run: "
                 "give a command or script"
             ]
+    if spec.metadata.workload_type is not None and runtime == KUBERNETES:
+        errors["metadata.workload_type"] = [
+            "a job (elasticjob) runs on Wharf's own nodes (the Docker or process runtime); "
+            "this server hands its services to Kubernetes, which Wharf does not render a Job "
+            "for yet: deploy it as a service, or on a Docker or process server"
+        ]
     for i, entry in enumerate(spec.storage):
+        if entry.dataset is not None and runtime == PROCESS:
+            errors[f"storage[{i}].dataset"] = [
+                f"a dataset is the Docker volume {entry.dataset.volume()!r} (or a Kubernetes "
+                "claim of that name): it needs the Docker or Kubernetes runtime, and this "
+                "server runs local processes"
+            ]
         if entry.pvc is not None and runtime != KUBERNETES:
             errors[f"storage[{i}].pvc"] = [
                 "a PersistentVolumeClaim is mounted only on Kubernetes (WHARF_RUNTIME="

@@ -9,7 +9,10 @@ Every entry has `mount_path` and exactly one source:
 - `git`: a repository cloned on the node at instance start, read-only (workers.git_mounts);
 - `image`: a folder copied out of an image on the node, read-only (workers.image_mounts);
 - `empty_dir`: scratch space, on disk or (`medium: memory`) in memory;
-- `pvc`: a PersistentVolumeClaim (Kubernetes only).
+- `pvc`: a PersistentVolumeClaim (Kubernetes only);
+- `dataset`: a PAI dataset, which on Wharf is a volume the operator made and filled, named
+  `wharf-dataset-<id>-<version>`: a Docker named volume on the node, a PersistentVolumeClaim
+  on Kubernetes (`Dataset.volume`); read-only unless `read_only` is false.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ K8S_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A branch, tag or commit as git's command line takes it: never an option ('-…').
 GIT_REF = r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,254}$"
 GIT_SCHEMES = ("https", "http", "git", "file")
-STORAGE_SOURCES = ("empty_dir", "oss", "obs", "s3", "nfs", "pvc", "git", "image")
+STORAGE_SOURCES = ("empty_dir", "oss", "obs", "s3", "nfs", "pvc", "git", "image", "dataset")
+# A dataset's id and version as they name its volume (a Docker volume and a Kubernetes claim).
+DATASET_WORD = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DATASET_PREFIX = "wharf-dataset-"
+# The Mount kind (contracts.engines.plan) of a dataset: Docker mounts the named volume if it
+# exists, Kubernetes the claim.
+DATASET_MOUNT = "dataset"
 READ_ONLY = (
     "false: each instance gets a writable copy of the prefix, and the files it adds or "
     "changes are uploaded back to it (every WHARF_STORAGE_SYNC_SECONDS and when the instance "
@@ -132,6 +141,20 @@ class ImageFolder(_Strict):
         return value
 
 
+class Dataset(_Strict):
+    """EAS's PAI dataset, as a volume the operator fills (PAI keeps datasets in OSS; Wharf
+    has no dataset registry): see `volume`. The workspace needs the datasets grant."""
+
+    id: str = Field(max_length=63, pattern=DATASET_WORD, description="The dataset, e.g. d-1a2b.")
+    version: str = Field(default="v1", max_length=32, pattern=DATASET_WORD)
+    read_only: bool = Field(default=True, description="false: mounted writable.")
+
+    def volume(self) -> str:
+        """The volume's name: a Docker named volume on the node, a PersistentVolumeClaim in
+        Wharf's namespace on Kubernetes."""
+        return f"{DATASET_PREFIX}{self.id}-{self.version}"
+
+
 class StorageEntry(_Strict):
     mount_path: str
     empty_dir: EmptyDir | None = None
@@ -146,6 +169,11 @@ class StorageEntry(_Strict):
     )
     git: GitRepository | None = None
     image: ImageFolder | None = None
+    dataset: Dataset | None = Field(
+        default=None,
+        description="A PAI dataset: the volume wharf-dataset-<id>-<version> an operator made "
+        "and filled (Docker: a named volume on each node; Kubernetes: a claim of that name).",
+    )
     properties: dict[str, str] | None = Field(default=None, description=STORAGE["properties"])
 
     @field_validator("mount_path")
@@ -182,7 +210,7 @@ def unset_storage_fields(entry: dict) -> None:
     """Drop, from a dumped storage entry, the fields added since spec hashes were first kept
     (git, image, an object store's readOnly) where they are unset, so that a spec that does
     not use them hashes as before and its instances are not replaced on an upgrade."""
-    for name in ("git", "image"):
+    for name in ("git", "image", "dataset"):
         if entry.get(name) is None:
             entry.pop(name, None)
     for scheme in OBJECT_STORAGE_SCHEMES:

@@ -319,6 +319,7 @@ WHARF_NODE_GRACE = envint("WHARF_NODE_GRACE", 30)  # silent this long: not_ready
 WHARF_NODE_EVICT = envint("WHARF_NODE_EVICT", 60)  # and this much longer: instances move
 WHARF_BACKOFF_BASE = envint("WHARF_BACKOFF_BASE", 10)  # first restart delay of a crashed engine
 WHARF_BACKOFF_MAX = envint("WHARF_BACKOFF_MAX", 300)  # the delay doubles up to this
+WHARF_JOB_RETRIES = envint("WHARF_JOB_RETRIES", 3)  # a job instance's failed runs retried
 # Ports the scheduler gives prefill/decode instances on their node (serving and KV side
 # channel), below Linux's ephemeral range so nothing else takes them by chance.
 WHARF_PD_PORTS = envrange("WHARF_PD_PORTS", (30000, 32767))

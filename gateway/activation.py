@@ -138,6 +138,8 @@ class Activator:
         the body was read since it was looked up), after a hold when it scales from zero,
         else 503."""
         service = current.services.get(service.name, service)
+        if service.job:
+            return errors.job_takes_no_calls(service.name)
         if not service.scale_from_zero or serves(service, generation):
             # Without instances: 503 now. A prefill/decode service's missing role is the
             # proxy's to answer (no_prefill_instance, or decode alone).

@@ -154,6 +154,17 @@ def no_ready_instance(service: str) -> JSONResponse:
     )
 
 
+def job_takes_no_calls(service: str) -> JSONResponse:
+    """A job (metadata.workload_type elasticjob) runs its command to the end; nothing serves."""
+    return error_response(
+        409,
+        INVALID_REQUEST,
+        "service_is_a_job",
+        f"Service '{service}' is a job (metadata.workload_type: elasticjob): it runs its "
+        "command to the end and takes no calls. Read its status and logs in the console.",
+    )
+
+
 def adapter_not_loaded(service: str, adapter: str) -> JSONResponse:
     """An adapter of the spec that no ready instance has loaded yet (or could not load)."""
     return error_response(

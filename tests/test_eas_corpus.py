@@ -114,9 +114,11 @@ def test_a_published_fragment_is_taken_in_a_service(name):
     [
         # The page offers OSS or NAS for one folder; both at once is what EAS refuses too.
         ("19-sd-webui-standard.json", ["storage[1].mount_path"]),
-        # Asynchronous services and jobs: issue 29 (queues and batch).
+        # Asynchronous services: issue 29 (queues and batch).
         ("20-sd-webui-api-async.json", ["metadata.type", "queue"]),
-        ("29-torcheasyrec-aot-export-elasticjob.json", ["metadata.workload_type"]),
+        # An elastic job with a dataset, as a template: its placeholders (${EAS_RESOURCE_ID})
+        # are to be filled in first.
+        ("29-torcheasyrec-aot-export-elasticjob.json", ["metadata.resource"]),
         # Several containers in one instance (sidecars): not yet.
         ("37-pai-rag-multi-container.json", ["containers"]),
     ],

@@ -26,6 +26,10 @@ def s3(path: str, **more) -> dict:
     return {"storage": [{"mount_path": "/data", "s3": {"path": path, **more}}]}
 
 
+def dataset(id: str, **more) -> dict:
+    return {"storage": [{"mount_path": "/data", "dataset": {"id": id, **more}}]}
+
+
 KEYS = {"access_key_id": "id", "access_key_secret": "secret"}
 NIXL = {"llm": {"engine": "vllm", "pd": {**PD, "kv_connector": "NixlConnector"}}}
 
@@ -46,6 +50,20 @@ CASES = [
         "kubernetes",
         {"pvc": [{"claim": "models"}]},
         ["storage[0].pvc.claim_name"],
+    ),
+    (
+        "dataset",
+        dataset("d-1a2b"),
+        "docker",
+        {"datasets": [{"id": "d-*"}]},
+        ["storage[0].dataset.id"],
+    ),
+    (
+        "dataset rw",
+        dataset("d-1a2b", read_only=False),
+        "docker",
+        {"datasets": [{"id": "d-1a2b", "read_write": True}]},
+        ["storage[0].dataset.id"],
     ),
     (
         "pvc rw",
@@ -224,6 +242,12 @@ def test_a_capability_is_closed_by_default_and_opened_by_its_grant(parts, runtim
         ),
         ({"llm": {"model": "s3://team-a/x/"}}, {"platform_buckets": ["oss://team-a"]}, "llm.model"),
         ({"metadata": {"resource": "h200"}}, {"resource_groups": ["h100"]}, "metadata.resource"),
+        (dataset("d-9"), {"datasets": [{"id": "d-1*"}]}, "storage[0].dataset.id"),
+        (
+            dataset("d-1", read_only=False),
+            {"datasets": [{"id": "d-*"}]},
+            "storage[0].dataset.read_only",
+        ),  # fmt: skip
         (
             {"containers": [{"image": "127.0.0.1:5000/vllm:1"}]},
             {"registries": ["127.0.0.1:5001", "localhost:5000", "127.0.0.2"]},
@@ -256,6 +280,7 @@ def test_an_approved_image_runs_on_the_host_network_without_the_grant():
         ({"storage_endpoints": ["http://x/path"]}, "grants.storage_endpoints"),
         ({"platform_buckets": ["gs://b"]}, "grants.platform_buckets"),
         ({"pvc": [{"claim": "Bad_Name"}]}, "grants.pvc[0].claim"),
+        ({"datasets": [{"id": "D_Upper"}]}, "grants.datasets[0].id"),
         ({"resource_groups": ["a b"]}, "grants.resource_groups"),
         ({"host_network": "yes"}, "grants.host_network"),
         ({"registries": ["http://127.0.0.1:5000"]}, "grants.registries"),

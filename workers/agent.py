@@ -26,10 +26,11 @@ from django.utils import timezone
 
 from contracts import inflight
 from contracts.engines import prepare
+from contracts.spec_job import is_job
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from workers import adapters, probes, warmup, writable_storage
+from workers import adapters, jobs, probes, warmup, writable_storage
 from workers.fleet import FleetSettings, wait_for_wake
 from workers.locks import client
 from workers.runtimes import ObservedInstance, Runtime
@@ -63,7 +64,7 @@ def converge(
     reports: list[dict] | None = None
     due: list[tuple[Instance, ObservedInstance]] = []
     for row in rows.values():
-        if row.name in busy or row.state == InstanceState.FAILED:
+        if row.name in busy or row.state in (InstanceState.FAILED, InstanceState.SUCCEEDED):
             continue
         found = observed.get(row.name)
         if row.state == InstanceState.DRAINING:
@@ -75,7 +76,8 @@ def converge(
                 start(row.name)
             elif row.state != InstanceState.BACKOFF and row.state != InstanceState.CREATING:
                 why = "its engine is gone" if found is None else _exit_text(found, runtime)
-                crashed(row, runtime, fleet, now, why, logs=found is not None)
+                if _job_retried(row, found, runtime, fleet, why):
+                    crashed(row, runtime, fleet, now, why, logs=found is not None)
                 touched.add(row.service.name)
         else:
             if row.state in (InstanceState.CREATING, InstanceState.BACKOFF, InstanceState.UNKNOWN):
@@ -141,6 +143,14 @@ def _remove_unassigned(node, runtime, observed, rows, busy, background) -> set[s
     return touched
 
 
+def _job_retried(row: Instance, found, runtime: Runtime, fleet: FleetSettings, why: str) -> bool:
+    """Whether an ended engine goes into back-off: any service's does; a job's only while
+    its command failed and retries are left (else it has succeeded or failed: workers.jobs)."""
+    if not is_job(row.placed_spec()):
+        return True
+    return jobs.ended(row, found, runtime, fleet.job_retries, why) is jobs.Outcome.RETRY
+
+
 def _start_due(row: Instance, now: datetime) -> bool:
     if row.state == InstanceState.CREATING:
         return True
@@ -155,15 +165,16 @@ def _exit_text(found: ObservedInstance, runtime: Runtime) -> str:
 
 def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = True) -> None:
     """Into back-off: the restart waits 10 s, doubling to 5 min; an engine that stayed up
-    10 minutes starts over from 10 s. The event keeps its last log lines. With the spec's
-    enable_crash_block, kept as it ended instead (failed, its container and logs left)."""
+    10 minutes starts over from 10 s (a job's retries add up: workers.jobs). The event keeps
+    its last log lines. With the spec's enable_crash_block, kept as it ended instead (failed,
+    its container and logs left)."""
     tail = runtime.logs(row.name, tail=LOG_TAIL).strip() if logs else ""
     spec = _spec(row)
     if spec is not None and spec.metadata.enable_crash_block:
         _crash_blocked(row, why, tail)
         return
     up = (now - row.started_at).total_seconds() if row.started_at else 0.0
-    restarts = 1 if up >= fleet.backoff_reset else row.restarts + 1
+    restarts = 1 if up >= fleet.backoff_reset and not is_job(spec) else row.restarts + 1
     delay = fleet.backoff(restarts)
     message = f"{why}; restart {restarts} in {delay:.0f} s"
     # Never over a drain the scheduler wrote since this row was read: it stays draining.
@@ -276,7 +287,10 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check, background) -> s
     liveness waits until then."""
     checks = []
     for row, found in due:
-        found_probes = probes.probe_set(row.placed_spec())
+        spec = row.placed_spec()
+        if is_job(spec):  # a job takes no calls: nothing to probe, it runs to its end
+            continue
+        found_probes = probes.probe_set(spec)
         gate = found_probes.startup if row.state == InstanceState.STARTING else None
         started = (row.started_at or now).timestamp()
         last = row.probed_at.timestamp() if row.probed_at else None

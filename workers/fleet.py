@@ -22,6 +22,7 @@ class FleetSettings:
     backoff_base: float = 10.0  # a crashed engine waits this long before its first restart,
     backoff_max: float = 300.0  # doubling up to this
     backoff_reset: float = 600.0  # up this long, its next crash starts over from the base
+    job_retries: int = 3  # a job's instance whose command fails is run again this often at most
     agent_interval: float = 2.0  # seconds between a node agent's passes
     # A request that picked an instance just before its gateway loaded the snapshot without it
     # is counted only once it connects: such requests get this long before a drained instance
@@ -37,6 +38,7 @@ class FleetSettings:
             health_timeout=settings.WHARF_HEALTH_TIMEOUT,
             backoff_base=settings.WHARF_BACKOFF_BASE,
             backoff_max=settings.WHARF_BACKOFF_MAX,
+            job_retries=settings.WHARF_JOB_RETRIES,
             pd_ports=settings.WHARF_PD_PORTS,
         )
 

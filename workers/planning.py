@@ -86,3 +86,32 @@ def status(
         why = f"; no ready {' or '.join(missing)} instance" if missing else ""
         return Status("degraded", counts + why)
     return Status("deploying", f"{counts}; waiting for the engine's health check")
+
+
+def job_status(
+    wanted: int,
+    succeeded: int,
+    running: int,
+    failed: bool,
+    waiting: str | None = None,
+    notes: list[str] | None = None,
+) -> Status:
+    """A running job's phase (metadata.workload_type; contracts.spec_job) from the counts of
+    its current instances: `completed` once `wanted` have succeeded, `failed` once one has
+    spent its retries, else `running` while any runs, is done or waits for a retry
+    (`notes` name those), `pending` while one waits for a node. Stopping and deleting are
+    `status`'s."""
+    counts = f"{succeeded}/{wanted} instances succeeded"
+    if running:
+        counts += f"; {running} running"
+    if notes:  # instances in back-off, with when they run again
+        counts += "; " + "; ".join(notes)
+    if failed:
+        return Status("failed", counts)
+    if succeeded >= wanted:
+        return Status("completed", counts)
+    if waiting:
+        return Status("pending", f"{counts}; waiting: {waiting}")
+    if running or succeeded or notes:  # notes: runs that failed, to be retried
+        return Status("running", counts)
+    return Status("deploying", f"{counts}; starting")

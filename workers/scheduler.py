@@ -23,6 +23,7 @@ from contracts.allocation import decode_allocation, encode_allocation
 from contracts.hub_refs import is_hub_ref, parse_hub_ref
 from contracts.spec import ServiceSpec, SpecError
 from contracts.spec_facts import card_need
+from contracts.spec_job import is_job
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import DRAINING as NODE_DRAINING
 from controlplane.nodes.state import NOT_READY, node_state
@@ -94,7 +95,7 @@ def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> None:
     registered is given up at once. When the node returns, its agent removes what is no
     longer assigned to it."""
     evict_after = timedelta(seconds=fleet.node_grace + fleet.node_evict)
-    for row in service.instances.all():
+    for row in service.instances.exclude(state=InstanceState.SUCCEEDED):  # a job's done: kept
         node = nodes.get(row.node)
         if node is None or (node.heartbeat_at and now - node.heartbeat_at > evict_after):
             why = "is gone" if node is None else f"has been silent since {node.heartbeat_at:%X}"
@@ -151,8 +152,8 @@ def _drain_and_create(service, spec, replicas, rows, states, now, fleet) -> tupl
     woken: set[str] = set()
     if service.generation != service.observed_generation:
         # A new intent retries what could not start (a fixed dockerAuth, a model now in the
-        # store) even when the instance's spec hash is unchanged.
-        failed = [r for r in rows if r.state == InstanceState.FAILED]
+        # store) even when the instance's spec hash is unchanged, and runs a job again.
+        failed = [r for r in rows if r.state in (InstanceState.FAILED, InstanceState.SUCCEEDED)]
         woken |= _drain(service, failed, now)
         rows = [r for r in rows if r not in failed]
     creates: list[str] = []
@@ -271,7 +272,8 @@ def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[plac
         ))  # fmt: skip
     held = []
     specs: dict[int, ServiceSpec | None] = {}
-    for row in Instance.objects.select_related("service"):
+    # A job's instance that succeeded holds nothing: its engine has ended for good.
+    for row in Instance.objects.exclude(state=InstanceState.SUCCEEDED).select_related("service"):
         if row.service_id not in specs:
             try:
                 specs[row.service_id] = row.service.parsed_spec()
@@ -330,6 +332,8 @@ def save_status(service: Service, status: planning.Status, ready: int, last_erro
 
 def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool:
     """Write the observed status if the intent has not changed meanwhile; True when settled."""
+    if is_job(spec):
+        return _write_job_status(service, spec, replicas, rows, waiting)
     target = spec.spec_hash() if spec else ""
     live = [r for r in rows if r.state != InstanceState.DRAINING]
     ready = Counter(
@@ -361,3 +365,27 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
         log.warning("service %s failed: %s", service.name, error)
     moving = any(r.state not in (InstanceState.READY, InstanceState.FAILED) for r in rows)
     return not moving and status.phase in ("running", "stopped", "failed", "pending")
+
+
+def _write_job_status(service, spec, replicas, rows, waiting) -> bool:
+    """A job's status (workers.planning.job_status); True when settled: nothing is being
+    created or drained, and its running instances' ends wake the scheduler (the agent's
+    changes do)."""
+    target = spec.spec_hash()
+    live = [r for r in rows if r.state != InstanceState.DRAINING and r.spec_hash == target]
+    failed = [r for r in live if r.state == InstanceState.FAILED]
+    notes = [f"{r.name} {r.message.splitlines()[0] if r.message else 'restarting'}"
+             for r in live if r.state == InstanceState.BACKOFF]  # fmt: skip
+    status = planning.job_status(
+        sum(replicas.values()),
+        succeeded=sum(1 for r in live if r.state == InstanceState.SUCCEEDED),
+        running=sum(1 for r in live if r.state == InstanceState.STARTING),
+        failed=bool(failed), waiting=f"no node fits: {waiting}" if waiting else None,
+        notes=notes,
+    )  # fmt: skip
+    error = f"{failed[0].name}: {failed[0].message}" if failed else ""
+    last_error = error or (f"no node fits: {waiting}" if waiting else "")
+    with transaction.atomic():
+        save_status(service, status, 0, last_error)
+    moving = len(live) != len(rows) or any(r.state == InstanceState.CREATING for r in rows)
+    return not moving and status.phase in ("running", "completed", "failed")

@@ -21,6 +21,7 @@ from contracts.engines.plan import PdMember, Placement
 from contracts.grants import own_image
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
+from contracts.spec_job import is_job
 from contracts.spec_probes import probe_ports
 from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
@@ -93,7 +94,7 @@ def start_instance(
         observed = runtime.create(InstanceRequest(
             service.name, name, row.spec_hash, plan, row.devices, row.role, row.pd_index,
             tuple(staged.values()), engine_key=placement.engine_key,
-            probe_ports=_probe_ports(spec, plan.port),
+            probe_ports=_probe_ports(spec, plan.port), run_to_end=is_job(spec),
         ))  # fmt: skip
     except InstanceError as exc:  # the user must change something: a permanent failure
         _fail(row, str(exc))

@@ -17,7 +17,7 @@ from contracts.engines.prepare import with_prepare
 from contracts.limits import bounded
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
-from contracts.spec_storage import StorageEntry, node_folder
+from contracts.spec_storage import DATASET_MOUNT, StorageEntry, node_folder
 
 __all__ = ["ContainerPlan", "Mount", "Placement", "engine_name", "render", "validate"]
 
@@ -100,6 +100,9 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement
         elif entry.pvc is not None:  # Kubernetes only (contracts.spec_rules.runtime_checks)
             claim = entry.pvc.claim_name
             mounts.append(Mount("pvc", entry.mount_path, claim, read_only=entry.pvc.read_only))
+        elif entry.dataset is not None:  # a volume the operator filled: Docker's or a claim
+            volume, read_only = entry.dataset.volume(), entry.dataset.read_only
+            mounts.append(Mount(DATASET_MOUNT, entry.mount_path, volume, read_only=read_only))
         elif (folder := _node_folder(i, entry)) is not None:  # made by the node, its own
             host_dir = placement.staged.get(folder, f"<{folder} on the node>")
             read_only = entry.writable_store() is None

@@ -161,7 +161,7 @@ class Volumes:
             server, _, path = m.source.partition(":")
             nfs = {"server": server, "path": path, "readOnly": m.read_only}
             self.add(f"nfs-{i}", {"nfs": nfs}, m.target, m.read_only)
-        elif m.kind == "pvc":
+        elif m.kind in ("pvc", "dataset"):  # a dataset: the claim named after it
             claim = {"claimName": m.source, "readOnly": m.read_only}
             self.add(f"pvc-{i}", {"persistentVolumeClaim": claim}, m.target, m.read_only)
         elif m.kind == "volume":  # the folder prefill and decode share (ExampleConnector)

@@ -21,6 +21,7 @@ SERVICE_STATUS = {
     Phase.PENDING: "Waiting", Phase.DEPLOYING: "Creating", Phase.RUNNING: "Running",
     Phase.UPDATING: "Updating", Phase.DEGRADED: "Running", Phase.STOPPING: "Stopping",
     Phase.STOPPED: "Stopped", Phase.DELETING: "Deleting", Phase.FAILED: "Failed",
+    Phase.COMPLETED: "Completed",
 }  # fmt: skip
 # An instance's state as EAS's `w` shows it (its READY column is ReadyProcesses).
 INSTANCE_STATUS = {
@@ -28,6 +29,7 @@ INSTANCE_STATUS = {
     InstanceState.READY: "Running", InstanceState.UNHEALTHY: "Running",
     InstanceState.BACKOFF: "CrashLoopBackOff", InstanceState.FAILED: "Failed",
     InstanceState.UNKNOWN: "Unknown", InstanceState.DRAINING: "Terminating",
+    InstanceState.SUCCEEDED: "Completed",
 }  # fmt: skip
 # Event reasons EAS would file as Warning rather than Normal.
 WARNING_WORDS = ("Fail", "Unhealthy", "Error", "BackOff", "Crash", "Lost", "Killed", "Ignored")

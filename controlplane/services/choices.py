@@ -19,6 +19,7 @@ class Phase(models.TextChoices):
     STOPPED = "stopped"
     DELETING = "deleting"
     FAILED = "failed"
+    COMPLETED = "completed"  # a job (metadata.workload_type) whose every instance succeeded
 
 
 class InstanceState(models.TextChoices):
@@ -32,3 +33,4 @@ class InstanceState(models.TextChoices):
     FAILED = "failed"  # cannot start as specified (missing image, model); the spec must change
     UNKNOWN = "unknown"  # its node stopped answering
     DRAINING = "draining"  # out of routing; stopped once its requests finish or grace ends
+    SUCCEEDED = "succeeded"  # a job's instance whose command exited 0: kept as it ended

@@ -24,6 +24,7 @@ from contracts.routing import (
 )
 from contracts.spec import Pd, Rpc, ServiceSpec, typed_spec
 from contracts.spec_gateway_policy import policy_limit, service_rate_limit
+from contracts.spec_job import is_job
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
@@ -94,6 +95,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         adapters=spec_facts.adapter_names(spec),
         engine=engine_name(spec),
         webservice=spec.metadata.enable_webservice,
+        job=is_job(spec),
     )
 
 

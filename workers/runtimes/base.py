@@ -58,6 +58,9 @@ class InstanceRequest:
     # ((the port the spec's probes name, the port it is beside the engine), ...): what its
     # front lets the worker probe (gateway.front's /.wharf/probe; contracts.spec_probes).
     probe_ports: tuple[tuple[int, int], ...] = ()
+    # A job's instance (contracts.spec_job): its engine runs to its end and the runtime never
+    # restarts it itself; its node's agent decides what the end means (workers.jobs).
+    run_to_end: bool = False
 
 
 @dataclass(frozen=True)

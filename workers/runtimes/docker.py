@@ -22,6 +22,7 @@ from docker.types import Mount as DockerMount
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import find_npu_smi
 from contracts.limits import TenantLimits, filled, granted_capabilities
+from contracts.spec_storage import DATASET_MOUNT
 from contracts.version import VERSION
 from workers.runtimes.base import (
     LABEL_DEVICES,
@@ -53,6 +54,8 @@ from workers.runtimes.pulls import pull
 _NETWORKS = threading.Lock()
 LABEL_HEALTH_PATH = "wharf.health-path"
 LABEL_PORT = "wharf.port"
+# Docker's quick restarts of a crashed engine, before the agent's back-off (never a job's).
+ON_FAILURE = {"Name": "on-failure", "MaximumRetryCount": 5}
 
 
 def service_network(service: str) -> str:
@@ -105,7 +108,7 @@ def run_options(
         "ports": {f"{plan.port}/tcp": (bind_address, None)},
         "mounts": _mounts(plan, model_dir),
         "shm_size": plan.shm_size_bytes,
-        "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
+        "restart_policy": {"Name": "no"} if request.run_to_end else ON_FAILURE,
         **bounds(plan),
     }
     if plan.host_network:
@@ -164,7 +167,9 @@ def _mounts(plan: ContainerPlan, model_dir: str) -> list[DockerMount]:
             mounts.append(DockerMount(m.target, None, type="tmpfs", tmpfs_size=m.size_bytes))
         elif m.kind == "nfs":
             mounts.append(_nfs_mount(m))
-        elif m.kind == "volume":  # shared by the instances of a service (the KV exchange)
+        elif m.kind in ("volume", DATASET_MOUNT):
+            # a volume: shared by the instances of a service (the KV exchange); a dataset's:
+            # the operator's, which the node has (workers.storage_mounts checks)
             mounts.append(DockerMount(m.target, m.source, type="volume", read_only=m.read_only))
         elif m.kind == "pvc":  # a spec taken under another WHARF_RUNTIME (runtime_checks)
             raise InstanceError(

@@ -21,6 +21,7 @@ from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_cloud import cloud_only_warnings
 from contracts.spec_facts import card_need, replicas
 from contracts.spec_instance import notes as instance_notes
+from contracts.spec_job import is_job
 from contracts.spec_labels import matches, parse_selector
 from contracts.spec_rules import runtime_checks
 from controlplane import intents
@@ -251,11 +252,22 @@ def change_state(request: Request, name: str, action: str) -> Response:
         service = live_service(request, name)
         if desired == DesiredState.RUNNING:
             check_quotas(service.workspace, None, running=True, service=service)
-        Service.objects.filter(pk=service.pk).update(desired_state=desired)
+        again = desired == DesiredState.RUNNING and _is_job(service)
+        # A job started again runs again (its succeeded instances are replaced): a new intent.
+        Service.objects.filter(pk=service.pk).update(
+            desired_state=desired, **({"generation": F("generation") + 1} if again else {})
+        )
         service.refresh_from_db()
         record(service, action.capitalize() + "Requested", f"{action} requested")
         _on_commit_reconcile(name)
     return Response(ServiceSerializer(service).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _is_job(service: Service) -> bool:
+    try:
+        return is_job(service.parsed_spec())
+    except SpecError:
+        return False
 
 
 class ServiceDetail(APIView):

@@ -135,7 +135,7 @@ const Wharf = (() => {
   // repeats its phase and instance columns, so only work under way or trouble is shown.
   function progressNode(service) {
     const text = progressText(service);
-    if (!text || service.phase === "running" || service.phase === "stopped") return null;
+    if (!text || ["running", "stopped", "completed"].includes(service.phase)) return null;
     return el("span.sub", busy.has(service.phase) ? el("span.spinner") : null, text);
   }
 
