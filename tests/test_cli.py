@@ -21,6 +21,7 @@ from wharfcli.watch import DONE, FAILED, verdict
 
 RUNNING = {"phase": "running", "generation": 2, "observed_generation": 2,
            "ready_instances": 2, "instances": 2, "progress": ""}  # fmt: skip
+JOB = {**RUNNING, "ready_instances": 0, "spec": {"metadata": {"workload_type": "elasticjob"}}}
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,11 @@ RUNNING = {"phase": "running", "generation": 2, "observed_generation": 2,
         ({**RUNNING, "phase": "stopped"}, "stopped", DONE),
         ({**RUNNING, "phase": "stopping"}, "stopped", None),
         (RUNNING, "stopped", None),
+        ({**JOB, "phase": "running"}, "running", DONE),  # it runs: no instance is ever ready
+        ({**JOB, "phase": "running", "observed_generation": 1}, "running", None),
+        ({**JOB, "phase": "completed"}, "running", DONE),
+        ({**JOB, "phase": "deploying"}, "running", None),
+        ({**JOB, "phase": "failed"}, "running", FAILED),
     ],
 )  # fmt: skip
 def test_verdict(service, goal, expected):

@@ -24,8 +24,17 @@ def verdict(service: dict, goal: str) -> str | None:
     caught_up = (service.get("observed_generation") or 0) >= (service.get("generation") or 0)
     if goal == "stopped":
         return DONE if phase == "stopped" and caught_up else None
+    if phase == "completed" or (phase == "running" and _job(service)):
+        return DONE if caught_up else None  # a job runs (it is never ready), or has run
     ready = (service.get("ready_instances") or 0) >= (service.get("instances") or 0)
     return DONE if phase == "running" and caught_up and ready else None
+
+
+def _job(service: dict) -> bool:
+    """Whether the service is a job (metadata.workload_type), whose instances are never
+    ready: they run their command to its end."""
+    metadata = (service.get("spec") or {}).get("metadata") or {}
+    return isinstance(metadata, dict) and metadata.get("workload_type") == "elasticjob"
 
 
 def status_line(service: dict) -> str:

@@ -76,7 +76,7 @@ def converge(
                 start(row.name)
             elif row.state != InstanceState.BACKOFF and row.state != InstanceState.CREATING:
                 why = "its engine is gone" if found is None else _exit_text(found, runtime)
-                if _job_retried(row, found, runtime, fleet, why):
+                if _job_retried(row, found, runtime, fleet, why, background):
                     crashed(row, runtime, fleet, now, why, logs=found is not None)
                 touched.add(row.service.name)
         else:
@@ -143,12 +143,21 @@ def _remove_unassigned(node, runtime, observed, rows, busy, background) -> set[s
     return touched
 
 
-def _job_retried(row: Instance, found, runtime: Runtime, fleet: FleetSettings, why: str) -> bool:
+def _job_retried(row: Instance, found, runtime, fleet, why: str, background) -> bool:
     """Whether an ended engine goes into back-off: any service's does; a job's only while
-    its command failed and retries are left (else it has succeeded or failed: workers.jobs)."""
+    its command failed and retries are left (else it has succeeded or failed: workers.jobs).
+    What a succeeded job wrote to writable object storage goes up now, its last upload."""
     if not is_job(row.placed_spec()):
         return True
-    return jobs.ended(row, found, runtime, fleet.job_retries, why) is jobs.Outcome.RETRY
+    ended = jobs.ended(row, found, runtime, fleet.job_retries, why)
+    if ended is jobs.Outcome.SUCCEEDED and (settings.WHARF_WRITABLE_DIR / row.name).is_dir():
+        background(row.name, partial(_released, row))
+    return ended is jobs.Outcome.RETRY
+
+
+def _released(row: Instance) -> set[str]:
+    _release_writable(row)
+    return set()
 
 
 def _start_due(row: Instance, now: datetime) -> bool:
