@@ -145,9 +145,22 @@ class Dataset(_Strict):
     """EAS's PAI dataset, as a volume the operator fills (PAI keeps datasets in OSS; Wharf
     has no dataset registry): see `volume`. The workspace needs the datasets grant."""
 
-    id: str = Field(max_length=63, pattern=DATASET_WORD, description="The dataset, e.g. d-1a2b.")
-    version: str = Field(default="v1", max_length=32, pattern=DATASET_WORD)
+    id: str = Field(
+        max_length=63, json_schema_extra={"pattern": DATASET_WORD},
+        description="The dataset, e.g. d-4rb4dkdp1bq3s5u2qu.",
+    )  # fmt: skip
+    version: str = Field(default="v1", max_length=32, json_schema_extra={"pattern": DATASET_WORD})
     read_only: bool = Field(default=True, description="false: mounted writable.")
+
+    @field_validator("id", "version")
+    @classmethod
+    def _volume_word(cls, value: str) -> str:
+        if not re.fullmatch(DATASET_WORD, value):
+            raise ValueError(
+                "lower-case letters, digits and '-' (it names the dataset's volume), e.g. "
+                "d-4rb4dkdp1bq3s5u2qu and v1"
+            )
+        return value
 
     def volume(self) -> str:
         """The volume's name: a Docker named volume on the node, a PersistentVolumeClaim in

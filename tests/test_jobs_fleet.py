@@ -129,3 +129,17 @@ def test_start_runs_a_completed_job_again_and_leaves_a_service_alone(fleet, api)
     fleet.settle(4)
     (again,) = fleet.rows("export")
     assert again.name != done.name and again.state == "starting"
+
+
+def test_a_completed_job_holds_no_instance_quota(fleet, api):
+    from controlplane.workspaces.quota_checks import held_by
+    from tests.api_support import default_workspace
+
+    fleet.node("n1")
+    deploy(job("export", instances=2))
+    fleet.settle(3)
+    assert held_by(default_workspace()).instances == 2
+    end(fleet, "n1", "export", 0)
+    fleet.settle(3)
+    assert phase("export")[0] == "completed"
+    assert (held_by(default_workspace()).services, held_by(default_workspace()).instances) == (1, 0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rest_framework import exceptions
 
 from contracts.spec import ServiceSpec, SpecError
-from controlplane.services.choices import DesiredState
+from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.quotas import Footprint, excess, footprint
@@ -29,8 +29,9 @@ def _held(service: Service, running: bool | None = None) -> Footprint:
         spec = service.parsed_spec()
     except SpecError:  # stored before a rule tightened: it runs nothing (workers.scheduler)
         spec = None
-    return footprint(spec, service.desired_state == DesiredState.RUNNING if running is None
-                     else running)  # fmt: skip
+    if running is None:  # a completed job runs nothing more: its instances hold nothing
+        running = service.desired_state == DesiredState.RUNNING and service.phase != Phase.COMPLETED
+    return footprint(spec, running)
 
 
 def held_by(workspace: Workspace, but: Service | None = None) -> Footprint:
