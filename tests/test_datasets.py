@@ -174,3 +174,54 @@ def test_an_instance_reads_the_dataset_and_writes_only_when_asked(runtime, datas
     assert runtime.read_file(name, "/data/train.jsonl", 100) == b'{"x": 1}\n'
     wrote = runtime.exec_check(name, ("/bin/sh", "-c", "touch /data/out"), 10)
     assert wrote is not read_only
+
+
+def read_volume(client, volume: str, path: str) -> bytes:
+    """A file of a volume, through a created (never started) container's archive."""
+    from docker.types import Mount as DockerMount
+
+    from tests.docker_support import empty_image
+
+    mount = DockerMount("/v", volume, type="volume")
+    reader = client.containers.create(empty_image(client), command=["none"], mounts=[mount])
+    try:
+        stream, _ = reader.get_archive(f"/v/{path}")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            assert member is not None
+            return member.read()
+    finally:
+        reader.remove()
+
+
+@pytest.mark.django_db
+def test_a_job_on_docker_writes_its_dataset_and_has_succeeded(runtime, dataset, settings):
+    """The corpus's elastic job, in small: a job that writes its result into a writable
+    dataset, through the real starter and node agent on dockerd."""
+    from controlplane.services.choices import InstanceState
+    from tests.api_support import grant
+    from tests.probes_support import history, placed, state, until
+
+    base = "wharf/wharf:0.1.0"
+    try:
+        runtime.client.images.get(base)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{base} is not built here")
+    grant(datasets=[{"id": "d-eas-jobs-*", "read_write": True}])
+    command = "cat /data/train.jsonl > /data/out.jsonl"
+    writable = {**dataset, "read_only": False}
+    spec = {
+        "name": f"eas-jobs-export-{uuid.uuid4().hex[:4]}",
+        "containers": [{"image": base, "port": 8000, "command": command}],
+        "metadata": {"workload_type": "elasticjob"},
+        "storage": [{"mount_path": "/data", "dataset": writable}],
+    }
+    row = placed(spec, node="eas-jobs")
+    row = until(runtime, row, state(InstanceState.SUCCEEDED, InstanceState.FAILED), timeout=90,
+                node="eas-jobs")  # fmt: skip
+    assert row.state == InstanceState.SUCCEEDED, history(row)
+    container = runtime.client.containers.get(row.name)
+    assert container.status == "exited"  # kept as it ended, with its logs
+    assert container.attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    volume = f"wharf-dataset-{dataset['id']}-v1"
+    assert read_volume(runtime.client, volume, "out.jsonl") == b'{"x": 1}\n'
