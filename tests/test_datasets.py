@@ -217,11 +217,15 @@ def test_a_job_on_docker_writes_its_dataset_and_has_succeeded(runtime, dataset, 
         "storage": [{"mount_path": "/data", "dataset": writable}],
     }
     row = placed(spec, node="eas-jobs")
-    row = until(runtime, row, state(InstanceState.SUCCEEDED, InstanceState.FAILED), timeout=90,
-                node="eas-jobs")  # fmt: skip
-    assert row.state == InstanceState.SUCCEEDED, history(row)
-    container = runtime.client.containers.get(row.name)
-    assert container.status == "exited"  # kept as it ended, with its logs
-    assert container.attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    try:
+        row = until(runtime, row, state(InstanceState.SUCCEEDED, InstanceState.FAILED),
+                    timeout=90, node="eas-jobs")  # fmt: skip
+        assert row.state == InstanceState.SUCCEEDED, history(row)
+        container = runtime.client.containers.get(row.name)
+        assert container.status == "exited"  # kept as it ended, with its logs
+        assert container.attrs["HostConfig"]["RestartPolicy"]["Name"] == "no"
+    finally:  # its front too, before the dataset's volume goes
+        runtime.remove(row.name)
+        runtime.forget(row.service.name)
     volume = f"wharf-dataset-{dataset['id']}-v1"
     assert read_volume(runtime.client, volume, "out.jsonl") == b'{"x": 1}\n'
