@@ -129,6 +129,9 @@ def dataset(client) -> Iterator[dict]:
         info = tarfile.TarInfo("train.jsonl")
         info.size = len(b'{"x": 1}\n')
         tar.addfile(info, io.BytesIO(b'{"x": 1}\n'))
+        results = tarfile.TarInfo("results")  # where engines (not root) may write
+        results.type, results.mode = tarfile.DIRTYPE, 0o777
+        tar.addfile(results)
     filler.put_archive("/data", buffer.getvalue())
     filler.remove()
     yield spec
@@ -165,15 +168,20 @@ def test_an_instance_reads_the_dataset_and_writes_only_when_asked(runtime, datas
     except docker.errors.ImageNotFound:
         pytest.skip(f"{base} is not built here")
     data = {**SPEC, "containers": [{"image": base, "command": "exec sleep 300", "port": 8000}],
+            "metadata": {"cpu": 1},
             "storage": [{"mount_path": "/data",
                          "dataset": {**dataset, "read_only": read_only}}]}  # fmt: skip
     spec = parse_spec(data)
     check_dataset(runtime, spec.storage[0].dataset, "storage[0].dataset")  # present: no error
     name = f"eas-jobs-reader-{uuid.uuid4().hex[:6]}"
-    runtime.create(InstanceRequest("eas-jobs-reader", name, "h", render(spec)))
-    assert runtime.read_file(name, "/data/train.jsonl", 100) == b'{"x": 1}\n'
-    wrote = runtime.exec_check(name, ("/bin/sh", "-c", "touch /data/out"), 10)
-    assert wrote is not read_only
+    try:
+        runtime.create(InstanceRequest("eas-jobs-reader", name, "h", render(spec)))
+        assert runtime.read_file(name, "/data/train.jsonl", 100) == b'{"x": 1}\n'
+        wrote = runtime.exec_check(name, ("/bin/sh", "-c", "touch /data/results/out"), 10)
+        assert wrote is not read_only
+    finally:  # before the dataset's volume goes (and its containers with it)
+        runtime.remove(name)
+        runtime.forget("eas-jobs-reader")
 
 
 def read_volume(client, volume: str, path: str) -> bytes:
@@ -208,7 +216,7 @@ def test_a_job_on_docker_writes_its_dataset_and_has_succeeded(runtime, dataset, 
     except docker.errors.ImageNotFound:
         pytest.skip(f"{base} is not built here")
     grant(datasets=[{"id": "d-eas-jobs-*", "read_write": True}])
-    command = "cat /data/train.jsonl > /data/out.jsonl"
+    command = "cat /data/train.jsonl > /data/results/out.jsonl"
     writable = {**dataset, "read_only": False}
     spec = {
         "name": f"eas-jobs-export-{uuid.uuid4().hex[:4]}",
@@ -228,4 +236,4 @@ def test_a_job_on_docker_writes_its_dataset_and_has_succeeded(runtime, dataset, 
         runtime.remove(row.name)
         runtime.forget(row.service.name)
     volume = f"wharf-dataset-{dataset['id']}-v1"
-    assert read_volume(runtime.client, volume, "out.jsonl") == b'{"x": 1}\n'
+    assert read_volume(runtime.client, volume, "results/out.jsonl") == b'{"x": 1}\n'

@@ -114,11 +114,12 @@ def test_a_succeeded_instance_counts_and_is_never_replaced(replicas, members, cr
     assert (step.create, step.drain, step.paused) == (create, drain, "")
 
 
-@pytest.mark.parametrize(("run_to_end", "policy"), [
-    (True, {"Name": "no"}), (False, {"Name": "on-failure", "MaximumRetryCount": 5}),
+@pytest.mark.parametrize(("run_to_end", "policy", "ports"), [
+    (True, {"Name": "no"}, {}),
+    (False, {"Name": "on-failure", "MaximumRetryCount": 5}, {"8000/tcp": ("127.0.0.1", None)}),
 ])  # fmt: skip
-def test_docker_never_restarts_a_job_engine_itself(tmp_path, run_to_end, policy):
+def test_docker_never_restarts_nor_publishes_a_job_engine(tmp_path, run_to_end, policy, ports):
     plan = ContainerPlan("img", ["python", "export.py"], 8000)
     request = InstanceRequest("export", "export-1", "h", plan, run_to_end=run_to_end)
     options = run_options(request, model_dir=str(tmp_path), bind_address="127.0.0.1")
-    assert options["restart_policy"] == policy
+    assert (options["restart_policy"], options["ports"]) == (policy, ports)

@@ -8,7 +8,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.utils import timezone
 
+from controlplane.nodes.models import Node
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Event, Instance
 from tests.api_support import grant
@@ -39,13 +41,15 @@ def job(name: str, command: str) -> dict:
 
 
 def until_done(runtime, row: Instance, states: tuple[str, ...], timeout: float = 60) -> Instance:
-    """Agent and scheduler passes until the row is in one of `states`."""
+    """Agent and scheduler passes (its node heartbeating) until the row is in `states`."""
     deadline = time.monotonic() + timeout
 
     def start(name: str) -> None:
         start_instance(name, "local", runtime, FLEET)
 
     while True:
+        Node.objects.update_or_create(name="local", defaults={
+            "address": "127.0.0.1", "heartbeat_at": timezone.now()})  # fmt: skip
         converge("local", runtime, FLEET, start)
         schedule(row.service.name, FLEET)
         row.refresh_from_db()

@@ -93,7 +93,7 @@ def start_instance(
         report(f"starting the engine on node {node}")
         observed = runtime.create(InstanceRequest(
             service.name, name, row.spec_hash, plan, row.devices, row.role, row.pd_index,
-            tuple(staged.values()), engine_key=placement.engine_key,
+            tuple(staged.values()), engine_key="" if is_job(spec) else placement.engine_key,
             probe_ports=_probe_ports(spec, plan.port), run_to_end=is_job(spec),
         ))  # fmt: skip
     except InstanceError as exc:  # the user must change something: a permanent failure

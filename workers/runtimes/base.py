@@ -59,7 +59,9 @@ class InstanceRequest:
     # front lets the worker probe (gateway.front's /.wharf/probe; contracts.spec_probes).
     probe_ports: tuple[tuple[int, int], ...] = ()
     # A job's instance (contracts.spec_job): its engine runs to its end and the runtime never
-    # restarts it itself; its node's agent decides what the end means (workers.jobs).
+    # restarts it itself; its node's agent decides what the end means (workers.jobs). It takes
+    # no calls: no front (engine_key "": a quick job would end before one could join it) and
+    # no published port.
     run_to_end: bool = False
 
 

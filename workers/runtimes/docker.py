@@ -104,8 +104,9 @@ def run_options(
         # The plan's env only: docker-py sends nothing of the worker's own environment (its
         # secrets), and the container adds just its image's ENV (tests/test_engine_environment).
         "environment": plan.env,
-        # Published on the node's address only (publish_address), at a port Docker picks.
-        "ports": {f"{plan.port}/tcp": (bind_address, None)},
+        # Published on the node's address only (publish_address), at a port Docker picks; a
+        # job's is not (it takes no calls).
+        "ports": {} if request.run_to_end else {f"{plan.port}/tcp": (bind_address, None)},
         "mounts": _mounts(plan, model_dir),
         "shm_size": plan.shm_size_bytes,
         "restart_policy": {"Name": "no"} if request.run_to_end else ON_FAILURE,
