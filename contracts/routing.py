@@ -102,9 +102,6 @@ class RoutedService:
     name: str
     served_model_names: tuple[str, ...] = ()
     token_digests: frozenset[str] = frozenset()
-    # Its tokens sealed for the gateways (contracts.token_sealing), for EAS's signed calls;
-    # a token issued before Wharf sealed them has none, and is presented in clear only.
-    sealed_tokens: frozenset[str] = frozenset()
     instances: tuple[RoutedInstance, ...] = ()
     rate_limit: int = DEFAULT_RATE_LIMIT
     max_queue_size: int | None = None
@@ -121,6 +118,9 @@ class RoutedService:
     engine: str = ""
     # metadata.enable_webservice: the gateway serves its web UI to signed-in browsers.
     webservice: bool = False
+    # Its tokens sealed for the gateways (contracts.token_sealing), for EAS's signed calls;
+    # a token issued before Wharf sealed them has none, and is presented in clear only.
+    sealed_tokens: frozenset[str] = frozenset()
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
