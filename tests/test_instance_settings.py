@@ -175,8 +175,7 @@ def test_sigterm_goes_out_as_a_drain_starts_and_the_ended_instance_goes(fleet):
     fleet.settle(2)  # it ended (the in-memory engine ends on SIGTERM): removed
     assert len(fleet.rows("web")) == 1
     assert signalled.count() == 1  # once
-    removed = service("web").events.filter(reason="InstanceRemoved").first()
-    assert removed is not None and "it ended" in removed.message
+    assert service("web").events.filter(reason="InstanceRemoved").count() == 1
 
 
 def test_a_process_instance_gets_sigterm_and_a_node_reports_its_disk(tmp_path):

@@ -238,7 +238,7 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> se
     clear = clear and waited >= fleet.drain_settle
     if not clear and not ended and waited < _grace(row):
         return set()
-    why = ("it ended" if ended else "its requests finished" if clear
+    why = ("its requests finished" if clear else "it ended" if ended
            else f"its grace of {_grace(row):.0f} s passed")  # fmt: skip
 
     def stop() -> set[str]:
