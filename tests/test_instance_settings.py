@@ -41,6 +41,8 @@ def test_a_disk_is_read_as_kubernetes_writes_it(text, mb):
         ({"disk": "0Gi"}, "metadata.disk", "between"),
         ({"gpu_core_percentage": 50}, "metadata", "give both"),
         ({"qos": "Burstable"}, "metadata.qos", "BestEffort"),
+        ({"type": "Async"}, "metadata.type", "asynchronous services"),
+        ({"type": "Batch"}, "metadata.type", "not a kind of service EAS documents"),
         ({"scheduling": {"spread": {"policy": "rack"}}}, "metadata.scheduling.spread.policy",
          "host"),
     ],
@@ -63,7 +65,7 @@ def test_eas_spellings_land_in_one_place_and_defaults_keep_earlier_hashes():
     plain = parse_spec(normalise(BASE)).spec_hash()
     # what only the agent and the gateway act on leaves the hash; defaults leave it as it was
     assert parse_spec(normalise({**sent, "scheduling": {}})).spec_hash() == plain
-    assert spec_of(qos="", enable_grpc=False).spec_hash() == plain
+    assert spec_of(qos="", enable_grpc=False, type="Standard").spec_hash() == plain
     # what places an instance differently moves it
     for moved in (spec_of(disk="40Gi"), spec_of(qos="BestEffort"), spec):
         assert moved.spec_hash() != plain
