@@ -10,20 +10,25 @@ FILE is JSON, [{"index": 1, "args": [...], "env": {...}}, ...]: each sidecar's c
 and whole environment (the process runtime builds it: the worker's basics and the sidecar's
 own env, never the main container's). The main command gets this process's environment.
 It imports the standard library only and runs as a script (`-I`: nothing from its folder
-or the user's site shadows it), so the node's Python runs it as is.
+or the user's site shadows it), so the node's Python runs it as is. It must run in a process
+group of the instance's own (the process runtime starts it, or the front that starts it, in
+a session of its own): stopping the instance's processes signals that whole group.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 STOP_TIMEOUT = 10.0  # seconds the others have to end after SIGTERM, then SIGKILL
+POLL = 0.1  # seconds between looks at /proc while they end
 
 
 def exit_status(code: int) -> int:
@@ -40,17 +45,37 @@ def first_to_end(children: dict[int, str]) -> tuple[str, int]:
 
 
 def stop(procs: list[subprocess.Popen], timeout: float = STOP_TIMEOUT) -> None:
-    """SIGTERM those still running, SIGKILL those that outlive `timeout`."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
+    """SIGTERM to the instance's whole process group (the children, theirs, and a front,
+    which waits for this one to end), and SIGKILL to what of it outlives `timeout`, but this
+    process and its parent: vLLM's EngineCore is a grandchild, and takes its time."""
+    os.killpg(os.getpgrp(), signal.SIGTERM)  # this one ignores it (main)
     deadline = time.monotonic() + timeout
+    while others() and time.monotonic() < deadline:
+        for proc in procs:
+            proc.poll()  # reaped: an ended child is no member any more
+        time.sleep(POLL)
+    for pid in others():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     for proc in procs:
+        proc.wait()
+
+
+def others() -> list[int]:
+    """The running members of this process's group but itself and its parent (a front)."""
+    group, mine = os.getpgrp(), {os.getpid(), os.getppid()}
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
         try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        state, _, pgid = stat.rsplit(")", 1)[1].split()[:3]
+        if state not in ("Z", "X") and int(pgid) == group:
+            found.append(int(entry.name))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
