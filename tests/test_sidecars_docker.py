@@ -103,7 +103,10 @@ def runtime(image, tmp_path, settings):
 
 SPEC = {"name": "eas-sidecars", "containers": [
     {"image": IMAGE, "port": 8000, "command": "exec python /opt/pod/main.py",
-     "env": [{"name": "MARK", "value": "main"}]},
+     "env": [{"name": "MARK", "value": "main"}],
+     # Ready once the sidecar answers: its port, probed through the main one's front.
+     "readiness_check": {"http_get": {"path": "/", "port": 8001},
+                         "initial_delay_seconds": 0, "period_seconds": 1}},
     {"image": IMAGE, "port": 8001, "command": "exec python /opt/pod/side.py",
      "env": [{"name": "GREETING", "value": "hello from the sidecar"}]},
 ], "metadata": {"termination_grace_period": 1}}  # fmt: skip
@@ -125,6 +128,11 @@ def test_an_instance_serves_through_its_sidecar_and_restarts_whole(runtime, sett
     assert side.attrs["HostConfig"]["NetworkMode"] == f"container:{main.id}"
     assert side.labels[LABEL_SIDECAR] == row.name and not side.attrs["NetworkSettings"]["Ports"]
     assert [o.name for o in runtime.list()] == [row.name]  # one instance, not two
+    side.exec_run(["sh", "-c", "echo side-says-hi > /proc/1/fd/1"])
+    assert "==> containers[1] <==\nside-says-hi" in runtime.logs(row.name)
+    main_cpu, side_cpu = runtime._cpu(row.name), runtime._cpu(f"{row.name}-c1")
+    assert main_cpu and side_cpu  # each only grows: a total read after both holds both
+    assert runtime.cpu_seconds(row.name) >= main_cpu + side_cpu
     side.kill()
     row = until(runtime, row, state(InstanceState.BACKOFF), node=NODE)
     assert "containers[1] exited with code 137" in row.message, history(row)

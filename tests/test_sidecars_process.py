@@ -78,7 +78,10 @@ def service(tmp_path: Path, side_port: int) -> dict:
 
     return {"name": "pod-local", "containers": [
         {"image": "none", "port": 8000, "command": f"exec {sys.executable} {tmp_path}/main.py",
-         "env": env(SIDE_PORT=str(side_port), MARK="main")},
+         "env": env(SIDE_PORT=str(side_port), MARK="main"),
+         # Ready once the sidecar answers: a probe of its port, through the main one's front.
+         "readiness_check": {"http_get": {"path": "/", "port": side_port},
+                             "initial_delay_seconds": 0, "period_seconds": 1}},
         {"image": "none", "port": side_port,
          "command": f"exec {sys.executable} {tmp_path}/side.py",
          "env": env(LISTEN=str(side_port), GREETING="hello from the sidecar",

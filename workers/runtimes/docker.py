@@ -417,8 +417,13 @@ class DockerRuntime:
             self.client.containers.get(name).kill(signal="SIGTERM")
 
     def cpu_seconds(self, name: str) -> float | None:
-        """CPU seconds the engine's container has used (its cgroup, as `docker stats` reads
-        it, in one look); None when it is not there."""
+        """CPU seconds the engine's container and its sidecars have used (their cgroups, as
+        `docker stats` reads them, in one look each); None when it is not there."""
+        used = [self._cpu(c.name) for c in sidecars_.of_instance(self.client, name)]
+        main = self._cpu(name)
+        return None if main is None else main + sum(u for u in used if u)
+
+    def _cpu(self, name: str) -> float | None:
         try:
             stats = self.client.api.stats(name, stream=False, one_shot=True)
         except NotFound:
@@ -469,9 +474,13 @@ class DockerRuntime:
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:
-            return self.client.containers.get(name).logs(tail=tail).decode(errors="replace")
+            container = self.client.containers.get(name)
+            found = container.logs(tail=tail).decode(errors="replace")
         except NotFound:
             return ""
+        if container.labels.get(sidecars_.LABEL_SIDECARS):  # theirs after its own
+            found += sidecars_.sidecar_logs(self.client, name, tail)
+        return found
 
     def exec_check(self, name: str, command: tuple[str, ...], timeout: float) -> bool:
         """`command` exec'd in the engine container (its user, environment and working

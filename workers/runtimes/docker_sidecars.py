@@ -10,9 +10,10 @@ events), as it restarts an engine and its front (workers.runtimes.docker_front).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
-from docker.errors import APIError, ImageNotFound
+from docker.errors import APIError, ImageNotFound, NotFound
 
 from contracts.engines.plan import Mount, SidecarPlan
 from workers.runtimes.base import (
@@ -112,3 +113,23 @@ def sidecars_down(main, sidecars: list) -> str:
             code = state.get("ExitCode")
             return f"{where} exited" + ("" if code is None else f" with code {code}")
     return ""
+
+
+def of_instance(client, instance: str) -> list:
+    """The sidecar containers of `instance`, in the spec's order; [] when they cannot be
+    listed just now (one removed while docker-py inspected it)."""
+    with contextlib.suppress(NotFound):
+        found = client.containers.list(all=True, filters={"label": f"{LABEL_SIDECAR}={instance}"})
+        return sorted(found, key=lambda c: int(c.name.rsplit("-c", 1)[-1]))
+    return []
+
+
+def sidecar_logs(client, instance: str, tail: int) -> str:
+    """Each sidecar's last `tail` lines, after a line naming it: the instance's logs follow
+    its main container's with these."""
+    found = ""
+    for container in of_instance(client, instance):
+        where = f"containers[{container.name.rsplit('-c', 1)[-1]}]"
+        with contextlib.suppress(NotFound, APIError):
+            found += f"\n==> {where} <==\n" + container.logs(tail=tail).decode(errors="replace")
+    return found

@@ -178,8 +178,9 @@ class ProcessRuntime:
             raise InstanceError(
                 f"generated files ({', '.join(plan.files)}) need the docker runtime"
             )
+        beside = {sidecar.port for sidecar in plan.sidecars}  # on the node's loopback too
         if others := sorted({asked for asked, reached in request.probe_ports
-                             if reached != plan.port}):  # fmt: skip
+                             if reached != plan.port and asked not in beside}):  # fmt: skip
             raise InstanceError(
                 f"probes of port {', '.join(map(str, others))}: a local process has no network "
                 "of its own, so only its serving port is probed; use the docker runtime"
