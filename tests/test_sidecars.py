@@ -26,6 +26,7 @@ from contracts.spec_rules import runtime_checks
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker import run_options
 from workers.runtimes.docker_sidecars import (
+    LABEL_CONTAINER,
     LABEL_SIDECAR,
     LABEL_SIDECARS,
     sidecar_options,
@@ -218,7 +219,7 @@ def test_a_sidecar_joins_the_main_containers_network_and_restarts_only_with_it()
     options = sidecar_options(request, request.plan.sidecars[1], "main-id", "node-a", [])
     assert options["network_mode"] == "container:main-id" and "ports" not in options
     assert options["name"] == "rag-1-c2"
-    assert options["labels"][LABEL_SIDECAR] == "rag-1"
+    assert options["labels"][LABEL_SIDECAR] == "rag-1" and options["labels"][LABEL_CONTAINER] == "2"
     assert options["labels"]["wharf.node"] == "node-a"
     assert options["restart_policy"] == {"Name": "no"}
     assert options["environment"] == {"SOURCE": "local"}
@@ -241,7 +242,8 @@ def test_a_main_container_with_sidecars_is_not_restarted_by_docker(key):
 
 def docker_container(name: str, running: bool, code: int = 0, sidecars: int = 0):
     """What sidecars_down reads of a docker-py container."""
-    return SimpleNamespace(name=name, labels={LABEL_SIDECARS: str(sidecars)} if sidecars else {},
+    labels = {LABEL_SIDECARS: str(sidecars)} if sidecars else {LABEL_CONTAINER: name[-1]}
+    return SimpleNamespace(name=name, labels=labels,
                            attrs={"State": {"Running": running, "ExitCode": code}})  # fmt: skip
 
 
@@ -250,6 +252,7 @@ def docker_container(name: str, running: bool, code: int = 0, sidecars: int = 0)
     [
         ([("rag-1-c1", True, 0), ("rag-1-c2", True, 0)], ""),
         ([("rag-1-c1", True, 0), ("rag-1-c2", False, 3)], "containers[2] exited with code 3"),
+        ([("rag-1-c2", False, 1), ("rag-1-c1", False, 0)], "containers[1] exited with code 0"),
         ([("rag-1-c1", True, 0)], "a container beside the main one is gone"),
     ],
 )

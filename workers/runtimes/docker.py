@@ -401,7 +401,7 @@ class DockerRuntime:
             pd_index=int(labels.get(LABEL_PD_INDEX) or 0),
             paths=bind_sources(container.attrs),
             fronted=labels.get(LABEL_FRONTED) == "1",
-            ended=sidecar_down,
+            ended=sidecar_down if state.get("Running") else "",  # else its own exit says
         )
 
     def read_file(self, name: str, path: str, limit: int) -> bytes:

@@ -27,6 +27,7 @@ from workers.runtimes.base import (
 
 LABEL_SIDECAR = "wharf.sidecar-of"  # on a sidecar: the instance whose container it is
 LABEL_SIDECARS = "wharf.sidecars"  # on a main container: how many sidecars it has
+LABEL_CONTAINER = "wharf.container"  # on a sidecar: its index in the spec's containers
 NO_RESTART = {"Name": "no"}
 
 
@@ -69,6 +70,7 @@ def sidecar_options(
         "name": name,
         "labels": {
             LABEL_SIDECAR: request.name,
+            LABEL_CONTAINER: str(sidecar.index),
             LABEL_SERVICE: request.service,
             LABEL_INSTANCE: name,
             LABEL_SPEC_HASH: request.spec_hash,
@@ -106,12 +108,11 @@ def sidecars_down(main, sidecars: list) -> str:
     or "" when all run."""
     if len(sidecars) < int(main.labels.get(LABEL_SIDECARS) or 0):
         return "a container beside the main one is gone"
-    for container in sorted(sidecars, key=lambda c: c.name):
+    for container in sorted(sidecars, key=index):
         state = container.attrs.get("State", {})
-        where = f"containers[{container.name.rsplit('-c', 1)[-1]}]"
         if state.get("Restarting") or not state.get("Running"):
             code = state.get("ExitCode")
-            return f"{where} exited" + ("" if code is None else f" with code {code}")
+            return f"{where(container)} exited" + ("" if code is None else f" with code {code}")
     return ""
 
 
@@ -120,7 +121,7 @@ def of_instance(client, instance: str) -> list:
     listed just now (one removed while docker-py inspected it)."""
     with contextlib.suppress(NotFound):
         found = client.containers.list(all=True, filters={"label": f"{LABEL_SIDECAR}={instance}"})
-        return sorted(found, key=lambda c: int(c.name.rsplit("-c", 1)[-1]))
+        return sorted(found, key=index)
     return []
 
 
@@ -129,7 +130,17 @@ def sidecar_logs(client, instance: str, tail: int) -> str:
     its main container's with these."""
     found = ""
     for container in of_instance(client, instance):
-        where = f"containers[{container.name.rsplit('-c', 1)[-1]}]"
         with contextlib.suppress(NotFound, APIError):
-            found += f"\n==> {where} <==\n" + container.logs(tail=tail).decode(errors="replace")
+            logs = container.logs(tail=tail).decode(errors="replace")
+            found += f"\n==> {where(container)} <==\n{logs}"
     return found
+
+
+def index(container) -> int:
+    """A sidecar container's index in the spec's containers (its label)."""
+    return int(container.labels.get(LABEL_CONTAINER) or 0)
+
+
+def where(container) -> str:
+    """A sidecar container as the spec names it: containers[2]."""
+    return f"containers[{index(container)}]"
