@@ -43,14 +43,16 @@ class Handler(BaseHTTPRequestHandler):
         pass
 HTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
 """
-# The sidecar: writes its pid to PID_FILE, answers its GREETING and whether it sees MARK.
+# The sidecar: writes its pid to PID_FILE, answers its GREETING and what it sees of MARK
+# (the main container's) and WHARF_SECRET_KEY (the worker's).
 SIDE = r"""
 import os, pathlib
 from http.server import BaseHTTPRequestHandler, HTTPServer
 pathlib.Path(os.environ["PID_FILE"]).write_text(str(os.getpid()))
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
-        body = f"{os.environ['GREETING']} (MARK={os.environ.get('MARK', '')})".encode()
+        seen = {k: os.environ.get(k, "") for k in ("MARK", "WHARF_SECRET_KEY")}
+        body = f"{os.environ['GREETING']} {seen}".encode()
         self.send_response(200)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
@@ -115,11 +117,13 @@ def alive(pid: int) -> bool:
 
 
 def test_a_local_instance_serves_through_its_sidecar_and_restarts_whole(
-    tmp_path, runtime, settings
+    tmp_path, runtime, settings, monkeypatch
 ):
+    monkeypatch.setenv("WHARF_SECRET_KEY", "the-workers-own")
     row = placed(service(tmp_path, free_port()))
     row = until(runtime, row, state(InstanceState.READY))
-    assert call(row, settings) == "main saw: hello from the sidecar (MARK=)"  # its own env
+    seen = "{'MARK': '', 'WHARF_SECRET_KEY': ''}"  # its own env: not the main's, not the worker's
+    assert call(row, settings) == f"main saw: hello from the sidecar {seen}"
     pid = sidecar_pid(tmp_path)
     os.kill(pid, signal.SIGKILL)
     row = until(runtime, row, state(InstanceState.BACKOFF))
