@@ -148,6 +148,8 @@ def _start_due(row: Instance, now: datetime) -> bool:
 
 
 def _exit_text(found: ObservedInstance, runtime: Runtime) -> str:
+    if found.ended:  # another of its containers ended: the whole instance restarts
+        return found.ended
     if found.exit_code == prepare.PREPARE_FAILED:  # pip's own last lines say why
         return prepare.failure(runtime.logs(found.name, tail=LOG_TAIL))
     return "exited" + ("" if found.exit_code is None else f" with code {found.exit_code}")
