@@ -228,14 +228,14 @@ def refusals(
                 f"claim {entry.pvc.claim_name!r} is Wharf's own; no workspace may mount it"
             ]
     _mounted_images(spec, grants, approved_images, refuse)
-    registry = own_registry(spec, approved_images)
-    if (
-        registry is not None
-        and not registry_granted(registry, grants)
-        and (local_host(registry_address(registry)))
-    ):
-        refuse("containers[0].image", f"registry {registry} is at a local address",
-               "registries")  # fmt: skip
+    for field, image in own_images(spec, approved_images):
+        registry = registry_host(image)
+        if (
+            registry is not None
+            and not registry_granted(registry, grants)
+            and (local_host(registry_address(registry)))
+        ):
+            refuse(field, f"registry {registry} is at a local address", "registries")
     group = spec.metadata.resource
     if group is not None and group not in grants.resource_groups:
         refuse("metadata.resource", f"resource group {group!r} is not granted",
@@ -382,29 +382,42 @@ def needs_host_network(spec: ServiceSpec) -> bool:
 
 
 def engine_env(spec: ServiceSpec) -> list[tuple[str, str]]:
-    container = spec.containers[0] if spec.containers else None
-    env = container.env if container else []
-    return [(f"containers[0].env[{i}].name", var.name) for i, var in enumerate(env)]
+    """(field, name) of every variable the spec sets, in each of its containers."""
+    return [
+        (f"containers[{i}].env[{j}].name", var.name)
+        for i, container in enumerate(spec.containers)
+        for j, var in enumerate(container.env)
+    ]
 
 
 def own_image(spec: ServiceSpec, approved_images: Collection[str] = ()) -> str | None:
-    """The image the spec names if it is the workspace's own (not one the platform vouches
-    for): its registry access is the workspace's to prove, never the node's login."""
+    """The image the spec names for its main container if it is the workspace's own (not one
+    the platform vouches for): its registry access is the workspace's to prove, never the
+    node's login."""
     container = spec.containers[0] if spec.containers else None
     image = container.image if container else None
     return image if image and image not in approved_images else None
 
 
+def own_images(spec: ServiceSpec, approved_images: Collection[str] = ()) -> list[tuple[str, str]]:
+    """(field, image) of each container image of the spec that is the workspace's own: the
+    main container's (own_image) and its sidecars' (contracts.engines.sidecars)."""
+    return [
+        (f"containers[{i}].image", container.image)
+        for i, container in enumerate(spec.containers)
+        if container.image and container.image not in approved_images
+    ]
+
+
 def tenant_code(spec: ServiceSpec, approved_images: Collection[str] = ()) -> list[tuple[str, str]]:
     """Where a spec runs code of the tenant's choosing, rather than the platform's engine as
     Wharf renders it: (field, what) for each."""
-    found: list[tuple[str, str]] = []
-    container = spec.containers[0] if spec.containers else None
-    if image := own_image(spec, approved_images):
-        found.append(("containers[0].image", f"image {image!r} is the workspace's own"))
-    for name in ("command", "script"):
-        if container and getattr(container, name):
-            found.append((f"containers[0].{name}", f"a given {name} runs as written"))
+    found = [(field, f"image {image!r} is the workspace's own")
+             for field, image in own_images(spec, approved_images)]  # fmt: skip
+    for i, container in enumerate(spec.containers):
+        for name in ("command", "script"):
+            if getattr(container, name):
+                found.append((f"containers[{i}].{name}", f"a given {name} runs as written"))
     llm = spec.llm
     if llm is not None and llm.extra_args:
         found.append(("llm.extra_args", "extra_args pass any engine flag"))
@@ -423,12 +436,6 @@ def registry_host(image: str) -> str | None:
     if not slash or not ("." in first or ":" in first or first == "localhost"):
         return None
     return first.lower()
-
-
-def own_registry(spec: ServiceSpec, approved_images: Collection[str] = ()) -> str | None:
-    """The registry the workspace's own image comes from (dockerd contacts it for them)."""
-    image = own_image(spec, approved_images)
-    return registry_host(image) if image else None
 
 
 def registry_address(registry: str) -> str:

@@ -104,9 +104,6 @@ class RoutedService:
     name: str
     served_model_names: tuple[str, ...] = ()
     token_digests: frozenset[str] = frozenset()
-    # Its tokens sealed for the gateways (contracts.token_sealing), for EAS's signed calls;
-    # a token issued before Wharf sealed them has none, and is presented in clear only.
-    sealed_tokens: frozenset[str] = frozenset()
     instances: tuple[RoutedInstance, ...] = ()
     rate_limit: int = DEFAULT_RATE_LIMIT
     max_queue_size: int | None = None
@@ -125,6 +122,9 @@ class RoutedService:
     webservice: bool = False
     # metadata.workload_type elasticjob (contracts.spec_job): a job takes no calls.
     job: bool = False
+    # Its tokens sealed for the gateways (contracts.token_sealing), for EAS's signed calls;
+    # a token issued before Wharf sealed them has none, and is presented in clear only.
+    sealed_tokens: frozenset[str] = frozenset()
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""

@@ -293,7 +293,12 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
     )
-    containers: list[Container] = Field(default=[], max_length=8)
+    containers: list[Container] = Field(
+        default=[], max_length=8,
+        description="containers[0] is the main one (the engine with llm): its port takes the "
+        "traffic. Any others (sidecars) run beside it in the same instance and reach it "
+        "on localhost.",
+    )  # fmt: skip
     storage: list[StorageEntry] = Field(default=[], max_length=64)
     metadata: Metadata = Metadata()
     llm: Llm | None = None

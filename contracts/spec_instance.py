@@ -30,9 +30,20 @@ from pydantic import Field, field_validator, model_validator
 
 from contracts.spec_fleet import _Strict
 
+# EAS's other kinds of service (metadata.type) and why Wharf does not run them as such.
+SERVICE_KINDS = {
+    "Async": "asynchronous services (an input and a sink queue) are not available in Wharf yet",
+    "Queue": "queue services are not available in Wharf yet",
+    "LLMGatewayService": "Wharf's gateway is the LLM router: deploy the engines as services",
+    "LLM": "give the engine in the llm section",
+    "SDCluster": "deploy the web UI as a Standard service with enable_webservice",
+    "RAG": "deploy each part as a Standard service",
+    "serverless": "Wharf's services scale to zero with autoscaler min 0",
+}
+
 # For the spec hash: what of these changes no instance (the agent, the gateway and the answer
 # act on them), and what shapes one only once set (so earlier hashes stay as they were).
-UNSHAPING = ("gpu_memory", "gpu_core_percentage", "enable_crash_block", "enable_grpc")
+UNSHAPING = ("gpu_memory", "gpu_core_percentage", "enable_crash_block", "enable_grpc", "type")
 SHAPING_UNLESS = {"disk": (None,), "qos": ("",),
                   "scheduling": (None, {"spread": {"policy": "default"}})}  # fmt: skip
 
@@ -86,6 +97,11 @@ class InstanceSettings(_Strict):
         default=None, ge=1, le=100,
         description="EAS GPU slicing (percent of one card): Wharf gives a whole card instead.",
     )  # fmt: skip
+    type: str | None = Field(
+        default=None,
+        max_length=32,
+        description="EAS's service kind: Standard (the only one Wharf runs as such).",
+    )
     enable_crash_block: bool = Field(
         default=False,
         description="Keep an instance whose engine exits as it ended, for inspection, rather "
@@ -96,6 +112,14 @@ class InstanceSettings(_Strict):
         description="The gateway relays HTTP/1.1 and WebSockets: with true, gRPC calls are "
         "not relayed (a warning says so); HTTP calls are, as ever.",
     )
+
+    @field_validator("type")
+    @classmethod
+    def _type(cls, value: str | None) -> str | None:
+        if value is not None and value != "Standard":
+            why = SERVICE_KINDS.get(value, "not a kind of service EAS documents")
+            raise ValueError(f"{value!r}: {why}; Wharf runs Standard services")
+        return value
 
     @field_validator("disk")
     @classmethod

@@ -8,6 +8,7 @@ from contracts.hub_refs import is_hub_ref
 from contracts.spec import GPU_ENGINES, PD_ENGINES, ROLES, Llm, ServiceSpec
 from contracts.spec_probes import probe_conflicts
 from contracts.spec_scaling import Autoscaler
+from contracts.spec_sidecars import sidecar_rules
 
 
 def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
@@ -23,8 +24,7 @@ def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
             # runtime has no image to take one from (runtime_checks).
     if spec.llm is not None:
         errors.update(_llm_checks(spec))
-    if len(spec.containers) > 1:
-        errors.setdefault("containers", []).append("one container per instance is supported")
+    errors.update(sidecar_rules(spec))  # containers[1:], beside the main one
     mounts = [entry.mount_path.rstrip("/") or "/" for entry in spec.storage]
     for i, mount in enumerate(mounts):
         if mount in mounts[:i]:
@@ -187,8 +187,12 @@ def runtime_checks(spec: ServiceSpec, runtime: str) -> dict[str, list[str]]:
     or "" for Docker when a daemon answers, else processes): what the spec asks of it that it
     cannot do."""
     errors: dict[str, list[str]] = {}
-    for i, container in enumerate(spec.containers if spec.llm is None else ()):
-        if runtime == PROCESS and not (container.command or container.script):
+    for i, container in enumerate(spec.containers):  # with llm, containers[0] is the engine
+        if (
+            (spec.llm is None or i)
+            and runtime == PROCESS
+            and not (container.command or container.script)
+        ):
             errors[f"containers[{i}].command"] = [
                 "this server runs local processes, which have no image entrypoint to run: "
                 "give a command or script"

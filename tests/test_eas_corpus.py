@@ -32,7 +32,8 @@ KINDS = {m[1]: m[2].strip() for line in (CORPUS / "SOURCES.md").read_text().spli
 DEPLOYED = [f"{n}-{rest}" for n, rest in (
     ("01", "json-deploy-quickstart-2025.json"), ("02", "json-deploy-quickstart-2026.json"),
     ("18", "public-resources-spot.json"), ("23", "createservice-api-image.json"),
-    ("24", "createservice-api-aiweb.json"), ("39", "skill-vllm-oss-startup-check.json"),
+    ("24", "createservice-api-aiweb.json"), ("37", "pai-rag-multi-container.json"),
+    ("39", "skill-vllm-oss-startup-check.json"),
     ("40", "skill-vllm-autoscaler.json"), ("41", "skill-vllm-nlb.json"),
     ("42", "skill-sglang-health-check.json"), ("43", "skill-resource-group-gpu.json"),
     ("44", "skill-dedicated-gateway.json"), ("45", "skill-full-example-runtime.json"),
@@ -119,8 +120,6 @@ def test_a_published_fragment_is_taken_in_a_service(name):
         # An elastic job with a dataset, as a template: its placeholders (${EAS_RESOURCE_ID})
         # are to be filled in first.
         ("29-torcheasyrec-aot-export-elasticjob.json", ["metadata.resource"]),
-        # Several containers in one instance (sidecars): not yet.
-        ("37-pai-rag-multi-container.json", ["containers"]),
     ],
 )
 def test_what_wharf_does_not_run_yet_is_refused_by_name(api, name, fields):

@@ -52,6 +52,8 @@ def eas_file(tmp_path: Path) -> str:
     spec = json.loads(CORPUS.read_text())
     spec["metadata"]["name"] = NAME
     spec["containers"][0]["script"] = SCRIPT
+    # Its instance type (ecs.c7a.large) would reserve 2 CPUs each: two fit a 2-CPU machine at 1.
+    spec["metadata"]["cpu"] = 1
     path = tmp_path / "service.json"
     path.write_text(json.dumps(spec))
     return str(path)
@@ -78,9 +80,7 @@ def test_eascmd_drives_a_service_through_its_life(system, eascmd, tmp_path):
     assert code == 0 and "| AccessToken " in out and "******" in out
     assert "| TotalInstance   | 1" in out and "python3 -m http.server" in out
 
-    # its instance type (ecs.c7a.large) asks 2 CPUs each: two fit a 2-CPU machine at 1 each
-    code, out, err = eascmd("modify", NAME, "-Dmetadata.instance=2", "-Dmetadata.cpu=1",
-                            "--timeout", "60")  # fmt: skip
+    code, out, err = eascmd("modify", NAME, "-Dmetadata.instance=2", "--timeout", "60")
     assert code == 0, out + err
     assert "Running: 2]" in out and "[OK] Service is running" in out
     code, out, _ = eascmd("w", NAME)

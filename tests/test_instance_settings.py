@@ -41,6 +41,8 @@ def test_a_disk_is_read_as_kubernetes_writes_it(text, mb):
         ({"disk": "0Gi"}, "metadata.disk", "between"),
         ({"gpu_core_percentage": 50}, "metadata", "give both"),
         ({"qos": "Burstable"}, "metadata.qos", "BestEffort"),
+        ({"type": "Async"}, "metadata.type", "asynchronous services"),
+        ({"type": "Batch"}, "metadata.type", "not a kind of service EAS documents"),
         ({"scheduling": {"spread": {"policy": "rack"}}}, "metadata.scheduling.spread.policy",
          "host"),
     ],
@@ -63,7 +65,7 @@ def test_eas_spellings_land_in_one_place_and_defaults_keep_earlier_hashes():
     plain = parse_spec(normalise(BASE)).spec_hash()
     # what only the agent and the gateway act on leaves the hash; defaults leave it as it was
     assert parse_spec(normalise({**sent, "scheduling": {}})).spec_hash() == plain
-    assert spec_of(qos="", enable_grpc=False).spec_hash() == plain
+    assert spec_of(qos="", enable_grpc=False, type="Standard").spec_hash() == plain
     # what places an instance differently moves it
     for moved in (spec_of(disk="40Gi"), spec_of(qos="BestEffort"), spec):
         assert moved.spec_hash() != plain
@@ -175,8 +177,7 @@ def test_sigterm_goes_out_as_a_drain_starts_and_the_ended_instance_goes(fleet):
     fleet.settle(2)  # it ended (the in-memory engine ends on SIGTERM): removed
     assert len(fleet.rows("web")) == 1
     assert signalled.count() == 1  # once
-    removed = service("web").events.filter(reason="InstanceRemoved").first()
-    assert removed is not None and "it ended" in removed.message
+    assert service("web").events.filter(reason="InstanceRemoved").count() == 1
 
 
 def test_a_process_instance_gets_sigterm_and_a_node_reports_its_disk(tmp_path):

@@ -167,6 +167,8 @@ def _start_due(row: Instance, now: datetime) -> bool:
 
 
 def _exit_text(found: ObservedInstance, runtime: Runtime) -> str:
+    if found.ended:  # another of its containers ended: the whole instance restarts
+        return found.ended
     if found.exit_code == prepare.PREPARE_FAILED:  # pip's own last lines say why
         return prepare.failure(runtime.logs(found.name, tail=LOG_TAIL))
     return "exited" + ("" if found.exit_code is None else f" with code {found.exit_code}")
@@ -258,7 +260,7 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> se
     clear = clear and waited >= fleet.drain_settle
     if not clear and not ended and waited < _grace(row):
         return set()
-    why = ("it ended" if ended else "its requests finished" if clear
+    why = ("its requests finished" if clear else "it ended" if ended
            else f"its grace of {_grace(row):.0f} s passed")  # fmt: skip
 
     def stop() -> set[str]:

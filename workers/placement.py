@@ -45,11 +45,11 @@ class NodeOffer:
     cards: tuple[Card, ...] = ()
     cpus: float = 0  # 0 = unknown: not a constraint
     memory_mb: int = 0  # 0 = unknown: not a constraint
-    disk_mb: int = 0  # the disk its instances write to; 0 = unknown: not a constraint
     labels: Mapping[str, str] = field(default_factory=dict, hash=False)
     unschedulable: str = ""  # "" or why it takes nothing new: "not_ready", "cordoned", "draining"
     models: frozenset[str] = frozenset()  # model sources already cached on the node
     images: frozenset[str] = frozenset()  # engine images present on the node
+    disk_mb: int = 0  # the disk its instances write to; 0 = unknown: not a constraint
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cards", tuple(self.cards))
@@ -83,11 +83,11 @@ class Need:
     cards: int = 0
     cpu: float = 0
     memory_mb: int = 0
-    disk_mb: int = 0
     selector: Mapping[str, str] = field(default_factory=dict, hash=False)  # labels required
-    spread: str = "default"  # "host": one per node; "zone": across zones first
     model: str = ""  # preferred: nodes whose `models` contain it
     image: str = ""  # preferred: nodes whose `images` contain it
+    disk_mb: int = 0
+    spread: str = "default"  # "host": one per node; "zone": across zones first
 
     def __post_init__(self) -> None:
         if min(self.cards, self.cpu, self.memory_mb, self.disk_mb) < 0:

@@ -17,7 +17,7 @@ from contracts.allocation import decode_allocation
 from contracts.engine_keys import engine_key
 from contracts.engines import prepare, render
 from contracts.engines.pd import on_host_network
-from contracts.engines.plan import PdMember, Placement
+from contracts.engines.plan import ContainerPlan, PdMember, Placement
 from contracts.grants import own_image
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
@@ -36,6 +36,7 @@ from controlplane.workspaces.policy import (
 from workers import adapters, devices, provisioning, storage_mounts, writable_storage
 from workers.hub_pins import VersionPins
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
+from workers.runtimes.base import Report
 
 log = logging.getLogger(__name__)
 CARDS = devices.DeviceCache()  # this node's cards, for the will-it-fit warning
@@ -86,8 +87,7 @@ def start_instance(
         placement = _with_adapters(placement, spec, staged)
         _warn_if_it_cannot_fit(service, spec, placement)
         plan = render(spec, placement)
-        tenant = own_image(spec, platform_images()) is not None
-        runtime.prepare(plan, spec.dockerAuth, report, tenant)  # pulls a missing image
+        _prepare(runtime, spec, plan, report)  # pulls a missing image
         if stopping():
             return None
         report(f"starting the engine on node {node}")
@@ -115,6 +115,17 @@ def start_instance(
     if started:  # else drained or moved meanwhile: the next pass deals with it
         record(service, "InstanceStarted", f"engine started on node {node}", name)
     return service.name
+
+
+def _prepare(runtime: Runtime, spec: ServiceSpec, plan: ContainerPlan, report: Report) -> None:
+    """What the instance's containers need on the node (runtime.prepare): the main one's
+    image, then each sidecar's, each pulled as the workspace's own unless the platform
+    vouches for it (WHARF_APPROVED_IMAGES)."""
+    images = platform_images()
+    runtime.prepare(plan, spec.dockerAuth, report, own_image(spec, images) is not None)
+    for sidecar in plan.sidecars:
+        alone = replace(plan, image=sidecar.image, sidecars=[])
+        runtime.prepare(alone, spec.dockerAuth, report, sidecar.image not in images)
 
 
 def _probe_ports(spec: ServiceSpec, engine_port: int) -> tuple[tuple[int, int], ...]:

@@ -14,6 +14,7 @@ from types import ModuleType
 
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.prepare import with_prepare
+from contracts.engines.sidecars import sidecar_errors, with_sidecars
 from contracts.limits import bounded
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
@@ -60,15 +61,20 @@ def adapter(spec: ServiceSpec) -> ModuleType:
 
 
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:
-    check = getattr(adapter(spec), "validate", None)
-    return check(spec) if check else {}
+    """The engine's own rules, and the ports of the instance's other containers beside it."""
+    engine = adapter(spec)
+    check = getattr(engine, "validate", None)
+    main = spec.containers[0].port if spec.containers else None
+    return {**(check(spec) if check else {}),
+            **sidecar_errors(spec, main or engine.DEFAULT_PORT)}  # fmt: skip
 
 
 def render(spec: ServiceSpec, placement: Placement | None = None) -> ContainerPlan:
     """The container of one instance of `spec`."""
     placement = placement or Placement()
     plan = _with_resources(spec, adapter(spec).render(spec, placement), placement)
-    return with_prepare(spec, plan)  # pip installs the container's requirements first
+    plan = with_prepare(spec, plan)  # pip installs the container's requirements first
+    return with_sidecars(spec, plan, storage_mounts(spec, placement), placement.limits)
 
 
 def _node_folder(index: int, entry: StorageEntry) -> str | None:
@@ -85,14 +91,24 @@ def _node_folder(index: int, entry: StorageEntry) -> str | None:
 
 def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement) -> ContainerPlan:
     meta = spec.metadata
-    mounts = list(plan.mounts)
     shm = meta.shm_size * GB if meta.shm_size else plan.shm_size_bytes
+    for entry in spec.storage:
+        if entry.empty_dir is not None and entry.mount_path.rstrip("/") == "/dev/shm":
+            size = entry.empty_dir.size_limit * GB if entry.empty_dir.size_limit else None
+            shm = size or shm
+    mounts = [*plan.mounts, *storage_mounts(spec, placement)]
+    _, cards = card_need(spec, placement.role)
+    return bounded(replace(plan, mounts=mounts, shm_size_bytes=shm), spec, cards, placement.limits)
+
+
+def storage_mounts(spec: ServiceSpec, placement: Placement) -> list[Mount]:
+    """The mounts of the spec's storage[] (but /dev/shm, the container's shared memory, and a
+    disk empty_dir, its writable layer), as every container of an instance sees them."""
+    mounts = []
     for i, entry in enumerate(spec.storage):
         if entry.empty_dir is not None:
             size = entry.empty_dir.size_limit * GB if entry.empty_dir.size_limit else None
-            if entry.mount_path.rstrip("/") == "/dev/shm":
-                shm = size or shm
-            elif entry.empty_dir.medium == "memory":
+            if entry.empty_dir.medium == "memory" and entry.mount_path.rstrip("/") != "/dev/shm":
                 mounts.append(Mount("tmpfs", entry.mount_path, size_bytes=size, read_only=False))
         elif entry.nfs is not None:
             source = f"{entry.nfs.server}:{entry.nfs.path}"
@@ -112,5 +128,4 @@ def _with_resources(spec: ServiceSpec, plan: ContainerPlan, placement: Placement
             assert store is not None
             host_dir = placement.staged.get(store.path, f"<staged {store.path}>")
             mounts.append(Mount("bind", entry.mount_path, host_dir))
-    _, cards = card_need(spec, placement.role)
-    return bounded(replace(plan, mounts=mounts, shm_size_bytes=shm), spec, cards, placement.limits)
+    return mounts

@@ -86,6 +86,23 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class SidecarPlan:
+    """Another container of the instance (EAS's containers[1:]), beside the main one: in its
+    network namespace (localhost reaches every container's port), started after it, stopped
+    with it (contracts.engines.sidecars renders it)."""
+
+    index: int  # its place in the spec's containers (1 for containers[1])
+    image: str
+    args: list[str]  # [] runs the image's own entrypoint
+    port: int | None = None  # where it listens, if it serves
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)  # the instance's storage, not its models
+    cpus: float | None = None
+    memory_bytes: int | None = None
+    pids_limit: int | None = None
+
+
+@dataclass(frozen=True)
 class ContainerPlan:
     image: str
     args: list[str]
@@ -110,11 +127,15 @@ class ContainerPlan:
     # In the node's network namespace, serving on the node's address at `port` (prefill and
     # decode with a network KV connector: engines.pd.on_host_network); else bridged.
     host_network: bool = False
+    # The instance's other containers, in the spec's order (contracts.engines.sidecars).
+    sidecars: list[SidecarPlan] = field(default_factory=list)
 
     def preview(self) -> dict:
         """The plan as the preview API and the console show it, without its secrets."""
         out = asdict(self)
         out["command"] = out.pop("args")
+        for sidecar in out["sidecars"]:
+            sidecar["command"] = sidecar.pop("args")
         out["env"] = {k: v for k, v in self.env.items() if k not in self.secret_env}
         out["secret_env"] = list(self.secret_env)
         return out

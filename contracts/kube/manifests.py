@@ -35,6 +35,7 @@ from contracts.kube.pod_template import (
     pod_spec,
     staged_sources,
 )
+from contracts.kube.sidecars import sidecar_containers
 from contracts.spec import ServiceSpec
 
 __all__ = ["ManifestError", "Owner", "engine_key_entry", "pull_secret_name", "render", "root"]
@@ -107,6 +108,7 @@ def render(
     for role, count in replicas.items():
         refs = PodNames(names.secret_name(service), engine_key_entry(role), files, pull)
         pod = pod_spec(spec, plans[role], placements[role], settings, staged, refs)
+        pod["containers"] += sidecar_containers(spec, plans[role].sidecars, pod, settings)
         objects.append(_deployment(meta, spec, role, count, spec_hash, pod))
     return objects
 
@@ -185,7 +187,8 @@ def registry(image: str) -> str:
 
 def _pull_secret(meta: _Meta, name: str, auth: str, plans) -> dict:
     """dockerAuth (base64 of user:password) for the registries of the service's images."""
-    auths = {registry(plan.image): {"auth": auth} for plan in plans}
+    images = [image for plan in plans for image in (plan.image, *(c.image for c in plan.sidecars))]
+    auths = {registry(image): {"auth": auth} for image in images}
     config = json.dumps({"auths": auths}, sort_keys=True).encode()
     return {
         "apiVersion": "v1",

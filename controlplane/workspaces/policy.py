@@ -15,7 +15,7 @@ from contracts.grants import (
     Setting,
     git_granted,
     local_address,
-    own_registry,
+    own_images,
     refusals,
     registry_address,
     registry_granted,
@@ -75,12 +75,12 @@ def addresses(host: str) -> list[str]:
 def registry_refusals(
     spec: ServiceSpec, workspace: Workspace, resolve: Callable[[str], list[str]] = addresses
 ) -> dict[str, list[str]]:
-    """The registries of the workspace's own images (its container's, its storage[].image
+    """The registries of the workspace's own images (its containers', its storage[].image
     mounts') as the node will reach them: a name that resolves to a local address is refused
     as that address is (contracts.grants.local_host). Checked where the images are pulled,
     with that node's resolver."""
     images = platform_images()
-    wanted = [("containers[0].image", own_registry(spec, images))] + [
+    wanted = [(field, registry_host(image)) for field, image in own_images(spec, images)] + [
         (f"storage[{i}].image.image", registry_host(entry.image.image))
         for i, entry in enumerate(spec.storage)
         if entry.image is not None and entry.image.image not in images

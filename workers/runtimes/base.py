@@ -84,6 +84,8 @@ class ObservedInstance:
     # a stopped instance may be restarted: the model cache keeps what they name.
     paths: tuple[str, ...] | None = ()
     fronted: bool = False  # behind its front (gateway.front): probes go through it
+    # What ended it when its engine did not: "containers[2] exited with code 1" (a sidecar).
+    ended: str = ""
 
 
 class Runtime(Protocol):

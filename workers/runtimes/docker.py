@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import io
 import os
 import shutil
-import tarfile
 import tempfile
 import threading
 from dataclasses import replace
@@ -24,6 +22,8 @@ from contracts.engines.vllm_ascend import find_npu_smi
 from contracts.limits import TenantLimits, filled, granted_capabilities
 from contracts.spec_storage import DATASET_MOUNT
 from contracts.version import VERSION
+from workers.runtimes import docker_sidecars as sidecars_
+from workers.runtimes.archives import first_file
 from workers.runtimes.base import (
     LABEL_DEVICES,
     LABEL_INSTANCE,
@@ -107,7 +107,7 @@ def run_options(
         # Published on the node's address only (publish_address), at a port Docker picks; a
         # job's is not (it takes no calls).
         "ports": {} if request.run_to_end else {f"{plan.port}/tcp": (bind_address, None)},
-        "mounts": _mounts(plan, model_dir),
+        "mounts": _mounts(plan.mounts, model_dir),
         "shm_size": plan.shm_size_bytes,
         "restart_policy": {"Name": "no"} if request.run_to_end else ON_FAILURE,
         **bounds(plan),
@@ -123,6 +123,9 @@ def run_options(
         labels.update({LABEL_PORT: front["port"], LABEL_HEALTH_PATH: front["health_path"],
                        LABEL_FRONTED: "1"})  # fmt: skip
         options.update(ports=front["ports"], restart_policy=front["restart_policy"])
+    if plan.sidecars:  # in its network namespace: restarted with it (docker_sidecars)
+        labels[sidecars_.LABEL_SIDECARS] = str(len(plan.sidecars))
+        options["restart_policy"] = sidecars_.NO_RESTART
     if plan.gpus:
         ids = [str(i) for i in plan.gpus]
         options["device_requests"] = [DeviceRequest(device_ids=ids, capabilities=[["gpu"]])]
@@ -155,9 +158,9 @@ def publish_address(node_address: str) -> str:
     return "127.0.0.1" if node_address == "localhost" else node_address
 
 
-def _mounts(plan: ContainerPlan, model_dir: str) -> list[DockerMount]:
+def _mounts(plan_mounts: list[Mount], model_dir: str) -> list[DockerMount]:
     mounts = []
-    for m in plan.mounts:
+    for m in plan_mounts:
         if m.kind == "bind":
             # Bind sources are platform paths (model store, staging cache, NPU driver);
             # users never name host paths.
@@ -294,6 +297,13 @@ class DockerRuntime:
             raise InstanceError(f"docker refused the container: {exc.explanation or exc}") from exc
         if fronted(request):
             self._start_front(request, container)
+        if plan.sidecars:  # the instance's other containers, in its namespace
+            try:
+                sidecars_.start_sidecars(self.client, request, container.id, self.node,
+                                         lambda found: _mounts(found, self.model_dir))  # fmt: skip
+            except InstanceError:  # one Docker refused: none of the instance either
+                self.remove(request.name)
+                raise
         container.reload()
         return self._observe(container)
 
@@ -367,10 +377,11 @@ class DockerRuntime:
         """The networks named `name` exactly (Docker's name filter also matches parts)."""
         return [n for n in self.client.networks.list(names=[name]) if n.name == name]
 
-    def _observe(self, container, front_running: bool = True) -> ObservedInstance:
+    def _observe(self, container, front_running: bool = True, sidecars=()) -> ObservedInstance:
         """The instance of an engine `container`; with a front (docker_front), running only
-        while its front runs too (`front_running`)."""
+        while its front runs too (`front_running`), and its sidecars (docker_sidecars)."""
         labels = container.labels
+        sidecar_down = sidecars_.sidecars_down(container, list(sidecars))
         port = labels.get(LABEL_PORT, "")
         bindings = (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(
             f"{port}/tcp"
@@ -385,7 +396,8 @@ class DockerRuntime:
             spec_hash=labels.get(LABEL_SPEC_HASH, ""),
             running=state.get("Running", False)
             and not state.get("Restarting", False)
-            and (front_running or labels.get(LABEL_FRONTED) != "1"),
+            and (front_running or labels.get(LABEL_FRONTED) != "1")
+            and not sidecar_down,
             url=url,
             health_path=labels.get(LABEL_HEALTH_PATH, ""),
             exit_code=None if state.get("Running") else state.get("ExitCode"),
@@ -395,6 +407,7 @@ class DockerRuntime:
             pd_index=int(labels.get(LABEL_PD_INDEX) or 0),
             paths=bind_sources(container.attrs),
             fronted=labels.get(LABEL_FRONTED) == "1",
+            ended=sidecar_down if state.get("Running") else "",  # else its own exit says
         )
 
     def read_file(self, name: str, path: str, limit: int) -> bytes:
@@ -410,8 +423,13 @@ class DockerRuntime:
             self.client.containers.get(name).kill(signal="SIGTERM")
 
     def cpu_seconds(self, name: str) -> float | None:
-        """CPU seconds the engine's container has used (its cgroup, as `docker stats` reads
-        it, in one look); None when it is not there."""
+        """CPU seconds the engine's container and its sidecars have used (their cgroups, as
+        `docker stats` reads them, in one look each); None when it is not there."""
+        used = [self._cpu(c.name) for c in sidecars_.of_instance(self.client, name)]
+        main = self._cpu(name)
+        return None if main is None else main + sum(u for u in used if u)
+
+    def _cpu(self, name: str) -> float | None:
         try:
             stats = self.client.api.stats(name, stream=False, one_shot=True)
         except NotFound:
@@ -422,16 +440,24 @@ class DockerRuntime:
     def list(self, service: str | None = None) -> list[ObservedInstance]:
         label = f"{LABEL_SERVICE}={service}" if service else LABEL_SERVICE
         containers = listed(self.client, label)
-        mine = [c for c in containers if owned_by(self.node, c.labels.get(LABEL_NODE))]
+        sidecars, mine = sidecars_.companions(
+            [c for c in containers if owned_by(self.node, c.labels.get(LABEL_NODE))]
+        )
         fronts = {c.labels[LABEL_FRONT]: c for c in mine if LABEL_FRONT in c.labels}
         engines = [c for c in mine if LABEL_FRONT not in c.labels]
         for name in set(fronts) - {c.name for c in engines}:  # its engine went: so does it
             self._remove_container(fronts[name].name, timeout=1)
-        return [self._observe(c, _runs(fronts.get(c.name))) for c in engines]
+        for name in set(sidecars) - {c.name for c in engines}:  # and so do its sidecars
+            for sidecar in sidecars[name]:
+                self._remove_container(sidecar.name, timeout=1)
+        return [self._observe(c, _runs(fronts.get(c.name)), sidecars.get(c.name, ()))
+                for c in engines]  # fmt: skip
 
     def remove(self, name: str) -> None:
         shutil.rmtree(self.files_dir / name, ignore_errors=True)
         self._remove_container(front_name(name), timeout=1)  # no new calls reach it
+        for sidecar in listed(self.client, f"{sidecars_.LABEL_SIDECAR}={name}"):
+            self._remove_container(sidecar.name, timeout=5)  # before the namespace they are in
         # vLLM takes a while to drain on SIGTERM; ten seconds, then SIGKILL.
         container = self._remove_container(name, timeout=10)
         if container is None:
@@ -454,9 +480,13 @@ class DockerRuntime:
 
     def logs(self, name: str, tail: int = 200) -> str:
         try:
-            return self.client.containers.get(name).logs(tail=tail).decode(errors="replace")
+            container = self.client.containers.get(name)
+            found = container.logs(tail=tail).decode(errors="replace")
         except NotFound:
             return ""
+        if container.labels.get(sidecars_.LABEL_SIDECARS):  # theirs after its own
+            found += sidecars_.sidecar_logs(self.client, name, tail)
+        return found
 
     def exec_check(self, name: str, command: tuple[str, ...], timeout: float) -> bool:
         """`command` exec'd in the engine container (its user, environment and working
@@ -467,23 +497,3 @@ class DockerRuntime:
 def _runs(container) -> bool:
     state = container.attrs.get("State", {}) if container is not None else {}
     return bool(state.get("Running")) and not state.get("Restarting", False)
-
-
-def first_file(chunks, path: str, limit: int) -> bytes:
-    """The first `limit` bytes of the one regular file in a tar stream (`chunks`), as
-    dockerd's archive of `path` holds it; OSError when the path is no file."""
-    buffer = io.BytesIO()
-    for chunk in chunks:
-        buffer.write(chunk)
-        if buffer.tell() > limit + 64 * 1024:  # the header, the file's first `limit` bytes
-            break
-    buffer.seek(0)
-    try:
-        with tarfile.open(fileobj=buffer, mode="r|") as archive:
-            member = archive.next()
-            if member is None or not member.isfile():
-                raise OSError(f"{path} is not a file")
-            found = archive.extractfile(member)
-            return found.read(limit) if found else b""
-    except tarfile.TarError as exc:
-        raise OSError(f"{path}: {exc}") from None

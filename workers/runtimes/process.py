@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from contracts import engine_front as front
@@ -33,6 +34,7 @@ from workers.runtimes.base import (
 
 STOP_TIMEOUT = 15.0
 ROOT = Path(__file__).resolve().parents[2]  # where `python -m gateway.front` finds it
+POD = Path(__file__).with_name("process_pod.py")  # an instance's containers as one group
 
 # What an engine process inherits from the worker's environment, and why. Nothing else: the
 # worker holds the control plane's secrets (DATABASE_URL, REDIS_URL, WHARF_SECRET_KEY, the
@@ -176,8 +178,9 @@ class ProcessRuntime:
             raise InstanceError(
                 f"generated files ({', '.join(plan.files)}) need the docker runtime"
             )
+        beside = {sidecar.port for sidecar in plan.sidecars}  # on the node's loopback too
         if others := sorted({asked for asked, reached in request.probe_ports
-                             if reached != plan.port}):  # fmt: skip
+                             if reached != plan.port and asked not in beside}):  # fmt: skip
             raise InstanceError(
                 f"probes of port {', '.join(map(str, others))}: a local process has no network "
                 "of its own, so only its serving port is probed; use the docker runtime"
@@ -185,13 +188,15 @@ class ProcessRuntime:
         if self.venv and not (self.venv / "bin" / "python").exists():
             raise InstanceError(f"no engine virtualenv at {self.venv}; run `make engines`")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        args, env, url = plan.args, self._env(plan), f"http://{self.node_address}:{plan.port}"
+        # Its sidecars: processes of the instance's group, beside the main one (process_pod).
+        engine = self._pod(request.name, plan) if plan.sidecars else plan.args
+        args, env, url = engine, self._env(plan), f"http://{self.node_address}:{plan.port}"
         # The node's Python is every local instance's: a container's prepare installs into a
         # folder of this instance's own (contracts.engines.prepare).
         if prepare.installs(plan):
             env[prepare.TARGET_ENV] = str(self._python_dir(request.name))
-        health_path = plan.health_path
-        if self._fronted(request):
+        health_path, fronted = plan.health_path, self._fronted(request)
+        if fronted:
             port = free_port(self.node_address)
             args = [sys.executable, "-m", "gateway.front", "--cwd", str(self.state_dir),
                     "--listen", f"{self.node_address}:{port}",
@@ -200,7 +205,7 @@ class ProcessRuntime:
                 args += ["--metrics-path", "/" + plan.metrics_path.lstrip("/")]
             for asked, reached in request.probe_ports:
                 args += ["--probe-port", f"{asked}={reached}"]
-            args += ["--", *plan.args]
+            args += ["--", *engine]
             env[front.KEY_ENV] = request.engine_key
             if self.metrics_token:
                 env[front.METRICS_TOKEN_ENV] = self.metrics_token
@@ -210,7 +215,7 @@ class ProcessRuntime:
                 proc = subprocess.Popen(
                     args, env=env, stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True,
-                    cwd=ROOT if args is not plan.args else self.state_dir,
+                    cwd=ROOT if fronted else self.state_dir,
                 )  # fmt: skip
             except OSError as exc:
                 raise InstanceError(f"cannot start {plan.args[0]}: {exc}") from exc
@@ -228,12 +233,30 @@ class ProcessRuntime:
             "pd_index": request.pd_index,
             "paths": list(request.paths),
             "node": self.node,
-            "fronted": args is not plan.args,
+            "fronted": fronted,
         }
         tmp = self._state_path(request.name).with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self._state_path(request.name))
         return self._observe(state)
+
+    def _pod(self, name: str, plan: ContainerPlan) -> list[str]:
+        """The main command under process_pod, which starts the sidecars beside it, each with
+        the worker's basics and its own env (written to a file of the instance's, 0600)."""
+        sidecars = []
+        for sidecar in plan.sidecars:
+            if not sidecar.args:
+                raise InstanceError(f"containers[{sidecar.index}] has no command: a local "
+                                    "process has no image entrypoint to run")  # fmt: skip
+            env = self._env(replace(plan, env=sidecar.env, gpus=()))
+            sidecars.append({"index": sidecar.index, "args": sidecar.args, "env": env})
+        path = self._sidecars_path(name)
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(sidecars))
+        return [sys.executable, "-I", str(POD), "--sidecars", str(path), "--", *plan.args]
+
+    def _sidecars_path(self, name: str) -> Path:
+        return self.state_dir / f"{name}.sidecars"  # not .json: list() reads those
 
     def _fronted(self, request: InstanceRequest) -> bool:
         """Whether the engine gets a front: every one with a key, but a prefill/decode member,
@@ -328,6 +351,7 @@ class ProcessRuntime:
             child.poll()  # reaped (by now, or by _stop_group): nothing left for subprocess
         path.unlink(missing_ok=True)
         self._log_path(name).unlink(missing_ok=True)
+        self._sidecars_path(name).unlink(missing_ok=True)
         shutil.rmtree(self._python_dir(name), ignore_errors=True)
 
     def _python_dir(self, name: str) -> Path:

@@ -46,6 +46,7 @@ def workspace_uses(workspace_id: int) -> tuple[set[str], set[str]]:
         elif spec.llm is not None:
             images.add(settings.WHARF_VLLM_CPU_IMAGE if spec.llm.engine == "vllm-cpu"
                        else default_images().get(spec.llm.engine, ""))  # fmt: skip
+        images.update(c.image for c in spec.containers[1:] if c.image)  # its sidecars'
         models.update(ref.split("@", 1)[0] if is_hub_ref(ref) else ref
                       for _, ref in model_refs(spec))  # fmt: skip
     return images, models

@@ -63,7 +63,7 @@
     if (env.length) container.env = env;
     for (const key of Object.keys(container)) if (container[key] === undefined) delete container[key];
     const edited = structuredClone(spec);
-    edited.containers = [container];
+    edited.containers = [container, ...(spec.containers || []).slice(1)]; // sidecars stay
     if (edited.llm) delete edited.llm.speculative;
     return edited;
   }
@@ -116,6 +116,10 @@
       ["CPU", plan.cpus],
       ["Memory", size(plan.memory_bytes)],
       ["Cards", [...(plan.gpus || []).map((g) => `GPU ${g}`), ...(plan.device_paths || [])].join(", ")],
+      // The instance's other containers (sidecars), each beside the main one on localhost.
+      ...(plan.sidecars || []).map((s) => [`containers[${s.index}]`,
+        `${s.image}${s.port ? ` (port ${s.port})` : ""}\n` +
+        (s.command.length ? formatCommand(s) : "its image's entrypoint")]),
     ].filter(([, v]) => v !== null && v !== undefined && v !== "");
     $("#preview-details").replaceChildren(...rows.flatMap(([k, v]) =>
       [el("dt", k), el("dd", {style: "white-space:pre-wrap"}, String(v))]));
