@@ -51,6 +51,13 @@ Snapshot JSON::
           "rpm": 600, "tpm": 100000, "max_concurrency": 8,  # null: unlimited
           "sealed_token": "wharf-token:v1:…"   # the key sealed (absent: it cannot sign)
         }
+      },
+      "groups": {                          # service groups (contracts.service_groups)
+        "<group name>": {
+          "mode": "customized",            # | "auto": shares follow ready instances
+          "members": [{"service": "blue", "weight": 900}],  # released members only
+          "session_headers": ["x-session-id"]  # a call with one sticks to one member
+        }
       }
     }
 """
@@ -60,6 +67,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+
+from contracts.service_groups import RoutedGroup
 
 SNAPSHOT_KEY = "wharf:routing:snapshot"
 SNAPSHOT_CHANNEL = "wharf:routing:changed"
@@ -185,6 +194,8 @@ class Snapshot:
     keys: dict[str, RoutedKey] = field(default_factory=dict)  # by token digest
     # Entries from_json left out because they did not have the documented shape.
     unreadable: tuple[str, ...] = field(default=(), compare=False)
+    # Service groups (contracts.service_groups), by name: their released members.
+    groups: dict[str, RoutedGroup] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -224,6 +235,7 @@ class Snapshot:
                     | ({"sealed_token": key.sealed_token} if key.sealed_token else {})
                     for digest, key in sorted(self.keys.items())
                 },
+                "groups": {name: group.to_json() for name, group in sorted(self.groups.items())},
             }
         )
 
@@ -243,9 +255,15 @@ class Snapshot:
                 keys[digest] = _key_from(entry)
             except (KeyError, TypeError, ValueError):
                 unreadable.append(f"key {digest[:8]}…")
+        groups = {}
+        for name, entry in data.get("groups", {}).items():
+            try:
+                groups[name] = RoutedGroup.from_json(name, entry)
+            except (KeyError, TypeError, ValueError):
+                unreadable.append(f"group {name}")
         return cls(
             version=int(data.get("version", 0)), services=services, keys=keys,
-            unreadable=tuple(unreadable),
+            unreadable=tuple(unreadable), groups=groups,
         )  # fmt: skip
 
     @cached_property

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from contracts.instance_types import sized
+from contracts.service_groups import GROUP_METADATA, Grouped
 from contracts.spec_access import ServiceAccess
 from contracts.spec_cloud import METADATA as CLOUD_METADATA
 from contracts.spec_cloud import RPC as CLOUD_RPC
@@ -146,7 +147,7 @@ class Rpc(RpcNotes, RpcLifecycle, RpcConcurrency):
     )  # fmt: skip
 
 
-class Metadata(CloudOnlyMetadata, InstanceSettings, WebService, JobSettings):
+class Metadata(CloudOnlyMetadata, InstanceSettings, WebService, JobSettings, Grouped):
     instance: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     cpu: float | None = Field(default=None, gt=0, le=4096)
     memory: int | None = Field(default=None, gt=0, le=64 * 1024 * 1024, description="MB")
@@ -353,7 +354,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging
             del data["llm"]["hub_token"]
         for key in ("instance", "termination_grace_period", *CLOUD_METADATA, *UNSHAPING,
-                    *WEB_METADATA):  # fmt: skip
+                    *WEB_METADATA, *GROUP_METADATA):  # fmt: skip
             data["metadata"].pop(key, None)
         for key, unset in {**SHAPING_UNLESS, **JOB_SHAPING_UNLESS}.items():  # unset: as before
             if data["metadata"].get(key) in unset:

@@ -20,7 +20,7 @@ from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.eas_api.openapi import describe_access_key_views
 from controlplane.nodes.api import views as nodes
 from controlplane.nodes.api.serializers import NodeSerializer
-from controlplane.services.api import estimate, logs, schema, versions, views
+from controlplane.services.api import estimate, groups, logs, schema, versions, views
 from controlplane.services.api.serializers import (
     EventSerializer,
     InstanceSerializer,
@@ -145,6 +145,16 @@ def describe_views() -> None:
                request={"application/json": {"type": "object", "properties": {
                    "version": {"type": "integer", "minimum": 1}}}},
                responses={200: ServiceSerializer}))(versions.Rollback)  # fmt: skip
+    V(get=_op("groups_list", "Every service group",
+              responses={200: groups.GroupSerializer(many=True)}))(groups.GroupList)  # fmt: skip
+    V(get=_op("groups_get", "A service group: members, weights, shares",
+              responses={200: groups.GroupSerializer}),
+      patch=_op("groups_update", "Change a group's traffic mode, session header or weights "
+                "(together, in one routing change)", request=groups.GroupChange,
+                responses={200: groups.GroupSerializer}))(groups.GroupDetail)  # fmt: skip
+    V(post=_op("services_release", "Release a member into its group, or take it out "
+               "(EAS's ReleaseService)", request=groups.Release,
+               responses={200: groups.GroupSerializer}))(groups.ServiceRelease)  # fmt: skip
     V(get=_op("spec_schema", "The service spec's JSON Schema", auth=[]))(schema.SpecSchema)
     V(post=_op("estimate", "Will a model fit", request=OBJECT))(estimate.Estimate)
     V(get=_op("keys_list", "API keys", responses={200: ApiKeySerializer(many=True)}),

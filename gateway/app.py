@@ -33,10 +33,10 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 
 from contracts.engine_routes import GENERATION, POOLING, RESPONSES
-from contracts.routing import RoutedService
+from contracts.routing import ModelMatch, RoutedService
 from contracts.webapp import SIGNIN_PATH
 from gateway import body as bodies
-from gateway import callers, errors, request_id
+from gateway import callers, errors, groups, metrics, request_id
 from gateway.callers import Caller
 from gateway.config import Settings, load_settings
 from gateway.eas_form import predict
@@ -106,9 +106,10 @@ async def openai_route(request: Request) -> Response:
     if isinstance(data, bodies.Invalid):
         return errors.invalid_body(data)
     model: str = data["model"]
-    match = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
-    if isinstance(match, Response):
-        return match
+    found = _callee(request, runtime, caller, model)
+    if isinstance(found, Response):
+        return found
+    caller, match = found
     runtime.rates.count(match.service.name)  # the autoscaler's demand: every authorized request
     path: str = request.scope["path"]
     kind = _OPENAI_ROUTES[path]
@@ -125,12 +126,35 @@ async def openai_route(request: Request) -> Response:
     return forward(request, runtime, service, caller, path, call_body, arrived, OPENAI_FORM)
 
 
+def _callee(
+    request: Request, runtime: Runtime, caller: Caller, model: str
+) -> tuple[Caller, ModelMatch] | Response:
+    """The service (and adapter) `model` names; for a service group's name, the member that
+    takes this call and the caller let through to it. OpenAI's 404 for a model or group the
+    caller may not call, as for one that does not exist."""
+    snapshot = runtime.watcher.current
+    group = snapshot.groups.get(model)
+    if group is None:
+        match = callers.model_service(snapshot, caller, model, runtime.plane.metrics)
+        return match if isinstance(match, Response) else (caller, match)
+    if not groups.may_call(caller, group, time.time()):
+        runtime.plane.metrics.reject(group.name, metrics.REASON_KEY_SCOPE, 404)
+        return errors.unknown_model(group.name)
+    member = runtime.groups.member(runtime.watcher.current, group, request.headers)
+    if isinstance(member, Response):
+        return member
+    return groups.through(caller, member.name), ModelMatch(member)
+
+
 async def list_models(request: Request) -> Response:
     runtime = runtime_of(request)
     caller = _caller(request, runtime)
     if isinstance(caller, Response):
         return caller
-    models = callers.callable_models(runtime.watcher.current, caller, time.time())
+    snapshot, now = runtime.watcher.current, time.time()
+    models = callers.callable_models(snapshot, caller, now)
+    models += [(name, "") for name, group in sorted(snapshot.groups.items())
+               if groups.may_call(caller, group, now)]  # fmt: skip
     return JSONResponse({"object": "list", "data": [_model_object(*m) for m in models]})
 
 
@@ -141,6 +165,9 @@ async def get_model(request: Request) -> Response:
     if isinstance(caller, Response):
         return caller
     model = request.path_params["model"]
+    group = runtime.watcher.current.groups.get(model)
+    if group is not None and groups.may_call(caller, group, time.time()):
+        return JSONResponse(_model_object(model))
     found = callers.model_service(runtime.watcher.current, caller, model, runtime.plane.metrics)
     if isinstance(found, Response):
         return found

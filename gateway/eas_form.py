@@ -24,8 +24,9 @@ from contracts.engine_routes import (
     inference_paths,
 )
 from contracts.routing import RoutedService
+from contracts.service_groups import RoutedGroup
 from gateway import body as bodies
-from gateway import callers, errors, signing
+from gateway import callers, errors, groups, signing
 from gateway.eas_paths import EnginePath, PathRefusal, engine_path
 from gateway.forwarding import (
     CallBody,
@@ -47,17 +48,24 @@ async def predict(request: Request) -> Response:
         return errors.routing_not_loaded()
     name = request.path_params["service"]
     snapshot = runtime.watcher.current
-    service = snapshot.services.get(name)
-    if service is None:
-        return errors.unknown_service(name)
+    callee = _callee(request, runtime, name)
+    if isinstance(callee, Response):
+        return callee
+    service, group = callee
     signed = signing.signed_call(request)  # EAS's signed form: no token in the request
-    token = _token_digest(request, runtime, service.name, signed)
+    owners = groups.members(group) if group else frozenset({name})
+    token = _token_digest(request, runtime, name, owners, signed)
     if isinstance(token, Response):
         return token
-    caller = callers.authorize(snapshot, service, token, runtime.plane.metrics)
+    if group is None:
+        caller = callers.authorize(snapshot, service, token, runtime.plane.metrics)
+    else:
+        caller = groups.authorize(snapshot, group, token, runtime.plane.metrics)
     if isinstance(caller, Response):
         return caller
-    runtime.rates.count(name)  # the autoscaler's demand: every authorized request
+    if group is not None:
+        caller = groups.through(caller, service.name)
+    runtime.rates.count(service.name)  # the autoscaler's demand: every authorized request
     found = _route(request, service)
     if isinstance(found, Response):
         return found  # refused before its body is read
@@ -66,7 +74,7 @@ async def predict(request: Request) -> Response:
     if isinstance(raw, bodies.Invalid):
         return errors.invalid_body(raw)
     if signed is not None:  # the body forwarded is the one signed for
-        mismatch = signing.check_body(signed, raw, name, runtime.plane.metrics)
+        mismatch = signing.check_body(signed, raw, service.name, runtime.plane.metrics)
         if mismatch is not None:
             return mismatch
     body = _call_body(request, service, route, raw)
@@ -86,15 +94,31 @@ async def predict(request: Request) -> Response:
     return forward(request, runtime, ready, caller, target, body, arrived, EAS_FORM)
 
 
+def _callee(
+    request: Request, runtime: Runtime, name: str
+) -> tuple[RoutedService, RoutedGroup | None] | Response:
+    """The service the URL names, or the member of the group it names that takes this call."""
+    snapshot = runtime.watcher.current
+    service = snapshot.services.get(name)
+    if service is not None:
+        return service, None
+    group = snapshot.groups.get(name)
+    if group is None:
+        return errors.unknown_service(name)
+    member = runtime.groups.member(snapshot, group, request.headers)
+    return member if isinstance(member, Response) else (member, group)
+
+
 def _token_digest(
-    request: Request, runtime: Runtime, service: str, signed: SignedCall | None
+    request: Request, runtime: Runtime, name: str, owners: frozenset[str], signed: SignedCall | None
 ) -> str | None | Response:
     """The digest of the caller's token: the one presented, or the one that signed the call
-    (or EAS's 401 for a signed call that no token of the service's signed)."""
+    (or EAS's 401 for a signed call that no token of `owners`' and no key reaching `name`
+    signed)."""
     if signed is None:
         return callers.digest(request.headers.get("authorization"), runtime.settings.secret_key)
     snapshot = runtime.watcher.current
-    return signing.verify(runtime.signing, snapshot, service, signed, runtime.plane.metrics)
+    return signing.verify(runtime.signing, snapshot, name, signed, runtime.plane.metrics, owners)
 
 
 def _route(request: Request, service: RoutedService) -> tuple[EngineRoute, str] | Response:

@@ -154,6 +154,18 @@ def no_ready_instance(service: str) -> JSONResponse:
     )
 
 
+def no_group_member(group: str) -> JSONResponse:
+    """A service group none of whose members is released into it (or all weighted 0)."""
+    return error_response(
+        503,
+        SERVER_ERROR,
+        "no_group_member",
+        f"Service group '{group}' has no member taking its traffic: release one "
+        "(POST /api/v1/services/<name>/release) or give one a weight above 0.",
+        headers={"Retry-After": "5"},
+    )
+
+
 def job_takes_no_calls(service: str) -> JSONResponse:
     """A job (metadata.workload_type elasticjob) runs its command to the end; nothing serves."""
     return error_response(

@@ -16,6 +16,7 @@ from gateway.balancer import Balancer
 from gateway.config import Settings, listen_address
 from gateway.engine_auth import EngineKeys
 from gateway.engine_figures import EngineFiguresReader
+from gateway.groups import GroupSplit
 from gateway.health import RedisHealth
 from gateway.inflight import InflightReporter
 from gateway.limits import Limiter
@@ -45,6 +46,7 @@ class Runtime:
     activator: Activator  # requests held for services scaled to zero
     rates: RequestRates  # requests/s per service, for the autoscaler
     signing: SigningTokens  # the tokens that may sign EAS calls, opened
+    groups: GroupSplit  # service groups: which member takes a call
 
 
 def _client(settings: Settings) -> aioredis.Redis:
@@ -81,6 +83,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     signing = SigningTokens(settings.secret_key)
     balancer = Balancer(settings.cooldown)
     rates = RequestRates()
+    groups = GroupSplit()
     inflight = InflightReporter(client, balancer, health, qps=rates.rates)
     activator = Activator(
         counters,
@@ -99,6 +102,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         inflight.seen(snapshot)
         figures.seen(snapshot)
         activator.loaded(snapshot)
+        groups.loaded(snapshot)
 
     watcher = SnapshotWatcher(
         settings.redis_url,
@@ -134,7 +138,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     try:
         if listener is not None:
             await listener.start()
-        yield Runtime(settings, watcher, plane, activator, rates, signing)
+        yield Runtime(settings, watcher, plane, activator, rates, signing, groups)
     finally:
         if listener is not None:
             await listener.stop()

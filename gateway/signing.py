@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 
 from cryptography.fernet import Fernet
 from starlette.requests import Request
@@ -71,11 +72,15 @@ class SigningTokens:
             return None
         return token, token_digest(self._secret_key, token.decode())
 
-    def signer(self, snapshot: Snapshot, service: str, call: SignedCall) -> str | None:
-        """The digest of the token that signed `call` to `service`, if any may have."""
-        for token, digest in self._services.get(service, ()):
-            if signed_by(token, call):
-                return digest
+    def signer(
+        self, snapshot: Snapshot, service: str, call: SignedCall, owners: Iterable[str] = ()
+    ) -> str | None:
+        """The digest of the token that signed `call` to `service` (a service, or a group
+        whose members are `owners`), if any may have."""
+        for owner in sorted(owners) or (service,):
+            for token, digest in self._services.get(owner, ()):
+                if signed_by(token, call):
+                    return digest
         for token, digest in self._keys:
             key = snapshot.keys.get(digest)
             if key is not None and key.reaches(service) and signed_by(token, call):
@@ -102,7 +107,12 @@ def signed_call(request: Request) -> SignedCall | None:
 
 
 def verify(
-    signing: SigningTokens, snapshot: Snapshot, service: str, call: SignedCall, counters: Metrics
+    signing: SigningTokens,
+    snapshot: Snapshot,
+    service: str,
+    call: SignedCall,
+    counters: Metrics,
+    owners: Iterable[str] = (),
 ) -> str | JSONResponse:
     """The signing token's digest, or EAS's 401 saying why the call is refused."""
     problem = date_problem(call.date, time.time())
@@ -112,7 +122,7 @@ def verify(
     if not call.content_md5:
         return _refused(counters, service, "missing_content_md5", "The signed call is refused: "
                         "it has no Content-MD5 header (the MD5 of its body, hex).")  # fmt: skip
-    digest = signing.signer(snapshot, service, call)
+    digest = signing.signer(snapshot, service, call, owners)
     if digest is None:
         return _refused(
             counters,

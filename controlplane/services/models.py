@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from contracts.engine_keys import engine_key
+from contracts.service_groups import AUTO, DEFAULT_WEIGHT, STANDALONE, TRAFFIC_MODES, TRAFFIC_STATES
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from controlplane.services.choices import DesiredState, InstanceState, Phase
 from controlplane.services.sealing import unseal
@@ -34,6 +35,15 @@ class Service(models.Model):
     workspace = models.ForeignKey(
         "workspaces.Workspace", on_delete=models.PROTECT, related_name="services"
     )
+    # Its service group (metadata.group, contracts.service_groups), kept in step with the spec
+    # by controlplane.services.groups; whether it takes the group's traffic, and its weight.
+    group = models.ForeignKey(
+        "ServiceGroup", null=True, blank=True, on_delete=models.SET_NULL, related_name="members"
+    )
+    traffic_state = models.CharField(
+        max_length=16, choices=[(s, s) for s in TRAFFIC_STATES], default=STANDALONE
+    )
+    group_weight = models.PositiveSmallIntegerField(default=DEFAULT_WEIGHT)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -49,6 +59,29 @@ class Service(models.Model):
 
     def parsed_spec(self) -> ServiceSpec:
         return parse_spec(self.plain_spec())
+
+
+class ServiceGroup(models.Model):
+    """A service group (EAS's): it exists while a live service names it (metadata.group).
+    Its name shares the services' namespace: the gateway routes /api/predict/<name> to it."""
+
+    name = models.CharField(max_length=63, unique=True)
+    workspace = models.ForeignKey(
+        "workspaces.Workspace", on_delete=models.PROTECT, related_name="service_groups"
+    )
+    traffic_mode = models.CharField(
+        max_length=16, choices=[(m, m) for m in TRAFFIC_MODES], default=AUTO
+    )
+    # The header that keeps a caller's session on one member ("": the default's).
+    session_header = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class ServiceVersion(models.Model):

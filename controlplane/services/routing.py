@@ -27,7 +27,8 @@ from contracts.spec_gateway_policy import policy_limit, service_rate_limit
 from contracts.spec_job import is_job
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
-from controlplane.services.models import Service
+from controlplane.services.groups import routed_groups
+from controlplane.services.models import Service, ServiceGroup
 from controlplane.tokens.models import ApiKey
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,12 @@ log = logging.getLogger(__name__)
 
 def build_snapshot() -> Snapshot:
     now = time.time()
+    services = _routed_services()
     # Milliseconds since the epoch: increases across publishers without shared state.
     return Snapshot(
-        version=time.time_ns() // 1_000_000, services=_routed_services(), keys=_routed_keys(now)
-    )
+        version=time.time_ns() // 1_000_000, services=services, keys=_routed_keys(now),
+        groups=routed_groups(services),
+    )  # fmt: skip
 
 
 def _routed_services() -> dict[str, RoutedService]:
@@ -117,14 +120,16 @@ def _pd_routing(pd: Pd | None, prefill_policy: str) -> PdRouting | None:
 def _routed_keys(now: float) -> dict[str, RoutedKey]:
     """Every key the gateway should honour. An expired key is left out, and one that expires
     later carries its expiry, which the gateway checks itself: nothing republishes then. A key
-    for every service (null) reaches every service of its workspace, listed by name: the
-    snapshot is published again whenever a service is created or deleted."""
+    for every service (null) reaches every service and group of its workspace, listed by name:
+    the snapshot is published again whenever a service is created or deleted."""
     active = ApiKey.objects.active(datetime.fromtimestamp(now, tz=UTC))
     by_workspace: dict[int, set[str]] = {}
     for workspace, name in Service.objects.exclude(desired_state=DesiredState.DELETED).values_list(
         "workspace_id", "name"
     ):
         by_workspace.setdefault(workspace, set()).add(name)
+    for workspace, name in ServiceGroup.objects.values_list("workspace_id", "name"):
+        by_workspace.setdefault(workspace, set()).add(name)  # and its groups' endpoints
     return {
         key.digest: RoutedKey(
             id=key.public_id,
@@ -160,4 +165,4 @@ def publish_snapshot(force: bool = False) -> None:
 
 
 def _same_routes(a: Snapshot, b: Snapshot) -> bool:
-    return a.services == b.services and a.keys == b.keys
+    return a.services == b.services and a.keys == b.keys and a.groups == b.groups

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from contracts.service_groups import MAX_WEIGHT, TRAFFIC_STATES
 from contracts.spec import ServiceSpec, SpecError, typed_spec
 from contracts.spec_facts import model_name, replicas
 from controlplane.services.models import Event, Instance, Service, ServiceVersion
@@ -32,6 +34,14 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["id", "created_at", "reason", "instance", "message", "actor"]
 
 
+class GroupMembershipSerializer(serializers.Serializer):
+    """A service's place in its service group (contracts.service_groups)."""
+
+    name = serializers.CharField()
+    traffic_state = serializers.ChoiceField(choices=TRAFFIC_STATES)
+    weight = serializers.IntegerField(min_value=0, max_value=MAX_WEIGHT)
+
+
 class ServiceSerializer(serializers.ModelSerializer):
     spec = serializers.SerializerMethodField()
     instances = serializers.SerializerMethodField()
@@ -39,13 +49,23 @@ class ServiceSerializer(serializers.ModelSerializer):
     endpoints = serializers.SerializerMethodField()
     version = serializers.SerializerMethodField()
     workspace = serializers.CharField(source="workspace.name", read_only=True)
+    group = serializers.SerializerMethodField()
 
     class Meta:
         model = Service
         fields = ["name", "workspace", "desired_state", "phase", "progress", "last_error",
                   "generation", "observed_generation", "ready_instances", "instances",
-                  "replicas", "endpoints", "version", "spec", "created_at",
+                  "replicas", "endpoints", "version", "spec", "group", "created_at",
                   "updated_at"]  # fmt: skip
+
+    @extend_schema_field(GroupMembershipSerializer(allow_null=True))
+    def get_group(self, service: Service) -> dict | None:
+        """Its service group (metadata.group), whether it takes the group's traffic, its
+        weight there; null outside a group."""
+        if service.group is None:
+            return None
+        return {"name": service.group.name, "traffic_state": service.traffic_state,
+                "weight": service.group_weight}  # fmt: skip
 
     def get_version(self, service: Service) -> int | None:
         """The current version's number: annotated by a list (`current_version`), else read."""

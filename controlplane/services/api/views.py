@@ -35,6 +35,7 @@ from controlplane.services.api.serializers import (
 )
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
+from controlplane.services.groups import check_group, leave_group, sync_membership
 from controlplane.services.models import Service
 from controlplane.services.names import check_model_names
 from controlplane.services.routing import publish_snapshot
@@ -122,11 +123,13 @@ def update_spec(service: Service, data: dict, note: str, what: str) -> ServiceSp
     version, `what` starts the Updated event."""
     spec = _validated(unseal(data), service.workspace)
     check_model_names(spec, service.workspace, service)
+    check_group(spec, service.workspace, service)
     check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING, service)
     Service.objects.filter(pk=service.pk).update(
         spec=data, generation=F("generation") + 1
     )  # intent only: the reconciler alone writes the phase
     service.refresh_from_db()
+    sync_membership(service, spec)
     record_version(service, data, note)
     record(service, "Updated", f"{what} (generation {service.generation})")
     fix_token(service, spec)  # a PUT's fixed token
@@ -142,7 +145,7 @@ def _on_commit_reconcile(name: str) -> None:
 
 def visible_services(request: Request, live: bool = True):
     """The services of the acting workspace (staff: of every one); `live`: not being deleted."""
-    services = in_workspace(request, Service.objects.select_related("workspace"))
+    services = in_workspace(request, Service.objects.select_related("workspace", "group"))
     return services.exclude(desired_state=DesiredState.DELETED) if live else services
 
 
@@ -168,11 +171,13 @@ def create_service(request: Request, sent) -> Response:
     try:
         with transaction.atomic():
             check_model_names(spec, access(request).workspace)
+            check_group(spec, access(request).workspace)
             check_quotas(access(request).workspace, spec, running=True)
             service = Service.objects.create(
                 name=spec.name, spec=seal(data), owner=request.user,
                 workspace=access(request).workspace,
             )  # fmt: skip
+            sync_membership(service, spec)
             token = ServiceToken.issue(service, spec.token)
             record_version(service, service.spec, "created")
             record(service, "Created", f"service created (generation {service.generation})")
@@ -238,6 +243,7 @@ def delete_service(request: Request, name: str) -> Response:
     with transaction.atomic():
         service = live_service(request, name)
         Service.objects.filter(pk=service.pk).update(desired_state=DesiredState.DELETED)
+        leave_group(service)
         record(service, "Deleting", "delete requested; removing every instance")
         _on_commit_reconcile(name)
     return Response(status=status.HTTP_202_ACCEPTED)

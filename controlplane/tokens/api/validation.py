@@ -12,7 +12,7 @@ from contracts.spec import SpecError
 from contracts.spec_facts import adapter_names
 from contracts.spec_models import ADAPTER_NAME
 from controlplane.services.choices import DesiredState
-from controlplane.services.models import Service
+from controlplane.services.models import Service, ServiceGroup
 from controlplane.tokens.api.errors import Invalid
 from controlplane.tokens.api.values import echo, positive_int, text, timestamp
 
@@ -62,10 +62,16 @@ def _services(value: Any, workspace) -> list[str] | None:
     live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(workspace=workspace)
     wanted = {name.partition(ADAPTER_SEPARATOR)[0] for name in names}
     known = {s.name: s for s in live.filter(name__in=wanted)}
-    unknown = [name for name in names if name.partition(ADAPTER_SEPARATOR)[0] not in known]
+    # A service group's name scopes a key to the group's endpoint (contracts.service_groups).
+    in_workspace = ServiceGroup.objects.filter(workspace=workspace, name__in=wanted)
+    groups = set(in_workspace.values_list("name", flat=True))
+    unknown = [name for name in names if name not in groups
+               and name.partition(ADAPTER_SEPARATOR)[0] not in known]  # fmt: skip
     if unknown:  # another workspace's service is no more known than a missing one
         raise ValueError(f"no such service in workspace {workspace.name!r}: {', '.join(unknown)}")
     for index, name in enumerate(value):
+        if name in groups:
+            continue
         service, separator, adapter = name.partition(ADAPTER_SEPARATOR)
         try:
             has = adapter_names(known[service].parsed_spec()) if separator else ()
