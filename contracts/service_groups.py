@@ -24,6 +24,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import Field
 
@@ -51,6 +52,17 @@ class Grouped(_Strict):
         "(POST /api/v1/services/<name>/release); the group's first member is released as it "
         "creates it. Changing it moves no instance.",
     )  # fmt: skip
+
+
+class GroupTraffic(_Strict):
+    """The networking field EAS writes a member's traffic state in (ReleaseService's)."""
+
+    traffic_state: Literal["standalone", "grouping"] | None = Field(
+        default=None,
+        description="grouping: it takes its group's traffic (metadata.group); standalone: only "
+        "its own endpoint's. Applied each time the spec is saved; unset, a new member of a "
+        "group is standalone until released, the group's first member grouping.",
+    )
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from contracts.service_groups import GroupTraffic
 from contracts.spec_fleet import MAX_STRING, _Strict
 from contracts.spec_gateway_policy import GatewayPolicied
 
@@ -105,9 +106,10 @@ class RpcNotes(_Strict):
     enable_jemalloc: int | bool | None = Field(default=None)
 
 
-class Networking(GatewayPolicied):
+class Networking(GatewayPolicied, GroupTraffic):
     """EAS's networking section: gateway_policy is acted on by the gateway
-    (contracts.spec_gateway_policy); the rest is cloud-only (NETWORKING)."""
+    (contracts.spec_gateway_policy), traffic_state by the service's group
+    (contracts.service_groups); the rest is cloud-only (NETWORKING)."""
 
     gateway: str | None = Field(
         default=None, max_length=MAX_STRING, description=NETWORKING["gateway"]

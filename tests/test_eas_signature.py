@@ -182,3 +182,19 @@ def test_a_gateway_with_another_token_key_opens_no_sealed_token(caplog):
     signing, snapshot = _gateway_tokens(b"token key", b"the control plane's other key")
     assert signing.signer(snapshot, "echo", call(signed())) is None
     assert "3 sealed tokens" in caplog.text and TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("token", "owners", "signer"),
+    [
+        (TOKEN, ("echo", "other"), TOKEN),  # a member's token, to the group "grp"
+        (TOKEN, ("other",), None),  # echo is no member
+        ("wak-echo", ("echo", "other"), None),  # a key for echo does not reach the group
+    ],
+)
+def test_a_call_to_a_group_is_signed_by_a_members_token(token, owners, signer):
+    signing, snapshot = _gateway_tokens(b"token key", b"token key")
+    message = string_to_sign("POST", MD5, "application/json", DATE, "/api/predict/grp")
+    made = call(sign(token, message), path="/api/predict/grp")
+    expected = token_digest(b"token key", signer) if signer else None
+    assert signing.signer(snapshot, "grp", made, owners) == expected

@@ -53,6 +53,7 @@ ALIASES: tuple[tuple[Path, Path], ...] = (
     (("resource",), ("metadata", "resource")),
     (("scheduling",), ("metadata", "scheduling")),
     (("networking", "enable_grpc"), ("metadata", "enable_grpc")),
+    (("metadata", "traffic_state"), ("networking", "traffic_state")),
     (("runtime", "enable_crash_block"), ("metadata", "enable_crash_block")),
     (("metadata", "enable_sigterm"), ("metadata", "rpc", "enable_sigterm")),
 )

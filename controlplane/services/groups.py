@@ -10,6 +10,7 @@ from rest_framework import exceptions
 from contracts.routing import DEFAULT_SESSION_HEADER, RoutedService
 from contracts.service_groups import DEFAULT_WEIGHT, GROUPING, STANDALONE, GroupMember, RoutedGroup
 from contracts.spec import ServiceSpec
+from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.choices import DesiredState
 from controlplane.services.events import record
 from controlplane.services.models import Service, ServiceGroup
@@ -31,6 +32,9 @@ def check_group(spec: ServiceSpec, workspace: Workspace, service: Service | None
         raise GroupTaken("name", f"{spec.name!r} is a service group's name; choose another")
     wanted = spec.metadata.group
     if not wanted:
+        if _traffic_state(spec):
+            why = "a service in no group takes no group traffic; name one in metadata.group"
+            raise SpecInvalid({"networking.traffic_state": [why]})
         return
     group = ServiceGroup.objects.filter(name=wanted).first()
     if group is not None and group.workspace_id != workspace.pk:
@@ -46,6 +50,7 @@ def sync_membership(service: Service, spec: ServiceSpec) -> None:
     wanted = spec.metadata.group
     current = service.group
     if (current.name if current else None) == wanted:
+        _apply_traffic_state(service, spec)
         return
     if wanted:
         try:
@@ -70,6 +75,23 @@ def sync_membership(service: Service, spec: ServiceSpec) -> None:
         record(service, "LeftGroup", f"left service group {current.name!r}")
         drop_if_empty(current)
     service.refresh_from_db()
+    _apply_traffic_state(service, spec)
+    publish_on_commit()
+
+
+def _traffic_state(spec: ServiceSpec) -> str | None:
+    return spec.networking.traffic_state if spec.networking else None
+
+
+def _apply_traffic_state(service: Service, spec: ServiceSpec) -> None:
+    """The spec's networking.traffic_state, where it sets one: EAS's way to release."""
+    state = _traffic_state(spec)
+    if state is None or service.group is None or state == service.traffic_state:
+        return
+    Service.objects.filter(pk=service.pk).update(traffic_state=state)
+    service.refresh_from_db()
+    record(service, "Released", f"in group {service.group.name!r}: {state} "
+           "(the spec's networking.traffic_state)")  # fmt: skip
     publish_on_commit()
 
 

@@ -129,8 +129,20 @@ def _valid(request: Request, serializer: type[serializers.Serializer]) -> dict:
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in unknown})
     checked = serializer(data=request.data)
-    checked.is_valid(raise_exception=True)
+    if not checked.is_valid():
+        raise ValidationError(_paths(checked.errors))
     return dict(checked.validated_data)
+
+
+def _paths(errors: dict, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's nested errors ({"weights": {"blue": [...]}}) as field paths ("weights.blue")."""
+    flat: dict[str, list[str]] = {}
+    for name, found in errors.items():
+        if isinstance(found, dict):
+            flat.update(_paths(found, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = [str(message) for message in found]
+    return flat
 
 
 class GroupList(APIView):
