@@ -39,8 +39,9 @@ Snapshot JSON::
                                            # EAS form reaches (contracts.engine_routes)
           "webservice": false,             # metadata.enable_webservice: its web UI is served
                                            # under /web/<service>/ (contracts.webapp)
-          "job": false                     # metadata.workload_type elasticjob: it takes no
+          "job": false,                    # metadata.workload_type elasticjob: it takes no
                                            # calls (409 naming the job)
+          "mirror": {"targets": ["qwen-next"], "ratio": 10}  # absent: none (gateway.mirror)
         }
       },
       "keys": {                            # API keys, by token digest
@@ -134,6 +135,10 @@ class RoutedService:
     # Its tokens sealed for the gateways (contracts.token_sealing), for EAS's signed calls;
     # a token issued before Wharf sealed them has none, and is presented in clear only.
     sealed_tokens: frozenset[str] = frozenset()
+    # EAS's ServiceMirror: `mirror_ratio` % of its calls are also sent to each service of
+    # `mirror_targets`, whose answers are discarded (gateway.mirror).
+    mirror_targets: tuple[str, ...] = ()
+    mirror_ratio: int = 0
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
@@ -221,6 +226,11 @@ class Snapshot:
                         "webservice": svc.webservice,
                         "job": svc.job,
                     }
+                    | (
+                        {"mirror": {"targets": list(svc.mirror_targets), "ratio": svc.mirror_ratio}}
+                        if svc.mirror_targets
+                        else {}
+                    )  # fmt: skip
                     for name, svc in sorted(self.services.items())
                 },
                 "keys": {
@@ -327,6 +337,7 @@ def _instance_json(instance: RoutedInstance) -> dict:
 
 def _service_from(name: str, entry: dict) -> RoutedService:
     pd = entry.get("pd")
+    mirror = entry.get("mirror") or {}
     return RoutedService(
         name=name,
         served_model_names=_strings(entry.get("served_model_names", [])),
@@ -355,6 +366,8 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         engine=str(entry.get("engine", "")),
         webservice=entry.get("webservice", False) is True,
         job=entry.get("job", False) is True,
+        mirror_targets=_strings(mirror.get("targets", [])),
+        mirror_ratio=_number(mirror.get("ratio", 0), int, optional=False),
     )
 
 

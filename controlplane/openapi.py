@@ -20,7 +20,7 @@ from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.eas_api.openapi import describe_access_key_views
 from controlplane.nodes.api import views as nodes
 from controlplane.nodes.api.serializers import NodeSerializer
-from controlplane.services.api import estimate, groups, logs, schema, versions, views
+from controlplane.services.api import estimate, groups, logs, mirror, schema, versions, views
 from controlplane.services.api.serializers import (
     EventSerializer,
     InstanceSerializer,
@@ -155,6 +155,14 @@ def describe_views() -> None:
     V(post=_op("services_release", "Release a member into its group, or take it out "
                "(EAS's ReleaseService)", request=groups.Release,
                responses={200: groups.GroupSerializer}))(groups.ServiceRelease)  # fmt: skip
+    V(get=_op("services_mirror_get", "Where a service's calls are mirrored, and the figures "
+              "measured side by side", responses={200: mirror.MirrorState},
+              parameters=[OpenApiParameter("minutes", int)]),
+      put=_op("services_mirror_set", "Mirror a share of a service's calls to other services "
+              "(EAS's ServiceMirror)", request=mirror.MirrorChange,
+              responses={200: mirror.MirrorState}),
+      delete=_op("services_mirror_delete", "Stop mirroring", responses={204: None}),
+      )(mirror.ServiceMirror)  # fmt: skip
     V(get=_op("spec_schema", "The service spec's JSON Schema", auth=[]))(schema.SpecSchema)
     V(post=_op("estimate", "Will a model fit", request=OBJECT))(estimate.Estimate)
     V(get=_op("keys_list", "API keys", responses={200: ApiKeySerializer(many=True)}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contracts import env
+from contracts.call_figures import PREFIX as FIGURES_PREFIX
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
 from contracts.usage import USAGE_PREFIX
 
@@ -95,6 +96,8 @@ class Settings:
     # How often the engines' load figures are read for kv_cache_load (they are scraped every
     # 2 s).
     engine_figures_interval: float = 1.0
+    # Where each call's figures (errors, TTFT, inter-token latency) go (contracts.call_figures).
+    figures_prefix: str = FIGURES_PREFIX
 
 
 def load_settings() -> Settings:

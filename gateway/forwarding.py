@@ -115,7 +115,13 @@ def forward(
         keepalive=service.timeout,
         adapter=body.adapter,
     )
-    return ProxyResponse(runtime.plane, call)
+    if not service.mirror_targets:
+        return ProxyResponse(runtime.plane, call)
+
+    def mirror(admitted: Call) -> None:
+        runtime.mirrors.admitted(runtime.plane, runtime.watcher.current, admitted)
+
+    return ProxyResponse(runtime.plane, call, mirror)
 
 
 async def serviceable(

@@ -82,6 +82,14 @@ class Metrics:
             ["service", "reason"],
             registry=self.registry,
         )
+        self.mirror_copies = Counter(
+            "wharf_gateway_mirror_copies",
+            "Copies of a mirrored service's calls (EAS's ServiceMirror), by target and outcome: "
+            "the answer's status class (2xx, 4xx, 5xx) or why none was sent (no_target, "
+            "not_ready, busy: the gateway's copies in flight at their cap, pd).",
+            ["service", "target", "outcome"],
+            registry=self.registry,
+        )
         self.upstream_errors = Counter(
             "wharf_gateway_upstream_errors",
             "Engine instances failing a request: connect, timeout, broken (cut off early), "
@@ -160,6 +168,12 @@ class Metrics:
             )
         children[0].inc(prompt)
         children[1].inc(completion)
+
+    def mirrored(self, service: str, target: str, status: int) -> None:
+        self.mirror_copies.labels(service, target, f"{status // 100}xx").inc()
+
+    def mirror_skipped(self, service: str, target: str, reason: str) -> None:
+        self.mirror_copies.labels(service, target, reason).inc()
 
     def reject(self, service: str, reason: str, status: int) -> None:
         self.rejections.labels(service, reason).inc()

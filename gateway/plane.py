@@ -11,6 +11,7 @@ from gateway import metrics
 from gateway.balancer import Balancer
 from gateway.config import AnswerCaps
 from gateway.engine_auth import EngineKeys
+from gateway.figures import FiguresRecorder
 from gateway.limits import Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg
@@ -34,6 +35,7 @@ class Plane:
     metrics: Metrics
     engine_keys: EngineKeys
     caps: AnswerCaps = field(default_factory=AnswerCaps)  # what one answer may make it hold
+    figures: FiguresRecorder | None = None  # each call's errors, TTFT and inter-token latency
 
     def instance_failed(
         self, service: str, instance: RoutedInstance, kind: str, why: BaseException | str

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from starlette.responses import Response
@@ -59,16 +60,22 @@ class _Outcome:
     ended: bool = False  # nothing left to abort: the answer is complete or given up
     stopped: str = ""  # why the gateway cancelled the request: _CLIENT_LEFT or _EXPIRED
     first_byte: float = 0.0  # seconds from arrival to the answer's first byte
+    last_byte: float = 0.0  # ... and to its last read
+    reads: int = 0  # network reads of a streamed answer (about one per token)
+    broken: bool = False  # the stream was cut short
 
 
 class ProxyResponse(Response):
     """An ASGI response that takes the limits, forwards the request and relays the answer."""
 
-    def __init__(self, plane: Plane, call: Call) -> None:
+    def __init__(
+        self, plane: Plane, call: Call, on_admitted: Callable[[Call], None] | None = None
+    ) -> None:
         self.plane = plane
         self.call = call
         self.status_code = 0  # known once the engine answers
         self.background = None
+        self.on_admitted = on_admitted  # told once the limits took the call (gateway.mirror)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plane, call = self.plane, self.call
@@ -82,6 +89,8 @@ class ProxyResponse(Response):
         if admission.refusal is not None:
             await self._refuse(admission.refusal, scope, receive, send)
             return
+        if self.on_admitted is not None:
+            self.on_admitted(call)
         outcome = _Outcome()
         task = asyncio.current_task()
         assert task is not None
@@ -310,6 +319,8 @@ class ProxyResponse(Response):
                     outcome.first_byte = elapsed
                     self.plane.metrics.first_byte_after(call.service.name, elapsed, call.adapter)
                 if sse is not None:
+                    outcome.reads += 1
+                    outcome.last_byte = time.perf_counter() - call.arrived
                     chunk = sse.feed(chunk)
                 elif json_tap is not None:
                     json_tap.feed(chunk)
@@ -322,6 +333,7 @@ class ProxyResponse(Response):
             # server drop the connection, so the client sees a truncated answer, not a
             # complete-looking one.
             self._failed(instance, metrics.UPSTREAM_BROKEN, exc)
+            outcome.broken = True
             return
         except EventTooLargeError as exc:
             # An event that never ends (the gateway would hold it all to read it): the stream
@@ -367,6 +379,11 @@ class ProxyResponse(Response):
                 plane.metrics.counted(name, prompt, completion, call.adapter)
         status = outcome.status or CLIENT_CLOSED
         plane.metrics.answered(name, status, latency, call.adapter)
+        if plane.figures is not None and (outcome.answered or status >= 500):
+            first = outcome.first_byte if outcome.answered and outcome.first_byte else None
+            gaps = outcome.reads - 1
+            itl = (outcome.last_byte - outcome.first_byte) / gaps if gaps > 0 else None
+            plane.figures.add(name, "", status, outcome.broken, first, itl)
 
     def _token_counts(self, outcome: _Outcome) -> tuple[int, int] | None:
         """Tokens the request used: as reported, else estimated; None: unknown (keep the hold)."""

@@ -16,12 +16,14 @@ from gateway.balancer import Balancer
 from gateway.config import Settings, listen_address
 from gateway.engine_auth import EngineKeys
 from gateway.engine_figures import EngineFiguresReader
+from gateway.figures import FiguresRecorder
 from gateway.groups import GroupSplit
 from gateway.health import RedisHealth
 from gateway.inflight import InflightReporter
 from gateway.limits import Limiter
 from gateway.metrics import Metrics
 from gateway.metrics_access import MetricsListener
+from gateway.mirror import Mirrors
 from gateway.pipelined import PipelinedRedis
 from gateway.plane import Plane
 from gateway.request_rates import RequestRates
@@ -47,6 +49,7 @@ class Runtime:
     rates: RequestRates  # requests/s per service, for the autoscaler
     signing: SigningTokens  # the tokens that may sign EAS calls, opened
     groups: GroupSplit  # service groups: which member takes a call
+    mirrors: Mirrors  # the copies of mirrored services' calls (EAS's ServiceMirror)
 
 
 def _client(settings: Settings) -> aioredis.Redis:
@@ -84,6 +87,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     balancer = Balancer(settings.cooldown)
     rates = RequestRates()
     groups = GroupSplit()
+    mirrors = Mirrors()
     inflight = InflightReporter(client, balancer, health, qps=rates.rates)
     activator = Activator(
         counters,
@@ -126,27 +130,34 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
-    plane = Plane(upstream, balancer, limiter, usage, counters, engine_keys, settings.answer_caps)
+    call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
+    plane = Plane(
+        upstream, balancer, limiter, usage, counters, engine_keys, settings.answer_caps,
+        call_figures,
+    )  # fmt: skip
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     listener = _metrics_listener(settings, counters)
     health.start()
     await watcher.start()
     limiter.start()
     usage.start()
+    call_figures.start()
     inflight.start()
     figures.start()
     try:
         if listener is not None:
             await listener.start()
-        yield Runtime(settings, watcher, plane, activator, rates, signing, groups)
+        yield Runtime(settings, watcher, plane, activator, rates, signing, groups, mirrors)
     finally:
         if listener is not None:
             await listener.stop()
         await figures.stop()
+        await mirrors.stop()
         await inflight.stop()
         await watcher.stop()
         await limiter.stop()
         await usage.stop()
+        await call_figures.stop()
         await health.stop()
         await plane.upstream.close()
         await pipe.close()

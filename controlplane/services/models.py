@@ -44,6 +44,9 @@ class Service(models.Model):
         max_length=16, choices=[(s, s) for s in TRAFFIC_STATES], default=STANDALONE
     )
     group_weight = models.PositiveSmallIntegerField(default=DEFAULT_WEIGHT)
+    # EAS's ServiceMirror: {"targets": [service, ...], "ratio": percent}; {} for none
+    # (controlplane.services.api.mirror, gateway.mirror).
+    mirror = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

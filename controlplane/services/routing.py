@@ -99,6 +99,8 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         engine=engine_name(spec),
         webservice=spec.metadata.enable_webservice,
         job=is_job(spec),
+        mirror_targets=tuple(service.mirror.get("targets") or ()),
+        mirror_ratio=int(service.mirror.get("ratio") or 0),
     )
 
 

@@ -121,7 +121,7 @@ def _visible(request: Request):
     return in_workspace(request, ServiceGroup.objects.select_related("workspace"))
 
 
-def _valid(request: Request, serializer: type[serializers.Serializer]) -> dict:
+def valid_body(request: Request, serializer: type[serializers.Serializer]) -> dict:
     """The body, checked by `serializer`; a field it does not know is a 400 naming it."""
     if not isinstance(request.data, dict):
         raise ValidationError({"detail": "the body is a JSON object"})
@@ -155,7 +155,7 @@ class GroupDetail(APIView):
         return Response(group_json(get_object_or_404(_visible(request), name=group)))
 
     def patch(self, request: Request, group: str) -> Response:
-        data = _valid(request, GroupChange)
+        data = valid_body(request, GroupChange)
         weights = data.get("weights", {})
         with transaction.atomic():
             found = get_object_or_404(_visible(request).select_for_update(), name=group)
@@ -181,7 +181,7 @@ class ServiceRelease(APIView):
     takes its group's traffic (grouping) or only its own endpoint's (standalone)."""
 
     def post(self, request: Request, name: str) -> Response:
-        data = _valid(request, Release)
+        data = valid_body(request, Release)
         if not data:
             raise ValidationError({"detail": "give weight, traffic_state or both"})
         with transaction.atomic():
