@@ -216,3 +216,22 @@ def test_refusals_name_the_field_and_exit_as_documented(two_members, tmp_path):
                   ("groups", "weights", GROUP, "--mode", "random")):  # fmt: skip
         assert two_members(*usage)[0] == USAGE, usage
     assert state(SECOND) == ("standalone", 100)
+
+
+@LIVE
+def test_services_mirror_sets_shows_and_stops_the_copies(two_members, store):
+    code, output = two_members("services", "mirror", FIRST, "--to", SECOND, "--ratio", "10")
+    assert code == 0, output
+    assert re.search(rf"^targets:\s+{SECOND}$", output, re.M) and "ratio:   10%" in output
+    assert f"{SECOND} (copies)" in output and "TTFT P95" in output
+    routed_service = published(store).services[FIRST]
+    assert (routed_service.mirror_targets, routed_service.mirror_ratio) == ((SECOND,), 10)
+    code, output = two_members("-o", "json", "services", "mirror", FIRST)
+    assert code == 0 and json.loads(output)["targets"] == [SECOND]
+    assert two_members("services", "mirror", FIRST, "--to", SECOND)[0] == 2  # no ratio
+    assert two_members("services", "mirror", FIRST, "--off", "--ratio", "5")[0] == 2
+    code, output = two_members("services", "mirror", FIRST, "--to", FIRST, "--ratio", "5")
+    assert code == 1 and "targets[0]" in output  # the API names it
+    code, output = two_members("services", "mirror", FIRST, "--off")
+    assert code == 0 and re.search(r"^targets:\s+none$", output, re.M)
+    assert published(store).services[FIRST].mirror_targets == ()
