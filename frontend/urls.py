@@ -6,6 +6,7 @@ urlpatterns = [
     path("", views.services, name="services"),
     path("deploy/", views.deploy, name="deploy"),
     path("nodes/", views.nodes, name="nodes"),
+    path("groups/", views.groups, name="groups"),
     path("console/workspace", views.switch_workspace, name="switch-workspace"),
     path("services/<str:name>/", views.service, name="service"),
     path("console/services/<str:name>/test", online_test.test_call, name="online-test"),

@@ -13,6 +13,7 @@ from django.templatetags.static import static
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import PermissionDenied
 
+from contracts.service_groups import MAX_WEIGHT, TRAFFIC_MODES
 from contracts.spec import ENGINES, GPU_ENGINES
 from controlplane.audit.actor import identify
 from controlplane.services.api.webapp import NotAWebApp, web_ticket
@@ -84,6 +85,15 @@ def deploy(request: HttpRequest) -> HttpResponse:
 @login_required
 def nodes(request: HttpRequest) -> HttpResponse:
     return _page(request, "frontend/nodes.html", "nodes")
+
+
+@login_required
+def groups(request: HttpRequest) -> HttpResponse:
+    """The acting workspace's service groups: modes, weights, release (groups.js)."""
+    return _page(
+        request, "frontend/groups.html", "groups", trafficModes=list(TRAFFIC_MODES),
+        maxWeight=MAX_WEIGHT,
+    )  # fmt: skip
 
 
 @login_required

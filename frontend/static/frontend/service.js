@@ -93,6 +93,11 @@
       .join("; ") || "off";
   }
 
+  // Its service group (metadata.group): linked to the group's card on the groups page.
+  const groupOf = (g) => el("span", {id: "svc-group"},
+    el("a", {href: `/groups/#group-${enc(g.name)}`}, g.name), " ", badge(g.traffic_state),
+    ` weight ${g.weight}`);
+
   function renderOverview() {
     const spec = service.spec || {};
     const llm = spec.llm || {};
@@ -102,6 +107,7 @@
       ["Instances", `${instanceSummary(service, instances)} ready`],
       ["Autoscaler", autoscaling(spec)],
       ["Routing", ((spec.metadata || {}).rpc || {}).routing || "least_outstanding"],
+      ...(service.group ? [["Group", groupOf(service.group)]] : []),
       ["Desired state", service.desired_state],
       ["Generation", `${service.observed_generation} of ${service.generation} applied`],
       ["Version", service.version ?? "—"],
