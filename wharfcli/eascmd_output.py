@@ -1,7 +1,8 @@
 """eascmd's output, pure: its boxed tables and what each column holds when Wharf answers.
 
 REGION is the service's workspace (what a token's listing is scoped to, as a region scopes
-EAS's); WEIGHT is 0 (no service groups here); STATUS is Wharf's phase, capitalised.
+EAS's); WEIGHT is the service's weight in its service group (metadata.group, 0-1000; 0 outside
+a group); STATUS is Wharf's phase, capitalised.
 """
 
 from __future__ import annotations
@@ -59,10 +60,16 @@ def status(service: dict) -> str:
     return str(service.get("phase") or "unknown").capitalize()
 
 
+def weight(service: dict) -> int:
+    """Its weight in its service group (the v1 answer's `group`: name, traffic_state, weight);
+    0 outside a group."""
+    return int((service.get("group") or {}).get("weight", 0))
+
+
 def list_row(service: dict) -> list[Any]:
     return [service["name"], service.get("workspace") or "-", service.get("instances", 0),
             when(service.get("created_at")), when(service.get("updated_at")), status(service),
-            0, f"/api/predict/{service['name']}"]  # fmt: skip
+            weight(service), f"/api/predict/{service['name']}"]  # fmt: skip
 
 
 def worker_row(instance: dict) -> list[Any]:

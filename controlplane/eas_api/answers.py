@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 
 from contracts.eas.written import eas_form
+from contracts.service_groups import STANDALONE
 from controlplane.services.api.serializers import InstanceSerializer, ServiceSerializer
 from controlplane.services.choices import DesiredState, InstanceState, Phase
 from controlplane.services.models import Event, Instance, Service, ServiceVersion
@@ -77,7 +78,17 @@ def service(found: Service) -> dict[str, Any]:
         "ServiceConfig": service_config(spec),
         "Labels": [{"LabelKey": k, "LabelValue": str(v)} for k, v in sorted(labels.items())],
         "AccessToken": "",  # kept as a digest only: shown once, by CreateService
+        **_group_fields(shown["group"]),
     }  # fmt: skip
+
+
+def _group_fields(group: dict | None) -> dict[str, Any]:
+    """Its service group (metadata.group) and its weight and traffic state there; outside a
+    group, no group, weight 0 and standalone (it takes only its own endpoint's traffic)."""
+    if group is None:
+        return {"ServiceGroup": "", "Weight": 0, "TrafficState": STANDALONE}
+    return {"ServiceGroup": group["name"], "Weight": group["weight"],
+            "TrafficState": group["traffic_state"]}  # fmt: skip
 
 
 def _host(url: str) -> str:

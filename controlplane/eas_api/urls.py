@@ -2,9 +2,10 @@
 
 from django.urls import path
 
-from controlplane.eas_api import labels, listings, scaling, views
+from controlplane.eas_api import groups, labels, listings, scaling, views
 
 SERVICE = "services/<str:cluster>/<str:name>"
+GROUP = "groups/<str:cluster>/<str:name>"
 
 urlpatterns = [
     path("services", views.Services.as_view()),
@@ -16,6 +17,10 @@ urlpatterns = [
     path(f"{SERVICE}/autoscaler", scaling.ServiceAutoscaler.as_view()),
     path(f"{SERVICE}/cronscaler", scaling.ServiceCronscaler.as_view()),
     path(f"{SERVICE}/label", labels.ServiceLabels.as_view()),
+    path(f"{SERVICE}/release", groups.ServiceRelease.as_view()),
+    path("groups", groups.Groups.as_view()),
+    path(GROUP, groups.GroupDetail.as_view()),
+    path(f"{GROUP}/endpoints", groups.GroupEndpoints.as_view()),
     # Last: any other word after the name is a state change (start, stop).
     path(f"{SERVICE}/<str:action>", views.ServiceState.as_view()),
 ]

@@ -117,18 +117,25 @@ def group_json(group: ServiceGroup) -> dict:
     }
 
 
-def _visible(request: Request):
+def visible_groups(request: Request):
+    """The acting workspace's groups (staff: every one's). Shared with EAS's group calls."""
     return in_workspace(request, ServiceGroup.objects.select_related("workspace"))
 
 
 def valid_body(request: Request, serializer: type[serializers.Serializer]) -> dict:
     """The body, checked by `serializer`; a field it does not know is a 400 naming it."""
-    if not isinstance(request.data, dict):
+    return valid(request.data, serializer)
+
+
+def valid(data, serializer: type[serializers.Serializer]) -> dict:
+    """`data` (a body in the v1 API's names), checked by `serializer`: a field it does not
+    know is a 400 naming it. Shared with EAS's group calls, which translate their names."""
+    if not isinstance(data, dict):
         raise ValidationError({"detail": "the body is a JSON object"})
-    unknown = sorted(set(request.data) - set(serializer().fields))
+    unknown = sorted(set(data) - set(serializer().fields))
     if unknown:
         raise ValidationError({name: ["unknown field"] for name in unknown})
-    checked = serializer(data=request.data)
+    checked = serializer(data=data)
     if not checked.is_valid():
         raise ValidationError(_paths(checked.errors))
     return dict(checked.validated_data)
@@ -145,35 +152,61 @@ def _paths(errors: dict, prefix: str = "") -> dict[str, list[str]]:
     return flat
 
 
+def change_group(request: Request, group: str, data: dict) -> ServiceGroup:
+    """Apply a checked GroupChange to the named group (a 404 unless the caller sees it):
+    mode, session header and weights together, in one snapshot. Shared with EAS's
+    UpdateGroup (controlplane.eas_api.groups)."""
+    weights = data.get("weights", {})
+    with transaction.atomic():
+        found = get_object_or_404(visible_groups(request).select_for_update(), name=group)
+        members = {m.name: m for m in _members(found)}
+        for name in weights:
+            if name not in members:
+                raise ValidationError({f"weights.{name}": [f"not a member of {group!r}"]})
+        found.traffic_mode = data.get("traffic_mode", CUSTOMIZED if weights else found.traffic_mode)
+        found.session_header = data.get("session_header", found.session_header).lower()
+        found.save()
+        for name, weight in weights.items():
+            Service.objects.filter(pk=members[name].pk).update(group_weight=weight)
+            record(members[name], "WeightChanged",
+                   f"weight in group {group!r}: {weight} ({found.traffic_mode})")  # fmt: skip
+        publish_on_commit()
+    return found
+
+
+def release(request: Request, name: str, data: dict) -> ServiceGroup:
+    """Apply a checked Release to the named service (a 404 unless the caller sees it; a 400
+    naming metadata.group when it is in none); its group. Shared with EAS's ReleaseService."""
+    with transaction.atomic():
+        service = live_service(request, name)
+        if service.group is None:
+            raise ValidationError({"metadata.group": [
+                f"service {name!r} is in no group: name one in its spec first"]})  # fmt: skip
+        changes = {
+            "group_weight": data.get("weight"),
+            "traffic_state": data.get("traffic_state"),
+        }
+        Service.objects.filter(pk=service.pk).update(
+            **{k: v for k, v in changes.items() if v is not None}
+        )
+        service.refresh_from_db()
+        record(service, "Released", f"in group {service.group.name!r}: "
+               f"{service.traffic_state}, weight {service.group_weight}")  # fmt: skip
+        publish_on_commit()
+    return service.group
+
+
 class GroupList(APIView):
     def get(self, request: Request) -> Response:
-        return Response([group_json(g) for g in _visible(request).order_by("name")])
+        return Response([group_json(g) for g in visible_groups(request).order_by("name")])
 
 
 class GroupDetail(APIView):
     def get(self, request: Request, group: str) -> Response:
-        return Response(group_json(get_object_or_404(_visible(request), name=group)))
+        return Response(group_json(get_object_or_404(visible_groups(request), name=group)))
 
     def patch(self, request: Request, group: str) -> Response:
-        data = valid_body(request, GroupChange)
-        weights = data.get("weights", {})
-        with transaction.atomic():
-            found = get_object_or_404(_visible(request).select_for_update(), name=group)
-            members = {m.name: m for m in _members(found)}
-            for name in weights:
-                if name not in members:
-                    raise ValidationError({f"weights.{name}": [f"not a member of {group!r}"]})
-            found.traffic_mode = data.get(
-                "traffic_mode", CUSTOMIZED if weights else found.traffic_mode
-            )
-            found.session_header = data.get("session_header", found.session_header).lower()
-            found.save()
-            for name, weight in weights.items():
-                Service.objects.filter(pk=members[name].pk).update(group_weight=weight)
-                record(members[name], "WeightChanged",
-                       f"weight in group {group!r}: {weight} ({found.traffic_mode})")  # fmt: skip
-            publish_on_commit()
-        return Response(group_json(found))
+        return Response(group_json(change_group(request, group, valid_body(request, GroupChange))))
 
 
 class ServiceRelease(APIView):
@@ -184,20 +217,4 @@ class ServiceRelease(APIView):
         data = valid_body(request, Release)
         if not data:
             raise ValidationError({"detail": "give weight, traffic_state or both"})
-        with transaction.atomic():
-            service = live_service(request, name)
-            if service.group is None:
-                raise ValidationError({"metadata.group": [
-                    f"service {name!r} is in no group: name one in its spec first"]})  # fmt: skip
-            changes = {
-                "group_weight": data.get("weight"),
-                "traffic_state": data.get("traffic_state"),
-            }
-            Service.objects.filter(pk=service.pk).update(
-                **{k: v for k, v in changes.items() if v is not None}
-            )
-            service.refresh_from_db()
-            record(service, "Released", f"in group {service.group.name!r}: "
-                   f"{service.traffic_state}, weight {service.group_weight}")  # fmt: skip
-            publish_on_commit()
-        return Response(group_json(service.group))
+        return Response(group_json(release(request, name, data)))
