@@ -23,9 +23,11 @@ PREFIX = "wharf:figures:"
 SLOT_S = 10
 RETAIN_S = 3600
 MIRROR = "mirror"  # the track of calls mirrored to a service (contracts.routing mirror)
-# Upper bounds of the buckets, ms; the last catches everything slower.
-BOUNDS_MS = (5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 400, 500, 750, 1000, 1500, 2000,
-             3000, 5000, 7500, 10000, 20000, 60000, 600000)  # fmt: skip
+# Upper bounds of the buckets, ms, about 1.25x apart (a ratio between two versions reads to
+# within one step); the last catches everything slower.
+BOUNDS_MS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 150, 200,
+             250, 300, 400, 500, 600, 800, 1000, 1200, 1500, 2000, 2500, 3000, 4000, 5000, 6000,
+             8000, 10000, 12000, 15000, 20000, 30000, 60000, 120000, 600000)  # fmt: skip
 
 
 def bucket(ms: float) -> int:

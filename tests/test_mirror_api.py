@@ -56,7 +56,7 @@ def test_a_mirror_reaches_the_gateways_and_shows_both_sides_figures(pair, store)
     assert (shown["targets"], shown["ratio"]) == (["shadow"], 10)
     assert shown["figures"]["service"] == own.summary()
     assert shown["figures"]["targets"]["shadow"]["errors"] == 1
-    assert shown["figures"]["targets"]["shadow"]["ttft_p50_ms"] == 400
+    assert shown["figures"]["targets"]["shadow"]["ttft_p50_ms"] == 400  # a bucket's bound
     assert pair.delete("/api/v1/services/main/mirror").status_code == 204
     assert build_snapshot().services["main"].mirror_targets == ()
     assert pair.get("/api/v1/services/main/mirror").json()["targets"] == []
