@@ -41,7 +41,9 @@ Snapshot JSON::
                                            # under /web/<service>/ (contracts.webapp)
           "job": false,                    # metadata.workload_type elasticjob: it takes no
                                            # calls (409 naming the job)
-          "mirror": {"targets": ["qwen-next"], "ratio": 10}  # absent: none (gateway.mirror)
+          "mirror": {"targets": ["qwen-next"], "ratio": 10},  # absent: none (gateway.mirror)
+          "canary_weight": 10              # a canary's share, %: its instances are those with
+                                           # "track": "canary" (gateway.canary); absent: 0
         }
       },
       "keys": {                            # API keys, by token digest
@@ -86,6 +88,9 @@ class RoutedInstance:
     # The LoRA adapters its engine has loaded, where its node tracks them (workers.adapters);
     # None: every adapter of its service.
     adapters: tuple[str, ...] | None = None
+    # "canary": an instance of the new version a canary release runs beside the stable one
+    # (contracts.canary); "": the service's own.
+    track: str = ""
 
     def serves(self, adapter: str) -> bool:
         return not adapter or self.adapters is None or adapter in self.adapters
@@ -139,6 +144,9 @@ class RoutedService:
     # `mirror_targets`, whose answers are discarded (gateway.mirror).
     mirror_targets: tuple[str, ...] = ()
     mirror_ratio: int = 0
+    # A canary release's share of its calls, percent: its "canary" instances take that share,
+    # the others the rest (gateway.canary).
+    canary_weight: int = 0
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
@@ -207,31 +215,7 @@ class Snapshot:
             {
                 "version": self.version,
                 "services": {
-                    name: {
-                        "served_model_names": list(svc.served_model_names),
-                        "token_digests": sorted(svc.token_digests),
-                        "sealed_tokens": sorted(svc.sealed_tokens),
-                        "instances": [_instance_json(i) for i in svc.instances],
-                        "rate_limit": svc.rate_limit,
-                        "max_queue_size": svc.max_queue_size,
-                        "timeout": svc.timeout,
-                        "worker_threads": svc.worker_threads,
-                        "concurrency_limit": svc.concurrency_limit,
-                        "pd": None if svc.pd is None else asdict(svc.pd),
-                        "routing": svc.routing,
-                        "session_header": svc.session_header,
-                        "scale_from_zero": svc.scale_from_zero,
-                        "adapters": list(svc.adapters),
-                        "engine": svc.engine,
-                        "webservice": svc.webservice,
-                        "job": svc.job,
-                    }
-                    | (
-                        {"mirror": {"targets": list(svc.mirror_targets), "ratio": svc.mirror_ratio}}
-                        if svc.mirror_targets
-                        else {}
-                    )  # fmt: skip
-                    for name, svc in sorted(self.services.items())
+                    name: _service_json(svc) for name, svc in sorted(self.services.items())
                 },
                 "keys": {
                     digest: {
@@ -324,6 +308,33 @@ def _strings(values) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _service_json(svc: RoutedService) -> dict:
+    out: dict = {
+        "served_model_names": list(svc.served_model_names),
+        "token_digests": sorted(svc.token_digests),
+        "sealed_tokens": sorted(svc.sealed_tokens),
+        "instances": [_instance_json(i) for i in svc.instances],
+        "rate_limit": svc.rate_limit,
+        "max_queue_size": svc.max_queue_size,
+        "timeout": svc.timeout,
+        "worker_threads": svc.worker_threads,
+        "concurrency_limit": svc.concurrency_limit,
+        "pd": None if svc.pd is None else asdict(svc.pd),
+        "routing": svc.routing,
+        "session_header": svc.session_header,
+        "scale_from_zero": svc.scale_from_zero,
+        "adapters": list(svc.adapters),
+        "engine": svc.engine,
+        "webservice": svc.webservice,
+        "job": svc.job,
+    }
+    if svc.mirror_targets:  # absent where unset: snapshots stay as they were
+        out["mirror"] = {"targets": list(svc.mirror_targets), "ratio": svc.mirror_ratio}
+    if svc.canary_weight:
+        out["canary_weight"] = svc.canary_weight
+    return out
+
+
 def _instance_json(instance: RoutedInstance) -> dict:
     out: dict[str, str | list[str]] = {
         "name": instance.name, "url": instance.url, "role": instance.role,
@@ -332,6 +343,8 @@ def _instance_json(instance: RoutedInstance) -> dict:
         out["key"] = instance.key
     if instance.adapters is not None:
         out["adapters"] = list(instance.adapters)
+    if instance.track:
+        out["track"] = instance.track
     return out
 
 
@@ -350,6 +363,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
                 role=str(i.get("role", "")),
                 key=str(i.get("key", "")),
                 adapters=_strings(i["adapters"]) if "adapters" in i else None,
+                track=str(i.get("track", "")),
             )  # fmt: skip
             for i in entry.get("instances", [])
         ),
@@ -368,6 +382,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         job=entry.get("job", False) is True,
         mirror_targets=_strings(mirror.get("targets", [])),
         mirror_ratio=_number(mirror.get("ratio", 0), int, optional=False),
+        canary_weight=_number(entry.get("canary_weight", 0), int, optional=False),
     )
 
 

@@ -82,6 +82,7 @@ def forward(
         raw, strip_usage = bodies.ask_for_usage(data, raw)
     tokens = prompt + bodies.completion_budget(data, body.kind)
     drop = frozenset({"accept-encoding"}) if data is not None else frozenset()
+    service, track = runtime.tracks.track(service)  # a canary release's split
     prefill, policy, used = None, service.routing, {service.routing}
     if service.pd is not None:
         # A prefill/decode service: decode instances answer, after a prefill leg for
@@ -114,6 +115,7 @@ def forward(
         form=form,
         keepalive=service.timeout,
         adapter=body.adapter,
+        track=track,
     )
     if not service.mirror_targets:
         return ProxyResponse(runtime.plane, call)

@@ -71,6 +71,7 @@ class Call:
     form: str = OPENAI_FORM  # how the caller called: OpenAI's routes or EAS's /api/predict/...
     keepalive: float | None = None  # seconds for the whole request (metadata.rpc.keepalive)
     adapter: str = ""  # the LoRA adapter called ("" for the base model)
+    track: str = ""  # "canary": a canary release's instances took it (gateway.canary)
 
     @property
     def target(self) -> str:

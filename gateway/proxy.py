@@ -383,7 +383,7 @@ class ProxyResponse(Response):
             first = outcome.first_byte if outcome.answered and outcome.first_byte else None
             gaps = outcome.reads - 1
             itl = (outcome.last_byte - outcome.first_byte) / gaps if gaps > 0 else None
-            plane.figures.add(name, "", status, outcome.broken, first, itl)
+            plane.figures.add(name, call.track, status, outcome.broken, first, itl)
 
     def _token_counts(self, outcome: _Outcome) -> tuple[int, int] | None:
         """Tokens the request used: as reported, else estimated; None: unknown (keep the hold)."""

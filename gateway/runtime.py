@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 from contracts.routing import Snapshot
 from gateway.activation import Activator
 from gateway.balancer import Balancer
+from gateway.canary import TrackSplit
 from gateway.config import Settings, listen_address
 from gateway.engine_auth import EngineKeys
 from gateway.engine_figures import EngineFiguresReader
@@ -50,6 +51,7 @@ class Runtime:
     signing: SigningTokens  # the tokens that may sign EAS calls, opened
     groups: GroupSplit  # service groups: which member takes a call
     mirrors: Mirrors  # the copies of mirrored services' calls (EAS's ServiceMirror)
+    tracks: TrackSplit  # canary releases: stable or canary instances for a call
 
 
 def _client(settings: Settings) -> aioredis.Redis:
@@ -88,6 +90,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     rates = RequestRates()
     groups = GroupSplit()
     mirrors = Mirrors()
+    tracks = TrackSplit()
     inflight = InflightReporter(client, balancer, health, qps=rates.rates)
     activator = Activator(
         counters,
@@ -107,6 +110,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         figures.seen(snapshot)
         activator.loaded(snapshot)
         groups.loaded(snapshot)
+        tracks.loaded(snapshot.services)
 
     watcher = SnapshotWatcher(
         settings.redis_url,
@@ -147,7 +151,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     try:
         if listener is not None:
             await listener.start()
-        yield Runtime(settings, watcher, plane, activator, rates, signing, groups, mirrors)
+        yield Runtime(settings, watcher, plane, activator, rates, signing, groups, mirrors, tracks)
     finally:
         if listener is not None:
             await listener.stop()
