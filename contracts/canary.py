@@ -21,6 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 HOLD, ADVANCE, PROMOTE, ROLLBACK = "hold", "advance", "promote", "rollback"
+CANARY_TRACK = "canary"  # an instance of a canary's version (contracts.routing's track)
+# A canary's life: starting (its instances come up), running (judged step by step), paused
+# (held where it is, by hand), then promoted, rolled back (a breach) or aborted (by hand).
+STARTING, RUNNING, PAUSED = "starting", "running", "paused"
+PROMOTED, ROLLED_BACK, ABORTED = "promoted", "rolled_back", "aborted"
+ACTIVE = (STARTING, RUNNING, PAUSED)
+STATES = (*ACTIVE, PROMOTED, ROLLED_BACK, ABORTED)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,16 @@ from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.eas_api.openapi import describe_access_key_views
 from controlplane.nodes.api import views as nodes
 from controlplane.nodes.api.serializers import NodeSerializer
-from controlplane.services.api import estimate, groups, logs, mirror, schema, versions, views
+from controlplane.services.api import (
+    canary,
+    estimate,
+    groups,
+    logs,
+    mirror,
+    schema,
+    versions,
+    views,
+)
 from controlplane.services.api.serializers import (
     EventSerializer,
     InstanceSerializer,
@@ -163,6 +172,15 @@ def describe_views() -> None:
               responses={200: mirror.MirrorState}),
       delete=_op("services_mirror_delete", "Stop mirroring", responses={204: None}),
       )(mirror.ServiceMirror)  # fmt: skip
+    V(get=_op("services_canary_get", "A service's latest canary release, with both sides' "
+              "figures", responses={200: canary.CanaryState}),
+      post=_op("services_canary_start", "Release a new version as a canary: judged step by "
+               "step on errors, TTFT and inter-token latency against the stable one",
+               request=canary.CanaryStart, responses={201: canary.CanaryState, 409: ERRORS}),
+      )(canary.ServiceCanary)  # fmt: skip
+    V(post=_op("services_canary_action", "Pause, resume, promote or abort a canary by hand",
+               request=None, responses={200: canary.CanaryState},
+               parameters=[action(*canary.ACTIONS)]))(canary.CanaryAction)  # fmt: skip
     V(get=_op("spec_schema", "The service spec's JSON Schema", auth=[]))(schema.SpecSchema)
     V(post=_op("estimate", "Will a model fit", request=OBJECT))(estimate.Estimate)
     V(get=_op("keys_list", "API keys", responses={200: ApiKeySerializer(many=True)}),

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from contracts.canary import CANARY_TRACK as CANARY
 from contracts.routing import RoutedService
 from contracts.service_groups import SmoothRoundRobin
 
-CANARY, STABLE = "canary", ""
+STABLE = ""
 
 
 class TrackSplit:

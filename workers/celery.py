@@ -60,10 +60,12 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 @worker_ready.connect
 def start_node(sender, **kwargs) -> None:
     """The node's heartbeat, its agent, its log and tokenizer servers, its engines' scraper and
-    its instances' usage sampler, in the worker's main process; and the autoscaler, whose
-    passes run on one worker at a time (workers.autoscaling)."""
+    its instances' usage sampler, in the worker's main process; and the autoscaler and the
+    canary controller, whose passes run on one worker at a time (workers.autoscaling,
+    workers.canaries)."""
     from workers.agent import Agent
     from workers.autoscaling import Autoscaler
+    from workers.canaries import CanaryController
     from workers.fleet import FleetSettings
     from workers.node import Heartbeat
     from workers.node_logs import LogServer
@@ -79,7 +81,7 @@ def start_node(sender, **kwargs) -> None:
 
     if settings.WHARF_RUNTIME == "kubernetes":
         _threads.extend(_cluster_threads(enqueue_reconcile))
-        _threads.append(Autoscaler())
+        _threads.extend([Autoscaler(), CanaryController()])
         for thread in _threads:
             thread.start()
         return
@@ -90,7 +92,7 @@ def start_node(sender, **kwargs) -> None:
     _threads.append(UsageSampler(settings.WHARF_NODE_NAME, get_runtime().cpu_seconds))
     _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
                           on_change=reconcile))  # fmt: skip
-    _threads.append(Autoscaler())
+    _threads.extend([Autoscaler(), CanaryController()])
     for thread in _threads:
         thread.start()
 

@@ -20,8 +20,10 @@ from django.utils import timezone
 
 from contracts import spec_facts
 from contracts.allocation import decode_allocation, encode_allocation
+from contracts.canary import ACTIVE as CANARY_ACTIVE
+from contracts.canary import CANARY_TRACK
 from contracts.hub_refs import is_hub_ref, parse_hub_ref
-from contracts.spec import ServiceSpec, SpecError
+from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_facts import card_need
 from contracts.spec_job import is_job
 from controlplane.nodes.models import Node
@@ -32,6 +34,7 @@ from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
+from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
 from workers import object_store, placement, planning, rollout, storage
 from workers.fleet import FleetSettings, placement_lock, wake
@@ -66,14 +69,18 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     was_draining = {r.name for r in rows if r.state == InstanceState.DRAINING}
     waiting, paused = "", ""
     if error is None:
-        placed, waiting = _drain_and_create(service, spec, replicas, rows, states, now, fleet)
-        woken |= placed
+        stable = [r for r in rows if r.track != CANARY_TRACK]
+        placed, waiting = _drain_and_create(service, spec, replicas, stable, states, now, fleet)
+        canary_placed, canary_waiting = _canary(service, spec, replicas, rows, states, now, fleet)
+        woken |= placed | canary_placed
+        waiting = waiting or canary_waiting
         rows = list(service.instances.all())
-        paused = _paused(spec, replicas, rows, states)
+        paused = _paused(spec, replicas, [r for r in rows if r.track != CANARY_TRACK], states)
     else:  # an invalid stored spec: start nothing, drain everything
         woken |= _drain(service, [r for r in rows if r.state != InstanceState.DRAINING], now)
         rows = list(service.instances.all())
-    settled = _write_status(service, spec, replicas, rows, error, paused, waiting)
+    stable_rows = [r for r in rows if r.track != CANARY_TRACK]
+    settled = _write_status(service, spec, replicas, stable_rows, error, paused, waiting)
     if service.desired_state == DesiredState.DELETED and not rows:
         finish_deletion(service, "every instance removed; service deleted")
         return None
@@ -169,6 +176,39 @@ def _drain_and_create(service, spec, replicas, rows, states, now, fleet) -> tupl
     return woken | placed, waiting
 
 
+def _canary(service, spec, replicas, rows, states, now, fleet) -> tuple[set[str], str]:
+    """A canary release's instances (contracts.canary): as many per role as the stable side
+    wants, of the canary's spec, beside the stable ones; without an active canary (rolled
+    back, aborted) its instances are drained."""
+    mine = [r for r in rows if r.track == CANARY_TRACK]
+    release = service.canaries.filter(state__in=CANARY_ACTIVE).first() if spec else None
+    canary_spec = _canary_spec(release)
+    if canary_spec is None or release is None:
+        return _drain(service, [r for r in mine if r.state != InstanceState.DRAINING], now), ""
+    woken: set[str] = set()
+    creates: list[str] = []
+    for role, count in replicas.items():
+        surge, unavailable = _strategy(canary_spec, count)
+        members = _members([r for r in mine if r.role == role], states)
+        step = rollout.step(count, release.spec_hash, members, surge, unavailable)
+        woken |= _drain(service, [r for r in mine if r.name in step.drain], now)
+        creates += [role] * step.create
+    if not creates:
+        return woken, ""
+    placed, waiting = _place(service, canary_spec, creates, release.spec_hash, states,
+                             fleet.pd_ports, CANARY_TRACK)  # fmt: skip
+    return woken | placed, waiting
+
+
+def _canary_spec(release) -> ServiceSpec | None:
+    if release is None:
+        return None
+    try:
+        return parse_spec(unseal(release.spec))
+    except SpecError:
+        return None
+
+
 def _drain(service: Service, rows: list[Instance], now) -> set[str]:
     """Out of routing now; the node's agent stops each once its requests are done."""
     for row in rows:
@@ -178,7 +218,9 @@ def _drain(service: Service, rows: list[Instance], now) -> set[str]:
     return {row.node for row in rows}
 
 
-def _place(service, spec, roles: list[str], target: str, states, pd_ports) -> tuple[set[str], str]:
+def _place(
+    service, spec, roles: list[str], target: str, states, pd_ports, track: str = ""
+) -> tuple[set[str], str]:
     """Place one new instance per entry of `roles` and record each as a row; those that fit
     nowhere wait, with what each node lacks (returned, and an event). A prefill or decode
     instance also gets its two ports on its node (`pd_ports`: the range they come from)."""
@@ -207,6 +249,7 @@ def _place(service, spec, roles: list[str], target: str, states, pd_ports) -> tu
             Instance.objects.create(
                 service=service, name=result.key, role=role, pd_index=index,
                 runtime="", node=result.node, spec_hash=target, state=InstanceState.CREATING,
+                track=track,
                 devices=encode_allocation(kind, result.cards) if result.cards else "",
                 port=port, kv_port=kv_port,
             )  # fmt: skip

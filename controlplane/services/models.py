@@ -3,6 +3,11 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from contracts.canary import ACTIVE as CANARY_ACTIVE
+from contracts.canary import PAUSED as CANARY_PAUSED
+from contracts.canary import RUNNING as CANARY_RUNNING
+from contracts.canary import STARTING as CANARY_STARTING
+from contracts.canary import STATES as CANARY_STATES
 from contracts.engine_keys import engine_key
 from contracts.service_groups import AUTO, DEFAULT_WEIGHT, STANDALONE, TRAFFIC_MODES, TRAFFIC_STATES
 from contracts.spec import ServiceSpec, SpecError, parse_spec
@@ -132,6 +137,8 @@ class Instance(models.Model):
     # "failed": {name: why}, "at": epoch seconds}; {} where the node does not track them (the
     # spec's adapters are then all it serves).
     adapters = models.JSONField(default=dict, blank=True)
+    # "canary": an instance of its service's canary release (contracts.canary), "": its own.
+    track = models.CharField(max_length=16, blank=True)
     state = models.CharField(max_length=16, choices=InstanceState.choices)
     url = models.CharField(max_length=200, blank=True)
     message = models.TextField(blank=True)
@@ -165,6 +172,13 @@ class Instance(models.Model):
                 return spec
         except SpecError:
             pass
+        if self.track:  # a canary's instance: its release holds the spec
+            canary = Canary.objects.filter(service=self.service_id, spec_hash=self.spec_hash)
+            kept_canary = canary.order_by("-pk").first()
+            try:
+                return parse_spec(unseal(kept_canary.spec)) if kept_canary else None
+            except SpecError:
+                return None
         version = ServiceVersion.objects.filter(service=self.service_id, spec_hash=self.spec_hash)
         kept = version.first()
         try:
@@ -185,3 +199,46 @@ class Event(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+
+
+class Canary(models.Model):
+    """A canary release of a service (contracts.canary): a new spec run beside the stable one,
+    its share of the calls raised step by step while the gateways' figures of both sides stay
+    within its bounds. Written by the API (start, pause, resume, promote, abort) and by the
+    canary controller (workers.canaries)."""
+
+    service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="canaries")
+    spec = models.JSONField(help_text="the new version's spec, sealed as a service's is")
+    spec_hash = models.CharField(max_length=16)
+    steps = models.JSONField(help_text="rising percentages of the calls, ending at 100")
+    step = models.PositiveSmallIntegerField(default=0)
+    interval_s = models.PositiveIntegerField(default=60)
+    max_error_rate = models.FloatField(default=0.01)
+    max_ttft_ratio = models.FloatField(default=1.5)
+    max_itl_ratio = models.FloatField(default=1.3)
+    min_requests = models.PositiveIntegerField(default=50)
+    state = models.CharField(
+        max_length=16, choices=[(s, s) for s in CANARY_STATES], default=CANARY_STARTING
+    )
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    message = models.TextField(blank=True, help_text="the last judgement, in words")
+    figures = models.JSONField(default=dict, blank=True, help_text="both sides, last judged")
+    actor = models.CharField(max_length=300, blank=True, help_text="who started it")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["service"], condition=models.Q(state__in=CANARY_ACTIVE),
+                name="one_active_canary_per_service",
+            )
+        ]  # fmt: skip
+
+    @property
+    def weight(self) -> int:
+        """The canary's share of the calls now, percent."""
+        if self.state not in (CANARY_RUNNING, CANARY_PAUSED) or self.step_started_at is None:
+            return 0  # starting (or paused before it ran): the stable side takes every call
+        return int(self.steps[min(self.step, len(self.steps) - 1)])

@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 
 import redis
 from django.conf import settings
+from django.db.models import Prefetch
 
 from contracts import spec_facts
+from contracts.canary import ACTIVE as CANARY_ACTIVE
 from contracts.engines import engine_name
 from contracts.routing import (
     DEFAULT_RATE_LIMIT,
@@ -28,7 +30,7 @@ from contracts.spec_job import is_job
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.groups import routed_groups
-from controlplane.services.models import Service, ServiceGroup
+from controlplane.services.models import Canary, Service, ServiceGroup
 from controlplane.tokens.models import ApiKey
 
 log = logging.getLogger(__name__)
@@ -49,8 +51,9 @@ def _routed_services() -> dict[str, RoutedService]:
     tightened, a value nothing expected) is left out with an event saying why: it must never
     stop the snapshot, and with it every other service's routing and key changes."""
     services = {}
+    active = Prefetch("canaries", queryset=Canary.objects.filter(state__in=CANARY_ACTIVE))
     queryset = Service.objects.exclude(desired_state=DesiredState.DELETED).prefetch_related(
-        "tokens", "instances"
+        "tokens", "instances", active
     )
     for service in queryset:
         try:
@@ -69,6 +72,7 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
             role=i.role,
             key=i.engine_key_name,
             adapters=tuple(i.adapters.get("loaded") or ()) if i.adapters else None,
+            track=i.track,
         )  # fmt: skip
         for i in service.instances.all()
         if i.state == InstanceState.READY and i.url
@@ -101,7 +105,14 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         job=is_job(spec),
         mirror_targets=tuple(service.mirror.get("targets") or ()),
         mirror_ratio=int(service.mirror.get("ratio") or 0),
+        canary_weight=_canary_weight(service),
     )
+
+
+def _canary_weight(service: Service) -> int:
+    """Its active canary's share of the calls (prefetched: `canaries`), 0 without one."""
+    active = list(service.canaries.all())
+    return active[0].weight if active else 0
 
 
 def _pd_routing(pd: Pd | None, prefill_policy: str) -> PdRouting | None:

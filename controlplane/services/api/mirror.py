@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 import redis
-from django.conf import settings
 from django.db import transaction
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
@@ -20,11 +19,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from contracts.call_figures import MIRROR, Figures, key, slots_between
+from contracts.call_figures import MIRROR
 from controlplane.services.api.groups import valid_body
 from controlplane.services.api.views import live_service
 from controlplane.services.choices import DesiredState
 from controlplane.services.events import record
+from controlplane.services.figures import read_figures
 from controlplane.services.groups import publish_on_commit
 from controlplane.services.models import Service
 
@@ -52,19 +52,6 @@ class MirrorState(serializers.Serializer):
     figures = MirrorFigures()
 
 
-def read_figures(service: str, track: str, minutes: int) -> dict:
-    """What the gateways measured of (service, track) over the last `minutes`."""
-    now = time.time()
-    keys = [key(service, track, at) for at in slots_between(now - minutes * 60, now)]
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
-    with client:
-        pipe = client.pipeline(transaction=False)
-        for name in keys:
-            pipe.hgetall(name)
-        hashes = pipe.execute()
-    return Figures.from_hashes(hashes).summary()
-
-
 def _minutes(request: Request) -> int:
     raw = request.query_params.get("minutes", "5")
     if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_MINUTES):
@@ -74,11 +61,12 @@ def _minutes(request: Request) -> int:
 
 def _state(service: Service, minutes: int) -> dict:
     targets = list(service.mirror.get("targets") or [])
+    since = time.time() - minutes * 60
     try:
         figures = {
             "minutes": minutes,
-            "service": read_figures(service.name, "", minutes),
-            "targets": {t: read_figures(t, MIRROR, minutes) for t in targets},
+            "service": read_figures(service.name, "", since),
+            "targets": {t: read_figures(t, MIRROR, since) for t in targets},
         }
     except redis.RedisError as exc:
         figures = {"minutes": minutes, "service": {}, "targets": {}, "unavailable": str(exc)}
