@@ -32,6 +32,7 @@ def advance_all(django_capture_on_commit_callbacks):
 
     return run
 
+
 QUICK = {"steps": [10, 50, 100], "interval_s": 10, "min_requests": 20}
 
 
