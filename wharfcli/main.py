@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from wharfcli import mirror, service_ops  # noqa: F401  (their commands join `services`)
+from wharfcli import canary, mirror, service_ops  # noqa: F401  (their commands join `services`)
 from wharfcli.access_keys import access_keys
 from wharfcli.adapters import adapters
 from wharfcli.bench import bench
