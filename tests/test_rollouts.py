@@ -248,8 +248,9 @@ def test_a_killed_engine_comes_back_after_a_growing_back_off(system):
     delete(system, name)
 
 
-def test_tiny_vllm_rolling_update_fails_no_request(system):
-    """The real engine once: a rolling update of a vLLM CPU service (two engines briefly)."""
+def test_tiny_vllm_rolling_update_and_canary_release_fail_no_request(system):
+    """The real engine once: a rolling update of a vLLM CPU service (two engines briefly),
+    then a healthy canary of it, promoted."""
     name = "rollouts-vllm"
     spec = {
         "name": name,
@@ -273,4 +274,77 @@ def test_tiny_vllm_rolling_update_fails_no_request(system):
         traffic.stop()
     results = assert_no_failure(traffic, begin, "during the vLLM rolling update")
     assert {r.instance for r in results} == {old["name"], rows[0]["name"]}
+
+    # Then a canary of the same service (a new spec hash), healthy: 50 %, then promoted, and
+    # no request fails over the whole release. Its bounds are wide: on two cores, a fresh
+    # engine beside a warm one is slower for a while, and that is not what this checks.
+    canary = {**spec, "llm": {**spec["llm"], "max_num_seqs": 2}}
+    traffic = Traffic(system.stack.gateway_url, name, token, threads=2, engine="vllm").start()
+    try:
+        begin = time.monotonic()
+        release = start_canary(system, name, canary, steps=[50, 100], interval_s=10,
+                               min_requests=4, max_ttft_ratio=20, max_itl_ratio=20)  # fmt: skip
+        assert release["state"] == "starting"
+        done = wait_until(lambda: canary_done(system, name), 600, "the canary judged", 1)
+        assert done["state"] == "promoted", done
+        rows = wait_until(lambda: settled(system, name, 1, current_hash(system, name)), 300,
+                          "promoted", 1)  # fmt: skip
+        traffic.wait_for(4, time.monotonic())
+    finally:
+        traffic.stop()
+    results = assert_no_failure(traffic, begin, "during the vLLM canary release")
+    served = {r.instance for r in results}
+    assert rows[0]["name"] in served and len(served) == 2  # the canary's, then the only one
+    steps = [e["message"] for e in events(system, name) if e["reason"] == "CanaryStep"]
+    assert steps and steps[0].startswith("50% of calls to the canary"), steps
+    delete(system, name)
+
+
+def start_canary(system, name: str, spec: dict, **settings) -> dict:
+    with system.api() as api:
+        response = api.post(f"/services/{name}/canary", json={"spec": spec, **settings})
+        assert response.status_code == 201, response.text
+    return response.json()
+
+
+def canary_done(system, name: str) -> dict | None:
+    with system.api() as api:
+        release = api.get(f"/services/{name}/canary").json()
+    return release if release["state"] in ("promoted", "rolled_back", "aborted") else None
+
+
+def with_delay(spec: dict, delay: float) -> dict:
+    env = [e for e in spec["containers"][0]["env"] if e["name"] != "CHUNK_DELAY"]
+    env.append({"name": "CHUNK_DELAY", "value": str(delay)})
+    return {**spec, "containers": [{**spec["containers"][0], "env": env}]}
+
+
+def test_a_slow_canary_rolls_itself_back_within_an_interval_and_no_call_fails(system):
+    """Its engine is 4x slower between tokens: rolled back by the controller within one
+    interval of the breach showing, having served about its step's share, while the stable
+    version answers every call."""
+    name = "rollouts-canary"
+    token = deploy(system, with_delay(slow_spec(name, version="1"), 0.05))
+    traffic = Traffic(system.stack.gateway_url, name, token, threads=4).start()
+    try:
+        begin = time.monotonic()
+        traffic.wait_for(8, begin)
+        slow = with_delay(slow_spec(name, version="2"), 0.2)
+        start_canary(system, name, slow, steps=[25, 100], interval_s=30, min_requests=6)
+        done = wait_until(lambda: canary_done(system, name), 240, "the canary judged", 0.5)
+        traffic.wait_for(8, time.monotonic())
+    finally:
+        traffic.stop()
+    assert done["state"] == "rolled_back", done
+    assert "inter-token latency" in done["message"], done
+    results = assert_no_failure(traffic, begin, "during the canary release")
+    log = events(system, name)
+    running = next(at(e) for e in log if e["reason"] == "CanaryStep")
+    rolled = next(at(e) for e in log if e["reason"] == "CanaryRolledBack")
+    assert rolled - running <= 30 + 5, log  # within one interval (and a controller pass)
+    during = [r for r in results if running <= r.ended_at <= rolled]
+    share = sum(r.version == "2" for r in during) / len(during)
+    assert 0 < share <= 0.25 + 0.1, share  # about its step's share, never more
+    wait_until(lambda: settled(system, name, 1), 120, "the canary's instance removed")
+    assert {r["spec_hash"] for r in instances(system, name)} == {current_hash(system, name)}
     delete(system, name)
