@@ -10,11 +10,13 @@ x-engine-version header, so a client can tell which spec served it.
 
 Environment: PORT (required), HOST (default 0.0.0.0: a custom command is not told its node's
 address, and on a second node of one machine the gateway reaches it at another loopback
-address), VERSION, CHUNKS (10), CHUNK_DELAY (0.15).
+address), VERSION, CHUNKS (10), CHUNK_DELAY (0.15), FAIL_EVERY (0: never; n: every n-th
+completion is answered 500, for a canary that fails a share of its calls).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -23,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 VERSION = os.environ.get("VERSION", "1")
 CHUNKS = int(os.environ.get("CHUNKS", "10"))
 DELAY = float(os.environ.get("CHUNK_DELAY", "0.15"))
+FAIL_EVERY = int(os.environ.get("FAIL_EVERY", "0"))
+COMPLETIONS = itertools.count(1)
 
 
 def piece(i: int) -> str:
@@ -62,6 +66,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if self.path.split("?")[0] not in ("/v1/completions", "/completions"):
             self._send(404, b'{"error": "not found"}')
+            return
+        if FAIL_EVERY and next(COMPLETIONS) % FAIL_EVERY == 0:
+            self._send(500, b'{"error": "failing on purpose (FAIL_EVERY)"}')
             return
         tokens = int(data.get("max_tokens") or CHUNKS)
         model = str(data.get("model") or "slow")
