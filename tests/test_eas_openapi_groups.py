@@ -203,3 +203,34 @@ def test_delete_group_is_refused_saying_to_change_the_members_metadata(client):
     assert "CascadeDelete" in cascade.message
     assert ServiceGroup.objects.filter(name="chat").exists()
     assert Service.objects.filter(name__in=("blue", "green"), desired_state="running").count() == 2
+
+
+def test_service_mirror_through_eas_sdk(client):
+    made = client.create_service_mirror(
+        REGION, "blue", eas.CreateServiceMirrorRequest(ratio=20, target=["green"])
+    ).body
+    assert "created" in made.message
+    assert build_snapshot().services["blue"].mirror_targets == ("green",)
+    shown = client.describe_service_mirror(REGION, "blue").body
+    assert (shown.service_name, shown.target, shown.ratio) == ("blue", "green", "20")
+    client.update_service_mirror(
+        REGION, "blue", eas.UpdateServiceMirrorRequest(ratio=50, target=["green", "solo"])
+    )
+    routed = build_snapshot().services["blue"]
+    assert (routed.mirror_targets, routed.mirror_ratio) == (("green", "solo"), 50)
+    bad = refusal(
+        lambda: client.update_service_mirror(
+            REGION, "blue", eas.UpdateServiceMirrorRequest(ratio=101, target=["green"])
+        )
+    )
+    assert bad.status_code == 400 and "Ratio" in bad.message
+    itself = refusal(
+        lambda: client.create_service_mirror(
+            REGION, "blue", eas.CreateServiceMirrorRequest(ratio=5, target=["blue"])
+        )
+    )
+    assert itself.status_code == 400 and "itself" in itself.message
+    client.delete_service_mirror(REGION, "blue")
+    assert build_snapshot().services["blue"].mirror_targets == ()
+    assert client.describe_service_mirror(REGION, "blue").body.target == ""
+    assert Event.objects.filter(service__name="blue", reason="MirrorRemoved").exists()

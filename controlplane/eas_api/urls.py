@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from controlplane.eas_api import groups, labels, listings, scaling, views
+from controlplane.eas_api import groups, labels, listings, mirror, scaling, views
 
 SERVICE = "services/<str:cluster>/<str:name>"
 GROUP = "groups/<str:cluster>/<str:name>"
@@ -18,6 +18,7 @@ urlpatterns = [
     path(f"{SERVICE}/cronscaler", scaling.ServiceCronscaler.as_view()),
     path(f"{SERVICE}/label", labels.ServiceLabels.as_view()),
     path(f"{SERVICE}/release", groups.ServiceRelease.as_view()),
+    path(f"{SERVICE}/mirror", mirror.ServiceMirror.as_view()),
     path("groups", groups.Groups.as_view()),
     path(GROUP, groups.GroupDetail.as_view()),
     path(f"{GROUP}/endpoints", groups.GroupEndpoints.as_view()),

@@ -74,38 +74,49 @@ def _state(service: Service, minutes: int) -> dict:
             "figures": figures}  # fmt: skip
 
 
+def set_mirror(request: Request, name: str, data: dict) -> Service:
+    """Copy `data["ratio"]` % of the named service's calls to `data["targets"]` (checked by
+    MirrorChange): services of its workspace, not itself; 400 naming `targets[i]` else.
+    Shared with EAS's Create/UpdateServiceMirror (controlplane.eas_api.mirror)."""
+    targets = list(dict.fromkeys(data["targets"]))
+    with transaction.atomic():
+        service = live_service(request, name)
+        live = Service.objects.exclude(desired_state=DesiredState.DELETED)
+        found = set(live.filter(workspace=service.workspace, name__in=targets)
+                    .values_list("name", flat=True))  # fmt: skip
+        for index, target in enumerate(targets):
+            if target == name:
+                raise ValidationError({f"targets[{index}]": ["a service cannot mirror to "
+                                                             "itself"]})  # fmt: skip
+            if target not in found:  # another workspace's is no more known than none
+                raise ValidationError({f"targets[{index}]": [
+                    f"no such service in workspace {service.workspace.name!r}"]})  # fmt: skip
+        service.mirror = {"targets": targets, "ratio": data["ratio"]}
+        service.save(update_fields=["mirror", "updated_at"])
+        record(service, "MirrorSet", f"{data['ratio']}% of calls copied to "
+               f"{', '.join(targets)}; their answers discarded")  # fmt: skip
+        publish_on_commit()
+    return service
+
+
+def remove_mirror(request: Request, name: str) -> None:
+    with transaction.atomic():
+        service = live_service(request, name)
+        if service.mirror:
+            service.mirror = {}
+            service.save(update_fields=["mirror", "updated_at"])
+            record(service, "MirrorRemoved", "calls no longer copied")
+            publish_on_commit()
+
+
 class ServiceMirror(APIView):
     def get(self, request: Request, name: str) -> Response:
         return Response(_state(live_service(request, name), _minutes(request)))
 
     def put(self, request: Request, name: str) -> Response:
-        data = valid_body(request, MirrorChange)
-        targets = list(dict.fromkeys(data["targets"]))
-        with transaction.atomic():
-            service = live_service(request, name)
-            live = Service.objects.exclude(desired_state=DesiredState.DELETED)
-            found = set(live.filter(workspace=service.workspace, name__in=targets)
-                        .values_list("name", flat=True))  # fmt: skip
-            for index, target in enumerate(targets):
-                if target == name:
-                    raise ValidationError({f"targets[{index}]": ["a service cannot mirror to "
-                                                                 "itself"]})  # fmt: skip
-                if target not in found:  # another workspace's is no more known than none
-                    raise ValidationError({f"targets[{index}]": [
-                        f"no such service in workspace {service.workspace.name!r}"]})  # fmt: skip
-            service.mirror = {"targets": targets, "ratio": data["ratio"]}
-            service.save(update_fields=["mirror", "updated_at"])
-            record(service, "MirrorSet", f"{data['ratio']}% of calls copied to "
-                   f"{', '.join(targets)}; their answers discarded")  # fmt: skip
-            publish_on_commit()
+        service = set_mirror(request, name, valid_body(request, MirrorChange))
         return Response(_state(service, 5))
 
     def delete(self, request: Request, name: str) -> Response:
-        with transaction.atomic():
-            service = live_service(request, name)
-            if service.mirror:
-                service.mirror = {}
-                service.save(update_fields=["mirror", "updated_at"])
-                record(service, "MirrorRemoved", "calls no longer copied")
-                publish_on_commit()
+        remove_mirror(request, name)
         return Response(status=204)
