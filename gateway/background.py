@@ -26,3 +26,24 @@ async def cancel(task: asyncio.Task[None] | None) -> None:
         return
     with suppress(asyncio.CancelledError):
         task.result()
+
+
+async def flush_every(interval: float, pending, health, flush, what: str) -> None:
+    """Send what `pending()` says waits, every `interval` seconds, while Redis answers: a
+    failure leaves it waiting for the next try (`flush` keeps it) and marks Redis down if it
+    is unreachable."""
+    from redis.exceptions import RedisError
+
+    from gateway.health import UNREACHABLE
+
+    while True:
+        await asyncio.sleep(interval)
+        if not pending():
+            continue
+        await health.wait_up()
+        try:
+            await flush()
+        except UNREACHABLE as exc:
+            health.failed(exc)
+        except RedisError:
+            log.exception("writing %s failed; keeping them for the next try", what)

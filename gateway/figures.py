@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from contracts.call_figures import PREFIX, RETAIN_S, SLOT_S, Figures, key, slot
-from gateway.background import cancel
+from gateway.background import cancel, flush_every
 from gateway.health import UNREACHABLE, RedisHealth
 
 log = logging.getLogger(__name__)
@@ -77,14 +77,5 @@ class FiguresRecorder:
             raise
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            if not self._pending:
-                continue
-            await self._health.wait_up()
-            try:
-                await self.flush()
-            except UNREACHABLE as exc:
-                self._health.failed(exc)
-            except RedisError:
-                log.exception("writing call figures failed; keeping them for the next try")
+        await flush_every(self._interval, lambda: self._pending, self._health, self.flush,
+                          "call figures")  # fmt: skip

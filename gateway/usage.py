@@ -15,11 +15,10 @@ import time
 from contextlib import suppress
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from contracts.usage import USAGE_PREFIX, usage_field, usage_key
-from gateway.background import cancel
-from gateway.health import UNREACHABLE, RedisHealth
+from gateway.background import cancel, flush_every
+from gateway.health import RedisHealth
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +89,5 @@ class UsageRecorder:
             raise
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            if not self._pending:
-                continue
-            await self._health.wait_up()
-            try:
-                await self.flush()
-            except UNREACHABLE as exc:
-                self._health.failed(exc)
-            except RedisError:
-                log.exception("writing usage counts failed; keeping them for the next try")
+        await flush_every(self._interval, lambda: self._pending, self._health, self.flush,
+                          "usage counts")  # fmt: skip

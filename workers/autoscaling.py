@@ -11,13 +11,10 @@ instances as for any change of count.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, replace
 
-from django.db import DatabaseError, close_old_connections
 from django.db.models import Q
-from redis.exceptions import RedisError
 
 from contracts import engine_load, inflight, instance_usage, spec_facts, spec_scaling
 from contracts.spec import SpecError
@@ -27,7 +24,7 @@ from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Service
 from workers.autoscaler import Signals, State, decide, scheduled
-from workers.locks import client, leased
+from workers.locks import LeasedPasses, client
 
 log = logging.getLogger(__name__)
 INTERVAL = 2.0  # seconds between two passes over every autoscaled service
@@ -149,28 +146,8 @@ def _reason(before: int, after: int) -> str:
     return "ScaledUp" if after > before else "ScaledDown"
 
 
-class Autoscaler(threading.Thread):
+class Autoscaler(LeasedPasses):
     """Every worker runs one; the lease makes one pass at a time happen fleet-wide."""
 
     def __init__(self, interval: float = INTERVAL) -> None:
-        super().__init__(name="wharf-autoscaler", daemon=True)
-        self.interval = interval
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        from workers.tasks import enqueue_reconcile
-
-        while not self._stopped.wait(self.interval):
-            try:
-                close_old_connections()
-                with leased(LOCK, wait=0) as held:
-                    changed = autoscale_all(client()) if held else set()
-                for name in changed:
-                    enqueue_reconcile(name)
-            except (DatabaseError, RedisError, OSError) as exc:
-                log.warning("autoscaler pass failed: %s", exc)
-            except Exception:  # a thread that dies silently would stop all autoscaling
-                log.exception("autoscaler pass failed")
-
-    def stop(self) -> None:
-        self._stopped.set()
+        super().__init__("wharf-autoscaler", LOCK, interval, lambda: autoscale_all(client()))

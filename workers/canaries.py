@@ -16,10 +16,9 @@ gateways learn a new weight from the snapshot published at once.
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import datetime
 
-from django.db import DatabaseError, close_old_connections, transaction
+from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -29,7 +28,7 @@ from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.figures import read_figures
 from controlplane.services.models import Canary, Instance
 from controlplane.services.routing import publish_snapshot
-from workers.locks import leased
+from workers.locks import LeasedPasses
 
 log = logging.getLogger(__name__)
 INTERVAL = 2.0
@@ -110,28 +109,8 @@ def _start(release: Canary, now: datetime) -> bool:
     return False
 
 
-class CanaryController(threading.Thread):
+class CanaryController(LeasedPasses):
     """Every worker runs one; the lease makes one pass at a time happen fleet-wide."""
 
     def __init__(self, interval: float = INTERVAL) -> None:
-        super().__init__(name="wharf-canaries", daemon=True)
-        self.interval = interval
-        self._stopped = threading.Event()
-
-    def run(self) -> None:
-        from workers.tasks import enqueue_reconcile
-
-        while not self._stopped.wait(self.interval):
-            try:
-                close_old_connections()
-                with leased(LOCK, wait=0) as held:
-                    moved = advance_all() if held else set()
-                for name in moved:
-                    enqueue_reconcile(name)
-            except (DatabaseError, RedisError, OSError) as exc:
-                log.warning("canary pass failed: %s", exc)
-            except Exception:  # a thread that dies silently would leave canaries unjudged
-                log.exception("canary pass failed")
-
-    def stop(self) -> None:
-        self._stopped.set()
+        super().__init__("wharf-canaries", LOCK, interval, advance_all)

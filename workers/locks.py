@@ -68,3 +68,34 @@ def node_lock(purpose: str, timeout: float = 60) -> Iterator[None]:
         if not held:
             raise TimeoutError(f"node lock {purpose!r} busy for {timeout} s")
         yield
+
+
+class LeasedPasses(threading.Thread):
+    """A pass every `interval` seconds on whichever worker holds the lease `lock`: every
+    worker runs one, the lease makes one pass at a time happen fleet-wide. `run_pass` returns
+    the services whose instances must move, which are reconciled."""
+
+    def __init__(self, name: str, lock: str, interval: float, run_pass) -> None:
+        super().__init__(name=name, daemon=True)
+        self.lock, self.interval, self.run_pass = lock, interval, run_pass
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        from django.db import DatabaseError, close_old_connections
+
+        from workers.tasks import enqueue_reconcile
+
+        while not self._stopped.wait(self.interval):
+            try:
+                close_old_connections()
+                with leased(self.lock, wait=0) as held:
+                    moved = self.run_pass() if held else set()
+                for service in moved:
+                    enqueue_reconcile(service)
+            except (DatabaseError, redis.RedisError, OSError) as exc:
+                log.warning("%s pass failed: %s", self.name, exc)
+            except Exception:  # a thread that dies silently would stop every later pass
+                log.exception("%s pass failed", self.name)
+
+    def stop(self) -> None:
+        self._stopped.set()

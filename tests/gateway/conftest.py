@@ -7,6 +7,7 @@ Every gateway gets its own snapshot key and channel in the shared test Redis, so
 from __future__ import annotations
 
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,9 +17,12 @@ from gateway_support import (
     Deployed,
     Engine,
     Gateway,
+    GatewayProcess,
     Gateways,
     RedisProcess,
     ServerThread,
+    forget,
+    isolated_settings,
     make_token,
     redis_server_binary,
     service,
@@ -85,3 +89,13 @@ def redis_process() -> Iterator[RedisProcess]:
         process = RedisProcess(binary, Path(directory))
         yield process
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def figures_gateway(redis_url: str) -> Iterator[GatewayProcess]:
+    """A gateway process of the module's own, whose call figures no other test shares."""
+    settings = isolated_settings(redis_url, figures_prefix=f"wharf:test:{uuid.uuid4().hex}:f:")
+    process = GatewayProcess(settings)
+    yield process
+    process.stop()
+    forget(redis_url, settings)

@@ -26,6 +26,7 @@ import uvicorn
 from starlette.types import ASGIApp
 from upstream_app import Recorder
 
+from contracts.call_figures import Figures
 from contracts.routing import RoutedInstance, RoutedKey, RoutedService, Snapshot
 from contracts.tokens import API_KEY_PREFIX, SERVICE_TOKEN_PREFIX, new_token, token_digest
 from contracts.usage import parse_field
@@ -285,6 +286,24 @@ class GatewayProcess:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def serve(redis_url: str, process: GatewayProcess, routing: Snapshot) -> None:
+    """Publishes `routing` and waits until the gateway process serves it."""
+    publish(redis_url, process.settings, routing)
+
+    def served() -> bool:
+        health = httpx.get(process.url + "/healthz", trust_env=False).json()
+        return bool(health["snapshot_version"] == routing.version)
+
+    assert wait_until(served, 5), f"{process.url} never served version {routing.version}"
+
+
+def call_figures(redis_url: str, process: GatewayProcess, service: str, track: str) -> Figures:
+    """What the gateway measured of (service, track) so far (contracts.call_figures)."""
+    with redis.Redis.from_url(redis_url) as client:
+        found = client.scan_iter(f"{process.settings.figures_prefix}{service}:{track}:*")
+        return Figures.from_hashes([client.hgetall(name) for name in found])
 
 
 class RawEngineThread:

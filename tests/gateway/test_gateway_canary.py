@@ -4,20 +4,16 @@ the control plane to judge (contracts.canary), and a track with no instance take
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import httpx
 import pytest
-import redis
 from gateway_support import (
     Engine,
     GatewayProcess,
-    forget,
-    isolated_settings,
+    call_figures,
     make_token,
-    publish,
+    serve,
     service,
     snapshot,
     wait_until,
@@ -32,21 +28,15 @@ TOKEN, DIGEST = make_token()
 
 
 @pytest.fixture(scope="module")
-def gateway(redis_url: str) -> Iterator[GatewayProcess]:
-    settings = isolated_settings(redis_url, figures_prefix=f"wharf:test:{uuid.uuid4().hex}:f:")
-    process = GatewayProcess(settings)
-    yield process
-    process.stop()
-    forget(redis_url, settings)
+def gateway(figures_gateway: GatewayProcess) -> GatewayProcess:
+    return figures_gateway
 
 
-def serve(redis_url, gateway, version: int, weight: int, stable: list[RoutedInstance],
+def route(redis_url, gateway, version: int, weight: int, stable: list[RoutedInstance],
           canary: list[RoutedInstance]) -> None:  # fmt: skip
     instances = stable + [RoutedInstance(i.name, i.url, track="canary") for i in canary]
     routed = service("svc", instances, [DIGEST], ("svc-model",), canary_weight=weight)
-    publish(redis_url, gateway.settings, snapshot(version, routed))
-    assert wait_until(lambda: httpx.get(gateway.url + "/healthz", trust_env=False).json()[
-        "snapshot_version"] == version, 5)  # fmt: skip
+    serve(redis_url, gateway, snapshot(version, routed))
 
 
 def calls(gateway: GatewayProcess, count: int) -> Counter:
@@ -60,26 +50,24 @@ def calls(gateway: GatewayProcess, count: int) -> Counter:
 
 
 def track_figures(redis_url: str, gateway: GatewayProcess, track: str) -> Figures:
-    with redis.Redis.from_url(redis_url) as client:
-        keys = list(client.scan_iter(f"{gateway.settings.figures_prefix}svc:{track}:*"))
-        return Figures.from_hashes([client.hgetall(k) for k in keys])
+    return call_figures(redis_url, gateway, "svc", track)
 
 
 def test_the_canary_takes_exactly_its_weight_and_its_figures_are_its_own(
     redis_url: str, gateway: GatewayProcess, engines: list[Engine]
 ):
     stable, canary = [engines[0].instance], [engines[1].instance]
-    serve(redis_url, gateway, 1, 10, stable, canary)
+    route(redis_url, gateway, 1, 10, stable, canary)
     assert calls(gateway, 200) == Counter({"engine-a": 180, "engine-b": 20})
     assert wait_until(lambda: track_figures(redis_url, gateway, "canary").requests == 20, 5)
     assert wait_until(lambda: track_figures(redis_url, gateway, "").requests == 180, 5)
-    serve(redis_url, gateway, 2, 50, stable, canary)
+    route(redis_url, gateway, 2, 50, stable, canary)
     assert calls(gateway, 100) == Counter({"engine-a": 50, "engine-b": 50})
 
 
 def test_a_track_without_instances_takes_no_call(redis_url, gateway, engines):
     stable, canary = [engines[0].instance], [engines[1].instance]
-    serve(redis_url, gateway, 3, 0, stable, canary)  # rolled back: weight 0
+    route(redis_url, gateway, 3, 0, stable, canary)  # rolled back: weight 0
     assert calls(gateway, 20) == Counter({"engine-a": 20})
-    serve(redis_url, gateway, 4, 10, [], canary)  # promoted, stable drained
+    route(redis_url, gateway, 4, 10, [], canary)  # promoted, stable drained
     assert calls(gateway, 20) == Counter({"engine-b": 20})

@@ -8,21 +8,18 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
-import redis
 from gateway_support import (
     Engine,
     GatewayProcess,
     RawEngineThread,
-    forget,
-    isolated_settings,
+    call_figures,
     make_token,
     metric,
-    publish,
     read_usage,
+    serve,
     service,
     snapshot,
     wait_until,
@@ -39,24 +36,12 @@ TOKEN, DIGEST = make_token()
 
 
 @pytest.fixture(scope="module")
-def gateway(redis_url: str) -> Iterator[GatewayProcess]:
-    settings = isolated_settings(redis_url, figures_prefix=f"wharf:test:{uuid.uuid4().hex}:f:")
-    process = GatewayProcess(settings)
-    yield process
-    process.stop()
-    forget(redis_url, settings)
-
-
-def serve(redis_url: str, gateway: GatewayProcess, version: int, *services) -> None:
-    publish(redis_url, gateway.settings, snapshot(version, *services))
-    assert wait_until(lambda: httpx.get(gateway.url + "/healthz", trust_env=False).json()[
-        "snapshot_version"] == version, 5)  # fmt: skip
+def gateway(figures_gateway: GatewayProcess) -> GatewayProcess:
+    return figures_gateway
 
 
 def figures(redis_url: str, gateway: GatewayProcess, name: str, track: str) -> Figures:
-    with redis.Redis.from_url(redis_url) as client:
-        keys = list(client.scan_iter(f"{gateway.settings.figures_prefix}{name}:{track}:*"))
-        return Figures.from_hashes([client.hgetall(k) for k in keys])
+    return call_figures(redis_url, gateway, name, track)
 
 
 def complete(client: httpx.Client, gateway: GatewayProcess, test_id: str, stream: bool = False):
@@ -74,7 +59,7 @@ def test_exactly_the_ratio_is_copied_with_the_targets_model_and_its_own_usage(
     main = service("main", [main_engine.instance], [DIGEST], ("main-model",),
                    mirror_targets=("shadow",), mirror_ratio=25)  # fmt: skip
     shadow = service("shadow", [shadow_engine.instance], [], ("shadow-model",))
-    serve(redis_url, gateway, 1, main, shadow)
+    serve(redis_url, gateway, snapshot(1, main, shadow))
     run = uuid.uuid4().hex[:8]
     with httpx.Client(timeout=10, trust_env=False) as client:
         for index in range(40):
@@ -116,7 +101,7 @@ def test_a_slow_failing_target_neither_slows_nor_fails_the_caller(
         main = service("main", [engines[0].instance], [DIGEST], ("main-model",),
                        mirror_targets=("shadow", "gone"), mirror_ratio=100)  # fmt: skip
         shadow = service("shadow", [RoutedInstance("raw", raw.url)], [], ("shadow-model",))
-        serve(redis_url, gateway, 2, main, shadow)
+        serve(redis_url, gateway, snapshot(2, main, shadow))
         before = figures(redis_url, gateway, "shadow", MIRROR)
         with httpx.Client(timeout=10, trust_env=False) as client:
             started = time.monotonic()
