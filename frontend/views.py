@@ -11,11 +11,14 @@ from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.templatetags.static import static
 from django.views.decorators.http import require_POST
+from rest_framework import fields, serializers
 from rest_framework.exceptions import PermissionDenied
 
 from contracts.service_groups import MAX_WEIGHT, TRAFFIC_MODES
 from contracts.spec import ENGINES, GPU_ENGINES
 from controlplane.audit.actor import identify
+from controlplane.services.api.canary import CanaryStart
+from controlplane.services.api.mirror import MirrorChange
 from controlplane.services.api.webapp import NotAWebApp, web_ticket
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
@@ -39,6 +42,25 @@ def editor_base() -> str:
     """Where the page loads Monaco from; "" when its files are not installed (the page then
     edits JSON in a plain text area and says so)."""
     return static(MONACO) if finders.find(f"{MONACO}/loader.js") else ""
+
+
+def form_fields(serializer: type[serializers.Serializer]) -> dict[str, dict]:
+    """A REST body's fields as a console form offers them: each one's default and bounds (a
+    list's: those of its items, and max_items), read from the API's own serializer so that the
+    form shows what the API takes when a field is left empty."""
+    offered = {}
+    for name, field in serializer().fields.items():
+        facts = {}
+        bounded = field
+        if isinstance(field, serializers.ListField):
+            facts["max_items"] = field.max_length
+            bounded = field.child
+        facts["min"] = getattr(bounded, "min_value", None)
+        facts["max"] = getattr(bounded, "max_value", None)
+        if field.default is not fields.empty:
+            facts["default"] = field.default
+        offered[name] = facts
+    return offered
 
 
 def _page(request: HttpRequest, template: str, nav: str, **extra) -> HttpResponse:
@@ -105,7 +127,10 @@ def service(request: HttpRequest, name: str) -> HttpResponse:
         visible = True  # _page shows why the user can see nothing
     if not visible:  # another workspace's service is as absent as a missing one
         raise Http404("no such service")
-    return _page(request, "frontend/service.html", "services", service=name)
+    return _page(
+        request, "frontend/service.html", "services", service=name, editor=editor_base(),
+        canaryFields=form_fields(CanaryStart), mirrorFields=form_fields(MirrorChange),
+    )  # fmt: skip
 
 
 @login_required

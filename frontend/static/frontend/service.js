@@ -1,5 +1,6 @@
 // One service: phase and progress, instances per role, events, versions and rollback, logs,
-// call information, the online test and usage charts. Everything is polled from the REST API; nothing reloads.
+// call information and usage charts (the online test: online_test.js; LoRA adapters:
+// adapters.js; canary and mirror: canary.js). Everything is polled from the REST API; nothing reloads.
 "use strict";
 
 (() => {
@@ -301,109 +302,6 @@
     renderCall();
   }
 
-  // ---- online test -------------------------------------------------------------------------
-
-  let testAbort = null;
-
-  async function sendTest(event) {
-    event.preventDefault();
-    const form = event.target.elements;
-    const out = $("#test-output");
-    const meta = $("#test-meta");
-    let extra;
-    try {
-      extra = JSON.parse(form.extra.value.trim() || "{}");
-      if (typeof extra !== "object" || Array.isArray(extra) || extra === null) throw new Error("not an object");
-    } catch (err) {
-      meta.replaceChildren(el("span.field-error", `More parameters must be a JSON object (${err.message}).`));
-      return;
-    }
-    const path = form.path.value;
-    const body = {max_tokens: Number(form.max_tokens.value) || 128,
-      temperature: Number(form.temperature.value), ...extra};
-    if (path === "chat/completions") body.messages = [{role: "user", content: form.prompt.value}];
-    else body.prompt = form.prompt.value;
-
-    out.textContent = "";
-    meta.replaceChildren(el("span", "Sending…"));
-    $("#test-send").disabled = true;
-    $("#test-stop").disabled = false;
-    testAbort = new AbortController();
-    const started = performance.now();
-    let first = null;
-    let pieces = 0;
-    let usage = null;
-    let finish = null;
-    const showMeta = (state) => {
-      const seconds = (performance.now() - (first ?? started)) / 1000;
-      const tokens = usage ? usage.completion_tokens : pieces;
-      meta.replaceChildren(
-        el("span", state),
-        first !== null ? el("span", "first token ", el("b", `${Math.round(first - started)} ms`)) : null,
-        el("span", el("b", String(tokens)), usage ? " tokens" : " pieces"),
-        first !== null && seconds > 0 ? el("span", el("b", (tokens / seconds).toFixed(1)), " tokens/s") : null,
-        finish ? el("span", "finish ", el("b", finish)) : null);
-    };
-    try {
-      const response = await fetch(`/console/services/${enc(name)}/test`, {
-        method: "POST", credentials: "same-origin", signal: testAbort.signal,
-        headers: {"Content-Type": "application/json", "X-CSRFToken": Wharf.csrfToken()},
-        body: JSON.stringify({path, body, adapter: form.adapter.value}),
-      });
-      if (!response.ok) {
-        const text = await response.text();
-        let message = text;
-        try {
-          const data = JSON.parse(text);
-          message = (data.error && data.error.message) || data.detail || text;
-        } catch { /* not JSON: show the text */ }
-        meta.replaceChildren(el("span.field-error", `${response.status}: ${message}`));
-        return;
-      }
-      const reader = response.body.getReader();
-      const decoder = new TextDecoder();
-      let buffer = "";
-      for (;;) {
-        const {value, done} = await reader.read();
-        if (done) break;
-        buffer += decoder.decode(value, {stream: true});
-        const lines = buffer.split("\n");
-        buffer = lines.pop();
-        for (const line of lines) {
-          if (!line.startsWith("data:")) continue;
-          const data = line.slice(5).trim();
-          if (data === "[DONE]") continue;
-          let chunk;
-          try { chunk = JSON.parse(data); } catch { continue; }
-          if (chunk.error) {
-            out.append(el("span.field-error", `\n${chunk.error.message || JSON.stringify(chunk.error)}`));
-            continue;
-          }
-          if (chunk.usage) usage = chunk.usage;
-          for (const choice of chunk.choices || []) {
-            const text = choice.delta ? choice.delta.content : choice.text;
-            if (text) {
-              if (first === null) first = performance.now();
-              pieces++;
-              out.append(text);
-              out.scrollTop = out.scrollHeight;
-            }
-            if (choice.finish_reason) finish = choice.finish_reason;
-          }
-          showMeta("streaming");
-        }
-      }
-      showMeta("done");
-    } catch (err) {
-      if (err.name === "AbortError") showMeta("stopped");
-      else meta.replaceChildren(el("span.field-error", `The request failed: ${err.message}`));
-    } finally {
-      $("#test-send").disabled = false;
-      $("#test-stop").disabled = true;
-      testAbort = null;
-    }
-  }
-
   // ---- monitoring charts -------------------------------------------------------------------
 
   const CHARTS = [
@@ -452,6 +350,7 @@
     if (tab === "call") renderCall();
     if (tab === "versions") loadVersions();
     WharfAdapters.show(tab === "adapters");
+    WharfRelease.show(tab === "release");
     if (tab === "monitoring") {
       loadCharts();
       chartTimer = setInterval(loadCharts, 30000); // usage lands once a minute
@@ -476,8 +375,6 @@
   $("#log-tail").addEventListener("change", loadLogs);
   $("#token-reveal").addEventListener("click", revealToken);
   $("#token-copy").addEventListener("click", () => copy(revealedToken));
-  $("#test-form").addEventListener("submit", sendTest);
-  $("#test-stop").addEventListener("click", () => testAbort && testAbort.abort());
   $("#charts-refresh").addEventListener("click", loadCharts);
 
   const poller = Wharf.poll(load, 2000);
