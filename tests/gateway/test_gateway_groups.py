@@ -194,3 +194,28 @@ def test_a_group_with_no_member_released_answers_503(replicas):
     with httpx.Client(timeout=10, trust_env=False) as client:
         answer = call(client, replicas.urls[0], GROUP_KEY)
     assert answer.status_code == 503 and answer.json()["error"]["code"] == "no_group_member"
+
+
+def test_prefix_cache_routing_works_inside_the_member(replicas):
+    """A member's own routing applies to the calls the group sends it: with prefix_cache, a
+    shared prompt reaches one of its instances (its prefix cache warm); with the default
+    routing the same calls spread over both."""
+    a, b = replicas.engines
+    prompt = "You are the support assistant of Wharf; answer briefly and politely. " * 8
+
+    def engines_reached(routing: str) -> set[str]:
+        blue = service("blue", [a.instance, b.instance], [BLUE_DIGEST], ("blue-model",),
+                       routing=routing)  # fmt: skip
+        replicas.route(weighted(1000, 0), blue, replicas.members()[1])
+        with httpx.Client(timeout=10, trust_env=False) as client:
+            texts = [
+                client.post(replicas.urls[0] + "/v1/completions",
+                            headers={"Authorization": f"Bearer {GROUP_KEY}"},
+                            json={"model": "g", "prompt": f"{prompt}{routing} {index}",
+                                  "max_tokens": 1}).json()["choices"][0]["text"]
+                for index in range(12)
+            ]  # fmt: skip
+        return {text.split("-")[1] for text in texts}  # "engine-a-0 " -> "a"
+
+    assert len(engines_reached("prefix_cache")) == 1
+    assert engines_reached("least_outstanding") == {"a", "b"}
