@@ -145,7 +145,7 @@ def _on_commit_reconcile(name: str) -> None:
 
 def visible_services(request: Request, live: bool = True):
     """The services of the acting workspace (staff: of every one); `live`: not being deleted."""
-    services = in_workspace(request, Service.objects.select_related("workspace", "group"))
+    services = in_workspace(request, Service.objects.select_related("workspace"))
     return services.exclude(desired_state=DesiredState.DELETED) if live else services
 
 
@@ -195,6 +195,7 @@ class ServiceList(APIView):
         # Each one's current version in the same query; a GROUP BY drops Meta.ordering.
         services = (
             visible_services(request)
+            .select_related("group")  # not in visible_services: no FOR UPDATE on an outer join
             .annotate(current_version=Max("versions__number"))
             .order_by("name")
         )
