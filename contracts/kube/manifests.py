@@ -12,6 +12,15 @@ manager `wharf`; a Deployment's selector has no spec hash (a selector is immutab
 template does, and its pod template changes only when what runs changes: the version number
 is an annotation of the objects, not of their pods, so a new version that only scales rolls
 nothing.
+
+A canary release's version (`track` "canary") renders as objects of its own beside the stable
+ones: its Secret and pull Secret, and its Deployments, each named and labelled with the track
+(contracts.kube.names), its pods' engine keys their Deployments' own. The stable NetworkPolicy
+admits its pods already (it selects the service's pods); rank tables describe one version's
+pods, so a spec with them has no canary on a cluster. A stable Deployment's selector, immutable
+since it was made, matches its canary's pods too: the Deployment and ReplicaSet controllers
+keep each pod with its own owner (ownerReferences, and the pod-template-hash that the track
+label makes differ), as with any Deployments whose selectors overlap.
 """
 
 from __future__ import annotations
@@ -80,20 +89,25 @@ def render(
     engine_keys: dict[str, str],
     tables: dict[str, str] | None = None,
     hub_commits: dict[str, str] | None = None,
+    track: str = "",
 ) -> list[dict]:
     """Every object of `service` but its root, for `replicas` pods per role (each role's
     `engine_keys` entry is its pods' engine key; `tables` the rank tables' data as the pods
     are, where the spec has them; `hub_commits` the commits its version records for its hub
-    models). Raises ManifestError for what the cluster cannot run."""
+    models); of its canary release's version with `track` "canary". Raises ManifestError for
+    what the cluster cannot run."""
     spec_hash = spec.spec_hash()
+    if track and rank_tables.enabled(spec):
+        raise ManifestError("llm.pd.rank_table", "rank tables list one version's pods: a "
+                            "canary of a spec with them cannot run on the cluster")  # fmt: skip
     staged = staged_sources(spec, hub_commits)
     placements = {
         role: pod_placement(spec, role, staged, engine_keys[role], settings.limits)
         for role in replicas
     }
     plans = {role: render_plan(spec, placement) for role, placement in placements.items()}
-    pull = pull_secret_name(service) if spec.dockerAuth else ""
-    meta = _Meta(service, version, settings, owner)
+    pull = pull_secret_name(service, track) if spec.dockerAuth else ""
+    meta = _Meta(service, version, settings, owner, track)
     objects = [
         _secret(meta, engine_keys, replicas, staged, spec.llm.hub_token if spec.llm else None)
     ]
@@ -104,9 +118,10 @@ def render(
         if tables is None:  # no pods seen yet
             tables = rank_tables.tables((), spec_hash, [r for r, n in replicas.items() if n]).data
         objects.append(_rank_tables(meta, files, tables))
-    objects.append(_network_policy(meta))
+    if not track:
+        objects.append(_network_policy(meta))
     for role, count in replicas.items():
-        refs = PodNames(names.secret_name(service), engine_key_entry(role), files, pull)
+        refs = PodNames(names.secret_name(service, track), engine_key_entry(role), files, pull)
         pod = pod_spec(spec, plans[role], placements[role], settings, staged, refs)
         pod["containers"] += sidecar_containers(spec, plans[role].sidecars, pod, settings)
         objects.append(_deployment(meta, spec, role, count, spec_hash, pod))
@@ -118,9 +133,10 @@ def engine_key_entry(role: str) -> str:
     return f"engine-key-{role}" if role else "engine-key"
 
 
-def pull_secret_name(service: str) -> str:
-    """The Secret the service's pods pull their image with (dockerAuth)."""
-    return f"{names.slug(service)}-pull"
+def pull_secret_name(service: str, track: str = "") -> str:
+    """The Secret the service's pods (its canary's, with `track`) pull their image with
+    (dockerAuth)."""
+    return "-".join(part for part in (names.slug(service), track, "pull") if part)
 
 
 def _annotations(service: str, version: int) -> dict[str, str]:
@@ -133,6 +149,7 @@ class _Meta:
     version: int
     settings: KubeSettings
     owner: Owner
+    track: str = ""
 
     def __call__(self, name: str, labels: dict) -> dict:
         return {
@@ -172,7 +189,10 @@ def _secret(
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": meta(names.secret_name(meta.service), names.labels(meta.service)),
+        "metadata": meta(
+            names.secret_name(meta.service, meta.track),
+            names.labels(meta.service, track=meta.track),
+        ),
         "type": "Opaque",
         # `data`, not `stringData`: under server-side apply a key dropped from `stringData`
         # would stay in `data`; applied as `data`, a key the spec no longer has goes.
@@ -193,7 +213,7 @@ def _pull_secret(meta: _Meta, name: str, auth: str, plans) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": meta(name, names.labels(meta.service)),
+        "metadata": meta(name, names.labels(meta.service, track=meta.track)),
         "type": "kubernetes.io/dockerconfigjson",
         "data": {".dockerconfigjson": base64.b64encode(config).decode()},
     }
@@ -236,23 +256,19 @@ def _network_policy(meta: _Meta) -> dict:
 def _deployment(
     meta: _Meta, spec: ServiceSpec, role: str, count: int, spec_hash: str, pod: dict
 ) -> dict:
-    service = meta.service
+    service, track = meta.service, meta.track
     surge, unavailable = spec.rolling_strategy.resolve(count)
     if not surge and not unavailable:  # no pods: Kubernetes refuses a strategy of 0 and 0
         surge = 1
-    template_meta = {
-        "labels": names.labels(service, role, spec_hash),
-        "annotations": {names.ANNOTATION_SERVICE: service},
-    }
+    labels = names.labels(service, role, spec_hash, track)
+    template_meta = {"labels": dict(labels), "annotations": {names.ANNOTATION_SERVICE: service}}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": meta(
-            names.deployment_name(service, role), names.labels(service, role, spec_hash)
-        ),
+        "metadata": meta(names.deployment_name(service, role, track), labels),
         "spec": {
             "replicas": count,
-            "selector": {"matchLabels": names.labels(service, role)},
+            "selector": {"matchLabels": names.labels(service, role, track=track)},
             "strategy": {
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable},

@@ -5,6 +5,10 @@ and spec hash, and is owned (ownerReferences) by its service's root ConfigMap: d
 root lets Kubernetes' garbage collector remove the rest, even after a crash of Wharf's.
 Nothing without Wharf's label is ever read as an instance, changed or deleted.
 
+A canary release (contracts.canary) runs beside the stable objects as objects of its own,
+labelled `wharf.io/track: canary`: its Deployment per role (`<slug>-canary[-<role>]`) and its
+Secret (`<slug>-canary-secrets`); the stable ones carry no track label.
+
 Service names allow what Kubernetes names and label values do not (capitals, underscores, 256
 characters), so objects are named by a slug: the name in lower case with `-` for `_`, cut to
 40 characters, and followed by 8 hex digits of the name's hash whenever it had to change; the
@@ -24,6 +28,7 @@ MANAGED_BY = "wharf"
 LABEL_SERVICE = "wharf.io/service"  # the service's slug
 LABEL_ROLE = "wharf.io/role"  # "" | "prefill" | "decode"
 LABEL_SPEC_HASH = "wharf.io/spec-hash"  # the spec hash of the pod template's version
+LABEL_TRACK = "wharf.io/track"  # "canary" on a canary release's objects and pods; none: stable
 ANNOTATION_SERVICE = "wharf.io/service-name"  # the exact service name
 ANNOTATION_VERSION = "wharf.io/version"  # the ServiceVersion number the object renders
 _SLUG_LENGTH = 40
@@ -48,28 +53,38 @@ def network_policy_name(service: str) -> str:
     return f"{slug(service)}-ingress"
 
 
-def deployment_name(service: str, role: str = "") -> str:
-    """The Deployment of a service, or of one role of a prefill/decode service."""
-    return f"{slug(service)}-{role}" if role else slug(service)
+def _named(service: str, *parts: str) -> str:
+    return "-".join([slug(service), *(part for part in parts if part)])
 
 
-def secret_name(service: str) -> str:
-    """The service's Secret: its engine keys and its object-storage credentials."""
-    return f"{slug(service)}-secrets"
+def deployment_name(service: str, role: str = "", track: str = "") -> str:
+    """The Deployment of a service, or of one role of a prefill/decode service; of its canary
+    release's version when `track` is "canary"."""
+    return _named(service, track, role)
 
 
-def engine_key_name(service: str, role: str = "") -> str:
+def secret_name(service: str, track: str = "") -> str:
+    """The service's Secret (its canary's, with `track`): the engine keys and object-storage
+    credentials of its pods."""
+    return _named(service, track, "secrets")
+
+
+def engine_key_name(service: str, role: str = "", track: str = "") -> str:
     """What the engine key of a Deployment's pods derives from (contracts.engine_keys): one
     key for every pod of the Deployment, since its pods share one template."""
-    return f"k8s/{deployment_name(service, role)}"
+    return f"k8s/{deployment_name(service, role, track)}"
 
 
-def labels(service: str, role: str | None = None, spec_hash: str | None = None) -> dict:
+def labels(
+    service: str, role: str | None = None, spec_hash: str | None = None, track: str = ""
+) -> dict:
     out = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SERVICE: slug(service)}
     if role is not None:
         out[LABEL_ROLE] = role
     if spec_hash is not None:
         out[LABEL_SPEC_HASH] = spec_hash
+    if track:
+        out[LABEL_TRACK] = track
     return out
 
 

@@ -2,7 +2,8 @@
 database and Redis: create, observe ready pods, route to them, update as a rolling update,
 scale, drain, the scheduler's and the kubelet's warnings, a stalled rollout, logs, nodes,
 the watch, and delete through the root, touching nothing Wharf did not create; and the RBAC
-Role in deploy/kubernetes allows exactly the requests the cycle made."""
+Role in deploy/kubernetes allows exactly the requests the cycle made (a canary release's
+among them: tests/kube/test_kube_canary.py has the rest)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ import pytest
 import yaml
 from django.db import transaction
 
+from contracts.canary import ABORTED
 from contracts.engine_keys import engine_key
 from contracts.kube import names
+from contracts.spec import parse_spec
 from controlplane.nodes.models import Node
+from controlplane.services.canaries import finish
 from controlplane.services.choices import DesiredState
-from controlplane.services.models import Event, Instance, Service
+from controlplane.services.models import Canary, Event, Instance, Service
+from controlplane.services.sealing import seal
 from controlplane.services.versions import record_version
 from tests.api_support import default_workspace, published
 from workers.kube import nodes
@@ -312,6 +317,7 @@ def test_the_role_allows_exactly_the_requests_the_runtime_makes(kube, cluster):
     assert "CannotRunOnCluster" in reasons("chat")
     update("chat", spec())
     settle(kube, cluster, "chat")
+    canary_cycle(kube, cluster)
     pod = rows("chat")[0]
     kube.cluster.set_log(pod.name, "hello\n")
     PodLogs(lambda: cluster).logs(pod.name)
@@ -332,6 +338,20 @@ def test_the_role_allows_exactly_the_requests_the_runtime_makes(kube, cluster):
     made = set(kube.cluster.authorized)
     assert made <= granted, made - granted
     assert granted <= made, granted - made
+
+
+def canary_cycle(kube, cluster: Cluster) -> None:
+    """A canary release of chat started (its Deployment and Secret made) and aborted (both
+    deleted)."""
+    data = spec(env=[{"name": "V", "value": "2"}])
+    service, spec_hash = Service.objects.get(name="chat"), parse_spec(data).spec_hash()
+    release = Canary.objects.create(service=service, spec=seal(data), spec_hash=spec_hash,
+                                    steps=[100])  # fmt: skip
+    settle(kube, cluster, "chat")
+    assert len(cluster.deployments(names.selector("chat"))) == 2
+    finish(release, ABORTED, "by hand")
+    settle(kube, cluster, "chat")
+    assert len(cluster.deployments(names.selector("chat"))) == 1
 
 
 def test_a_stopped_service_keeps_its_objects_with_no_pod(kube, cluster, store):

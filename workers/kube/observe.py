@@ -1,8 +1,9 @@
 """What the cluster says, as Wharf's instances and rollouts: pure functions of the objects.
 
-A pod of Wharf's Deployments is an instance: its name, role and spec hash from its labels, its
-node, the URL the gateway calls (pod IP and the container's `http` port), and a state from its
-phase, conditions and container statuses:
+A pod of Wharf's Deployments is an instance: its name, role, spec hash and track (a canary
+release's pods: contracts.kube.names) from its labels, its node, the URL the gateway calls (pod
+IP and the container's `http` port), and a state from its phase, conditions and container
+statuses:
 
 | the pod | instance state |
 |---|---|
@@ -45,6 +46,7 @@ class PodInstance:
     state: str
     restarts: int
     message: str
+    track: str = ""  # "canary": a pod of a canary release's Deployment
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def instance(pod: dict, was_ready: bool = False) -> PodInstance:
         name=meta.get("name", ""), role=labels.get(names.LABEL_ROLE, ""),
         spec_hash=labels.get(names.LABEL_SPEC_HASH, ""),
         node=(pod.get("spec") or {}).get("nodeName") or "", url=url, state=state,
-        restarts=restarts, message=message,
+        restarts=restarts, message=message, track=labels.get(names.LABEL_TRACK, ""),
     )  # fmt: skip
 
 

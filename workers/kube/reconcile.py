@@ -2,7 +2,8 @@
 
 Wharf's own scheduler and node agents step aside: the pass applies what the service's current
 version renders (contracts.kube.manifests: a root ConfigMap owning a Secret and a Deployment per
-role) and hands placement, restarts and rolling updates to the cluster. It then reads back
+role) and hands placement, restarts and rolling updates to the cluster, and beside it what an
+active canary release's version renders (workers.kube.canary). It then reads back
 what the cluster did: each pod becomes an instance row (workers.kube.observe), which the
 routing snapshot serves as it serves any instance; the scheduler's and the kubelet's warnings
 become service events; a rollout past its progress deadline pauses the service's status.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import replace
 
 from django.conf import settings
 from django.db import transaction
@@ -29,7 +31,7 @@ from controlplane.services.routing import publish_snapshot
 from workers import planning, provisioning
 from workers.hub import HubUnreachable
 from workers.hub_pins import VersionPins
-from workers.kube import observe
+from workers.kube import canary, observe
 from workers.kube.api import Cluster
 from workers.runtimes.base import InstanceError
 from workers.scheduler import finish_deletion, save_status
@@ -55,38 +57,65 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
         error = ""
     replicas: dict[str, int] = {}
     wanted: set[str] = set()  # the Deployments it has now; others are of roles gone
+    trial: set[str] = set()  # those of its active canary release
     tables = ""  # what the rank tables wait for
     if spec is not None:
         replicas = spec_facts.replicas(spec, service.autoscale)
         if service.desired_state != DesiredState.RUNNING:
             replicas = dict.fromkeys(replicas, 0)
         try:
-            wanted, tables = _apply(service, spec, replicas, cluster, kube)
+            wanted, trial, tables = _apply(service, spec, replicas, cluster, kube)
         except HubUnreachable as exc:  # may pass: what runs stays, the next pass tries again
             record_once(service, "HubUnreachable", str(exc))
             return HUB_RETRY
         except manifests.ManifestError as exc:  # the spec asks what the cluster cannot give
             spec, error = None, str(exc)
             record_once(service, "CannotRunOnCluster", error)
-    rollouts = []
-    for deployment in cluster.deployments(names.selector(service.name)):
-        if deployment["metadata"]["name"] in wanted:
-            rollouts.append(observe.rollout(deployment))
-        else:  # a role the spec no longer has, or a spec nothing of which may run
-            cluster.delete("Deployment", deployment["metadata"]["name"])
+    target = spec.spec_hash() if spec else ""
+    rollouts = _prune(service, cluster, wanted | trial, target)
     pods = cluster.pods(names.selector(service.name))
-    newly_draining = _sync_instances(service, pods)
+    active = canary.active(service) if trial else None
+    newly_draining = _sync_instances(service, pods, target, active.spec_hash if active else "")
     _record_warnings(service, cluster, pods)
     settled = _write_status(service, spec, replicas, rollouts, error, tables)
     publish_snapshot(force=newly_draining)
     return None if settled else MOVING
 
 
+def _prune(service: Service, cluster: Cluster, wanted: set[str], target: str) -> list:
+    """Delete the service's Deployments not `wanted` (of roles gone, of a spec nothing of
+    which may run, of a canary release over: a promoted one's once the stable side has rolled
+    out to it) and, with the last canary one, its Secrets; the stable ones' rollouts."""
+    deployments = cluster.deployments(names.selector(service.name))
+    keep = wanted | canary.kept(deployments, wanted, target)
+    rollouts, trial_gone = [], False
+    for deployment in deployments:
+        name = deployment["metadata"]["name"]
+        trial = deployment["metadata"]["labels"].get(names.LABEL_TRACK) == canary.CANARY
+        if name not in keep:
+            cluster.delete("Deployment", name)
+            trial_gone |= trial
+        elif not trial:
+            rollouts.append(observe.rollout(deployment))
+    if trial_gone and not any(n in keep for n in _canary_names(deployments)):
+        canary.delete_secrets(service, cluster)
+    return rollouts
+
+
+def _canary_names(deployments: list[dict]) -> set[str]:
+    return {
+        d["metadata"]["name"]
+        for d in deployments
+        if d["metadata"]["labels"].get(names.LABEL_TRACK) == canary.CANARY
+    }
+
+
 def _apply(
     service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube
-) -> tuple[set[str], str]:
-    """Apply the root, then what the spec renders; the names of its Deployments, and what its
-    rank tables wait for ("" when it has none, or they are complete)."""
+) -> tuple[set[str], set[str], str]:
+    """Apply the root, then what the spec renders, then what its active canary release's
+    does; the names of its Deployments and of the canary's, and what its rank tables wait for
+    ("" when it has none, or they are complete)."""
     tables = None
     if rank_tables.enabled(spec):  # written from the pods as they are now
         pods = cluster.pods(names.selector(service.name))
@@ -102,7 +131,10 @@ def _apply(
     for obj in rendered:
         cluster.apply(obj)
     deployments = {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
-    return deployments, tables.waiting if tables else ""
+    given = canary.Rendering(version, kube, owner, replicas,
+                             lambda of: _hub_commits(service, of))  # fmt: skip
+    trial = canary.apply(service, canary.active(service), cluster, given)
+    return deployments, trial, tables.waiting if tables else ""
 
 
 def _hub_commits(service: Service, spec: ServiceSpec) -> dict[str, str]:
@@ -128,7 +160,7 @@ def _delete(service: Service, cluster: Cluster) -> float | None:
     for deployment in cluster.deployments(names.selector(service.name)):
         cluster.delete("Deployment", deployment["metadata"]["name"])  # were it orphaned
     pods = cluster.pods(names.selector(service.name))
-    newly_draining = _sync_instances(service, pods)
+    newly_draining = _sync_instances(service, pods, "", "")
     if pods:
         Service.objects.filter(pk=service.pk).update(
             phase="deleting", progress=f"removing {len(pods)} pod(s)"
@@ -139,20 +171,26 @@ def _delete(service: Service, cluster: Cluster) -> float | None:
     return None
 
 
-def _sync_instances(service: Service, pods: list[dict]) -> bool:
-    """Instance rows as the pods are: one per pod, created, updated, and removed with it;
-    True when one just started draining (the gateways must see it gone at once)."""
+def _sync_instances(service: Service, pods: list[dict], target: str, trial: str) -> bool:
+    """Instance rows as the pods are: one per pod, created, updated, and removed with it, on
+    the track it is routed on (`target` the service's spec hash, `trial` its active canary's:
+    workers.kube.canary.track); True when one just started draining (the gateways must see it
+    gone at once)."""
     rows = {row.name: row for row in service.instances.all()}
     now = timezone.now()
     newly_draining = False
     for pod in pods:
         row = rows.pop(pod["metadata"]["name"], None)
         seen = observe.instance(pod, was_ready=bool(row and row.ready_since))
+        track, leaving = canary.track(seen.track, seen.spec_hash, target, trial)
+        if leaving and seen.state != InstanceState.DRAINING:
+            seen = replace(seen, state=InstanceState.DRAINING, message=canary.LEAVING)
         fields = {
             "role": seen.role, "runtime": RUNTIME, "node": seen.node, "spec_hash": seen.spec_hash,
             "state": seen.state, "url": seen.url, "message": seen.message[:2000],
-            "restarts": seen.restarts,
-            "engine_key_name": names.engine_key_name(service.name, seen.role),
+            "restarts": seen.restarts, "track": track,
+            # the key of the pod's own Deployment, which a promoted canary's pod keeps
+            "engine_key_name": names.engine_key_name(service.name, seen.role, seen.track),
         }  # fmt: skip
         if seen.state == InstanceState.READY and not (row and row.ready_since):
             fields["ready_since"] = now
@@ -204,7 +242,8 @@ def _write_status(service, spec, replicas, rollouts, error: str, tables: str) ->
     """The service's phase from its rows and Deployments (and what its rank tables wait for,
     while it has pods); True when settled."""
     target = spec.spec_hash() if spec else ""
-    rows = list(service.instances.all())
+    every = list(service.instances.all())
+    rows = [r for r in every if not _of_canary(service, r)]  # the stable Deployments' pods
     live = [r for r in rows if r.state != InstanceState.DRAINING]
     ready = Counter(
         r.role for r in live if r.state == InstanceState.READY and r.spec_hash == target
@@ -229,7 +268,13 @@ def _write_status(service, spec, replicas, rollouts, error: str, tables: str) ->
         if updated and stalled and stalled not in service.last_error:
             record(service, "RolloutStalled", f"{stalled}; the previous version keeps serving; "
                    "roll back or update the spec")  # fmt: skip
-    moving = any(r.state != InstanceState.READY for r in rows) or any(
+    moving = any(r.state != InstanceState.READY for r in every) or any(
         not r.current or r.updated < r.desired or r.ready < r.desired for r in rollouts
     )
     return not moving and not stalled
+
+
+def _of_canary(service: Service, row: Instance) -> bool:
+    """Whether an instance is a pod of a canary release's Deployment (by its engine key's
+    name, the Deployment's), even once routed as a stable one."""
+    return row.engine_key_name == names.engine_key_name(service.name, row.role, canary.CANARY)
