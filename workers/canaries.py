@@ -23,6 +23,8 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from contracts import canary as canaries
+from contracts import spec_facts
+from contracts.spec import SpecError
 from controlplane.services.canaries import bounds, finish, note, promote
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.figures import read_figures
@@ -39,11 +41,13 @@ def advance_all(now: datetime | None = None) -> set[str]:
     """One pass over every active canary; the services whose instances must move."""
     now = now or timezone.now()
     moved = set()
-    for release in Canary.objects.filter(state__in=canaries.ACTIVE).select_related(
-        "service", "service__workspace"
-    ):
+    active = Canary.objects.filter(state__in=canaries.ACTIVE)
+    for pk in active.values_list("pk", flat=True):
         with transaction.atomic():
-            if _advance(release, now):
+            # Locked and read afresh: a hand's pause, promote or abort made meanwhile wins.
+            locked = active.select_for_update(of=("self",)).filter(pk=pk)
+            release = locked.select_related("service", "service__workspace").first()
+            if release is not None and _advance(release, now):
                 moved.add(release.service.name)
     return moved
 
@@ -94,7 +98,7 @@ def _start(release: Canary, now: datetime) -> bool:
         why = f"the new version does not start: {failing[0].name}: {failing[0].message}"
         finish(release, canaries.ROLLED_BACK, why)
         return True
-    wanted = release.service.ready_instances or 1
+    wanted = _stable_count(release.service) or len(rows) or 1
     ready = [r for r in rows if r.state == InstanceState.READY]
     if len(ready) < wanted:
         release.message = f"starting: {len(ready)} of {wanted} canary instances ready"
@@ -107,6 +111,14 @@ def _start(release: Canary, now: datetime) -> bool:
          f"{release.interval_s} s")  # fmt: skip
     transaction.on_commit(publish_snapshot, robust=True)
     return False
+
+
+def _stable_count(service) -> int:
+    """The instances the stable side wants, every role: as many canary ones start."""
+    try:
+        return sum(spec_facts.replicas(service.parsed_spec(), service.autoscale).values())
+    except SpecError:
+        return 0
 
 
 class CanaryController(LeasedPasses):
