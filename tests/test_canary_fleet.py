@@ -195,6 +195,10 @@ def test_hand_controls(web, api, advance_all):
         ({"spec": version_two(), "max_error_rate": 2}, "max_error_rate"),
         ({"spec": version_two(), "colour": "red"}, "colour"),
         ({"steps": [100]}, "spec"),
+        (
+            {"spec": {**version_two(), "metadata": {"instance": 2, "workload_type": "elasticjob"}}},
+            "spec.metadata.workload_type",
+        ),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_starts_nothing(web, api, body, field):

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from contracts import canary as canaries
+from contracts.spec_job import is_job
 from controlplane import intents
 from controlplane.services.api.errors import SpecInvalid
 from controlplane.services.api.groups import valid_body
@@ -89,6 +90,9 @@ def _release_spec(service: Service, sent) -> tuple[dict, str]:
     except SpecInvalid as exc:
         raise SpecInvalid({f"spec.{k}": v for k, v in exc.errors.items()}) from None
     current = service.parsed_spec()
+    if is_job(current) or is_job(spec):
+        raise SpecInvalid({"spec.metadata.workload_type": [
+            "a job takes no calls, so there is nothing to judge a canary on"]})  # fmt: skip
     if spec.spec_hash() == current.spec_hash():
         raise SpecInvalid({"spec": ["it runs as the service's own: nothing to release"]})
     if spec.served_model_names != current.served_model_names:
