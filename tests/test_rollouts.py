@@ -276,14 +276,15 @@ def test_tiny_vllm_rolling_update_and_canary_release_fail_no_request(system):
     assert {r.instance for r in results} == {old["name"], rows[0]["name"]}
 
     # Then a canary of the same service (a new spec hash), healthy: 50 %, then promoted, and
-    # no request fails over the whole release. Its bounds are wide: on two cores, a fresh
-    # engine beside a warm one is slower for a while, and that is not what this checks.
+    # no request fails over the whole release. Its latency bounds are out of reach: on two
+    # busy cores a fresh engine beside a warm one was 30x slower between tokens for a while
+    # (120 ms against 4 ms), and that is not what this checks.
     canary = {**spec, "llm": {**spec["llm"], "max_num_seqs": 2}}
     traffic = Traffic(system.stack.gateway_url, name, token, threads=2, engine="vllm").start()
     try:
         begin = time.monotonic()
         release = start_canary(system, name, canary, steps=[50, 100], interval_s=10,
-                               min_requests=4, max_ttft_ratio=20, max_itl_ratio=20)  # fmt: skip
+                               min_requests=4, max_ttft_ratio=1000, max_itl_ratio=1000)  # fmt: skip
         assert release["state"] == "starting"
         done = wait_until(lambda: canary_done(system, name), 600, "the canary judged", 1)
         assert done["state"] == "promoted", done

@@ -44,8 +44,8 @@ class CanaryStart(serializers.Serializer):
     )
     interval_s = serializers.IntegerField(min_value=10, max_value=86400, default=60)
     max_error_rate = serializers.FloatField(min_value=0, max_value=1, default=0.01)
-    max_ttft_ratio = serializers.FloatField(min_value=1, max_value=100, default=1.5)
-    max_itl_ratio = serializers.FloatField(min_value=1, max_value=100, default=1.3)
+    max_ttft_ratio = serializers.FloatField(min_value=1, max_value=1000, default=1.5)
+    max_itl_ratio = serializers.FloatField(min_value=1, max_value=1000, default=1.3)
     min_requests = serializers.IntegerField(min_value=1, max_value=1_000_000, default=50)
 
 
