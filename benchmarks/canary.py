@@ -36,6 +36,8 @@ sys.path.insert(0, str(REPO))
 from controlplane.services.tiny_model import write_tiny_model  # noqa: E402
 from tests.rollout_support import (  # noqa: E402
     Traffic,
+    delete,
+    deploy,
     events,
     slow_spec,
     start_own_system,
@@ -59,21 +61,6 @@ def engine(name: str, version: str, delay: float, **env: str) -> dict:
     pairs += [{"name": "CHUNK_DELAY", "value": str(delay)}]
     pairs += [{"name": k, "value": v} for k, v in env.items()]
     return {**spec, "containers": [{**spec["containers"][0], "env": pairs}]}
-
-
-def deploy(system, spec: dict) -> str:
-    with system.api() as api:
-        created = api.post("/services", json=spec)
-        created.raise_for_status()
-    found = system.wait_phase(spec["name"], {"running", "failed"}, timeout=600)
-    assert found["phase"] == "running", events(system, spec["name"])
-    return created.json()["token"]
-
-
-def remove(system, name: str) -> None:
-    with system.api() as api:
-        api.delete(f"/services/{name}")
-    system.wait_phase(name, {"gone"}, timeout=180)
 
 
 def release(system, name: str, spec: dict, **settings) -> None:
@@ -119,7 +106,7 @@ def bad_canary(system, name: str, canary: dict, interval: int, step: int, what: 
     report(f"{what}: canary's share while it ran", f"{share:.1%}", f"<= {step}%",
            share <= step / 100 + 0.05)  # fmt: skip
     report(f"{what}: other calls failed", str(len(other_failures)), "0", not other_failures)
-    remove(system, name)
+    delete(system, name)
 
 
 def healthy_vllm(system, interval: int) -> None:
@@ -148,7 +135,7 @@ def healthy_vllm(system, interval: int) -> None:
            f"{len(failed)} of {len(results)}", "0", not failed)  # fmt: skip
     report("healthy vLLM canary: s from start to promotion", f"{promoted:.0f}",
            f"~2 x {interval} + start", True)  # fmt: skip
-    remove(system, name)
+    delete(system, name)
 
 
 def split(system) -> None:
@@ -173,7 +160,7 @@ def split(system) -> None:
            abs(share - 0.10) <= 0.02)  # fmt: skip
     with system.api() as api:
         api.post(f"/services/{name}/canary/abort")
-    remove(system, name)
+    delete(system, name)
 
 
 def _running(system, name: str) -> bool:

@@ -288,3 +288,20 @@ def engine_pids(system: System, name: str) -> dict[str, int]:
         if state["service"] == name:
             pids[state["name"]] = state["pid"]
     return pids
+
+
+def deploy(system, spec: dict) -> str:
+    """Create the service and wait until it runs; its token."""
+    with system.api() as api:
+        created = api.post("/services", json=spec)
+        assert created.status_code == 201, created.text
+    service = system.wait_phase(spec["name"], {"running", "failed"}, timeout=600)
+    assert service["phase"] == "running", events(system, spec["name"])
+    return created.json()["token"]
+
+
+def delete(system, name: str) -> None:
+    """Delete the service and wait until it is gone."""
+    with system.api() as api:
+        api.delete(f"/services/{name}")
+    system.wait_phase(name, {"gone"}, timeout=120)

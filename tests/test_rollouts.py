@@ -21,6 +21,8 @@ from controlplane.services.tiny_model import write_tiny_model
 from tests.rollout_support import (
     Traffic,
     call,
+    delete,
+    deploy,
     engine_pids,
     events,
     instances,
@@ -45,21 +47,6 @@ def system(tmp_path_factory, redis_url):
     yield system
     system.remove_instances()  # of services a failed test left behind
     system.stack.stop()
-
-
-def deploy(system, spec: dict) -> str:
-    with system.api() as api:
-        created = api.post("/services", json=spec)
-        assert created.status_code == 201, created.text
-    service = system.wait_phase(spec["name"], {"running", "failed"}, timeout=600)
-    assert service["phase"] == "running", events(system, spec["name"])
-    return created.json()["token"]
-
-
-def delete(system, name: str) -> None:
-    with system.api() as api:
-        api.delete(f"/services/{name}")
-    system.wait_phase(name, {"gone"}, timeout=120)
 
 
 def put(system, spec: dict) -> None:
