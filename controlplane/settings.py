@@ -126,6 +126,7 @@ INSTALLED_APPS = [
     "controlplane.nodes",
     "controlplane.benchmarks",
     "controlplane.eas_api",
+    "controlplane.queues",
     "frontend",
     "launcher",
 ]
