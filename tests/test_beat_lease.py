@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from contracts import beat
-from workers.beat import BeatLease, check_due, leads, next_check_in, node_local
+from workers.beat import BeatLease, check_due, leads, lease_client, next_check_in, node_local
 
 LEASE = 8.0
 
@@ -124,6 +124,15 @@ def test_a_lease_given_back_is_a_handover(leases):
     b.keep(100.0)
     event = beat.leadership(leases)["handovers"][0]
     assert (event["leader"], event["reason"]) == ("b", beat.HANDOVER)
+
+
+def test_a_beat_that_cannot_reach_redis_does_not_lead_and_does_not_stop(caplog):
+    away = BeatLease(lease_client("redis://127.0.0.1:1/0", 4.0), "a", 4.0)
+    started = time.monotonic()
+    away.keep(100.0)
+    assert time.monotonic() - started < 1.0  # a quarter lease at most, no retries
+    assert not away.leads(100.1)
+    assert "cannot reach Redis" in caplog.text
 
 
 def test_a_follower_sends_its_hosts_entries_and_not_the_fleets(leases, tmp_path, monkeypatch):

@@ -26,7 +26,9 @@ from datetime import UTC, datetime
 import redis
 from celery.beat import PersistentScheduler
 from django.conf import settings
+from redis.backoff import NoBackoff
 from redis.exceptions import LockError
+from redis.retry import Retry
 
 from contracts import beat
 
@@ -58,6 +60,14 @@ def next_check_in(now: float, checked_at: float | None, lease: float) -> float:
     return max(0.0, checked_at + lease / 4 - now)
 
 
+def lease_client(url: str, lease: float) -> redis.Redis:
+    """A client whose calls fail within a quarter lease, without retries of its own (the
+    lease is tried again a quarter lease later): beat's loop, and the host's own entries,
+    never wait on a Redis that hangs or is away for longer."""
+    return redis.Redis.from_url(url, socket_timeout=lease / 4, socket_connect_timeout=lease / 4,
+                                retry=Retry(NoBackoff(), 0))  # fmt: skip
+
+
 class BeatLease:
     """The Redis edge of the lease: take, renew, give back; and the handover event."""
 
@@ -81,7 +91,7 @@ class BeatLease:
                 self.confirmed_at = now
                 self._record_term()
             else:
-                self._lost(now)
+                self._lost()
         except redis.RedisError as exc:  # leads on until the confirmed lease runs out
             log.warning("beat: cannot reach Redis for the leader lease: %s", exc)
 
@@ -92,7 +102,7 @@ class BeatLease:
         except LockError:  # it lapsed and may be someone else's now
             return False
 
-    def _lost(self, now: float) -> None:
+    def _lost(self) -> None:
         if self.confirmed_at is not None:
             log.warning("beat: %s lost the leader lease to %s", self.node,
                         beat.holder(self._client.get(beat.LEASE_KEY)))  # fmt: skip
@@ -133,10 +143,9 @@ class LeaderScheduler(PersistentScheduler):
     """Celery's persistent scheduler, sending fleet-wide entries only while it leads."""
 
     def __init__(self, *args, **kwargs) -> None:
+        lease = settings.WHARF_BEAT_LEASE_S
         self.lease = BeatLease(
-            redis.Redis.from_url(settings.REDIS_URL),
-            settings.WHARF_NODE_NAME,
-            settings.WHARF_BEAT_LEASE_S,
+            lease_client(settings.REDIS_URL, lease), settings.WHARF_NODE_NAME, lease
         )
         super().__init__(*args, **kwargs)
 
