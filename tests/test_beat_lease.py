@@ -10,7 +10,15 @@ import pytest
 import redis
 
 from contracts import beat
-from workers.beat import BeatLease, check_due, leads, lease_client, next_check_in, node_local
+from workers.beat import (
+    BeatLease,
+    check_due,
+    leads,
+    lease_client,
+    next_check_in,
+    node_local,
+    slow_takeover,
+)
 
 LEASE = 8.0
 
@@ -56,6 +64,16 @@ def test_a_beat_leads_only_while_its_last_confirmed_lease_lasts(now, confirmed_a
 )
 def test_beat_wakes_for_the_next_try(now, checked_at, wait):
     assert next_check_in(now, checked_at, LEASE) == wait
+
+
+@pytest.mark.parametrize(
+    "lease, period, slow",
+    [(8.0, 10.0, False), (1.6, 2.0, False), (9.0, 10.0, True), (30, 10, True)],
+)
+def test_a_lease_replaced_later_than_a_period_is_warned(lease, period, slow):
+    warning = slow_takeover(lease, period)
+    assert (warning is not None) is slow
+    assert warning is None or "WHARF_BEAT_LEASE_S" in warning
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,15 @@ def lease_client(url: str, lease: float) -> redis.Redis:
                                 retry=Retry(NoBackoff(), 0))  # fmt: skip
 
 
+def slow_takeover(lease: float, period: float) -> str | None:
+    """A warning when a dead leader would be replaced later than one fleet-wide period."""
+    if lease * 1.25 <= period:
+        return None
+    return (f"WHARF_BEAT_LEASE_S={lease:g}: a dead beat leader is replaced within "
+            f"{lease * 1.25:g} s, more than WHARF_RECONCILE_INTERVAL ({period:g} s); "
+            f"set it to {period * 0.8:g} or less")  # fmt: skip
+
+
 class BeatLease:
     """The Redis edge of the lease: take, renew, give back; and the handover event."""
 
@@ -144,6 +153,8 @@ class LeaderScheduler(PersistentScheduler):
 
     def __init__(self, *args, **kwargs) -> None:
         lease = settings.WHARF_BEAT_LEASE_S
+        if warning := slow_takeover(lease, settings.WHARF_RECONCILE_INTERVAL):
+            log.warning(warning)
         self.lease = BeatLease(
             lease_client(settings.REDIS_URL, lease), settings.WHARF_NODE_NAME, lease
         )
