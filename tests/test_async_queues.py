@@ -141,7 +141,10 @@ def test_the_sdk_puts_watches_the_sink_and_commits(stack):
         answer = json.loads(frame.data)
         assert answer["authorized"]  # the engine's key, as for any call the gateway forwards
         tags = dict(frame.tags)
-        assert tags["lastCode"] == "200" and tags["task_id"] == f"job-{json.loads(answer['body'])['n']}"
+        assert (
+            tags["lastCode"] == "200"
+            and tags["task_id"] == f"job-{json.loads(answer['body'])['n']}"
+        )
         seen[tags["requestId"]] = json.loads(answer["body"])["n"]
         sink.commit(frame.index)
         if len(seen) == len(sent):
