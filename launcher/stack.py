@@ -146,6 +146,7 @@ class Stack:
         """Start the parts and wait until they answer. On any failure, or a stop signal while
         it waits, stop what was started before raising: nothing is left running."""
         self.env.setdefault("WHARF_GATEWAY_URL", self.gateway_url)
+        self.env.setdefault("WHARF_API_URL", self.api_url)  # Async services' queues
         py = sys.executable
         try:
             self._spawn("api", [py, "-m", "uvicorn", "controlplane.asgi:application",

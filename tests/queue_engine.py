@@ -30,9 +30,15 @@ class _Engine(BaseHTTPRequestHandler):
             except (ValueError, AttributeError):
                 hold = 0.0
             time.sleep(hold)
-            answer = json.dumps({"path": self.path, "body": body.decode(errors="replace"),
-                                 "pid": os.getpid(), "most_at_once": _most,
-                                 "authorized": "authorization" in self.headers}).encode()  # fmt: skip
+            answer = json.dumps(
+                {
+                    "path": self.path,
+                    "body": body.decode(errors="replace"),
+                    "pid": os.getpid(),
+                    "most_at_once": _most,
+                    "authorized": "authorization" in self.headers,
+                }
+            ).encode()
         finally:
             with _lock:
                 _now -= 1

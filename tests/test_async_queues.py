@@ -34,16 +34,19 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor == "sqlite", reason="needs PostgreSQL (see above)"),
 ]
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = {"metadata": {"name": "sd", "instance": 2, "type": "Async", "rpc.worker_threads": 2},
-        "queue": {"max_delivery": 2, "cpu": 1, "memory": 4000},
-        "containers": [{"image": "registry.example/sd:1", "command": "serve", "port": 8000}]}  # fmt: skip
+SPEC = {
+    "metadata": {"name": "sd", "instance": 2, "type": "Async", "rpc.worker_threads": 2},
+    "queue": {"max_delivery": 2, "cpu": 1, "memory": 4000},
+    "containers": [{"image": "registry.example/sd:1", "command": "serve", "port": 8000}],
+}
 
 
 class _Engine:
     def __init__(self) -> None:
         self.port = _free_port()
-        self.process = subprocess.Popen([sys.executable, str(ROOT / "tests/queue_engine.py"),
-                                         str(self.port)])  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests/queue_engine.py"), str(self.port)]
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -82,15 +85,28 @@ def stack(api, store, settings, redis_url, live_server, tmp_path) -> Iterator[di
     assert {"queue.cpu", "queue.memory"} <= warned, answer.json()
     service = Service.objects.get(name="sd")
     for i, engine in enumerate(engines):
-        Instance.objects.create(service=service, name=f"sd-{i}", node="n1", runtime="process",
-                                spec_hash="h", url=engine.url, state=InstanceState.READY)  # fmt: skip
+        Instance.objects.create(
+            service=service,
+            name=f"sd-{i}",
+            node="n1",
+            runtime="process",
+            spec_hash="h",
+            url=engine.url,
+            state=InstanceState.READY,
+        )
     publish_snapshot(force=True)
     gateway = _gateway(live_server, redis_url, settings, tmp_path, "gateway")
-    made = {"gateway": gateway, "token": answer.json()["token"], "engines": engines,
-            "extra": []}  # fmt: skip
+    made = {"gateway": gateway, "token": answer.json()["token"], "engines": engines, "extra": []}
     try:
-        _wait(lambda: httpx.get(f"http://{gateway.address}/api/predict/sd?_attrs_=true",
-                                headers={"Authorization": made["token"]}).status_code == 200)  # fmt: skip
+        _wait(
+            lambda: (
+                httpx.get(
+                    f"http://{gateway.address}/api/predict/sd?_attrs_=true",
+                    headers={"Authorization": made["token"]},
+                ).status_code
+                == 200
+            )
+        )
         yield made
     finally:
         for process in (gateway, *made["extra"]):
@@ -131,8 +147,9 @@ def test_the_sdk_puts_watches_the_sink_and_commits(stack):
     inputs, sink = _queues(stack)
     sent = {}
     for i in range(8):
-        index, request_id = inputs.put(json.dumps({"n": i, "hold": 0.3}).encode(),
-                                       tags={"task_id": f"job-{i}"})  # fmt: skip
+        index, request_id = inputs.put(
+            json.dumps({"n": i, "hold": 0.3}).encode(), tags={"task_id": f"job-{i}"}
+        )
         assert int(index) > 0 and request_id
         sent[request_id] = i
     seen = {}
@@ -182,8 +199,12 @@ def test_get_search_delete_truncate_and_attributes(stack):
     gateway = stack["gateway"].address
     headers = {"Authorization": stack["token"]}
     # Not ready yet: 204, as EAS answers a request id with no result.
-    assert httpx.get(f"http://{gateway}/api/predict/sd/sink?requestId=nope",
-                     headers=headers).status_code == 204  # fmt: skip
+    assert (
+        httpx.get(
+            f"http://{gateway}/api/predict/sd/sink?requestId=nope", headers=headers
+        ).status_code
+        == 204
+    )
     held, _ = inputs.put(json.dumps({"hold": 5}).encode(), tags={"first": "1"})
     _wait(lambda: inputs.search(int(held)).get("IsPending") is True)  # an instance has it
     bad = httpx.get(f"http://{gateway}/api/predict/sd?_index_=x", headers=headers)
@@ -192,8 +213,11 @@ def test_get_search_delete_truncate_and_attributes(stack):
 
 def test_callers_the_service_does_not_admit_are_refused(stack, api, live_server):
     gateway = stack["gateway"].address
-    answer = httpx.post(f"http://{gateway}/api/predict/sd", content=b"{}",
-                        headers={"Authorization": "wsk-not-a-token-0000000000"})  # fmt: skip
+    answer = httpx.post(
+        f"http://{gateway}/api/predict/sd",
+        content=b"{}",
+        headers={"Authorization": "wsk-not-a-token-0000000000"},
+    )
     assert answer.status_code == 401
     plain = {**SPEC, "metadata": {"name": "other", "instance": 1}}
     plain.pop("queue")
@@ -201,12 +225,23 @@ def test_callers_the_service_does_not_admit_are_refused(stack, api, live_server)
     other = api.post("/api/v1/keys", {"name": "elsewhere", "services": ["other"]}, format="json")
     assert other.status_code == 201, other.json()
     publish_snapshot(force=True)
-    _wait(lambda: httpx.post(f"http://{gateway}/api/predict/sd", content=b"{}",
-                             headers={"Authorization": other.json()["key"]}).status_code == 403)  # fmt: skip
+    _wait(
+        lambda: (
+            httpx.post(
+                f"http://{gateway}/api/predict/sd",
+                content=b"{}",
+                headers={"Authorization": other.json()["key"]},
+            ).status_code
+            == 403
+        )
+    )
     # The control plane's queue routes take the gateways' plane key only.
     for key in ("", "not-the-plane-key"):
-        direct = httpx.post(f"{live_server.url}/internal/queues/sd/input", content=b"{}",
-                            headers={"x-wharf-plane-key": key})  # fmt: skip
+        direct = httpx.post(
+            f"{live_server.url}/internal/queues/sd/input",
+            content=b"{}",
+            headers={"x-wharf-plane-key": key},
+        )
         assert direct.status_code == 403
     assert QueueItem.objects.count() == 0
 
@@ -237,8 +272,7 @@ def test_with_max_delivery_spent_the_sink_holds_the_failure(stack, api):
     assert failed.tags["lastCode"] == "502" and "failed" in failed.tags["lastMessage"]
 
 
-def test_a_gateway_killed_mid_item_loses_nothing(stack, live_server, redis_url, settings,
-                                                 tmp_path):  # fmt: skip
+def test_a_gateway_killed_mid_item_loses_nothing(stack, live_server, redis_url, settings, tmp_path):
     inputs, _ = _queues(stack)
     _, request_id = inputs.put(json.dumps({"hold": 4}).encode())
     _wait(lambda: QueueItem.objects.filter(request_id=request_id, state="working").exists())

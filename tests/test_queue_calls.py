@@ -125,8 +125,8 @@ def test_an_async_service_gets_its_window_and_its_queue_bounds():
     assert (settings.max_delivery, settings.source.max_length) == (1, 50)
     assert settings.sink.max_payload_size_kb == 1024
     assert window(_spec(metadata={"type": "Async"})) == 5  # EAS's default worker threads
-    llm = parse_spec(normalise({"name": "q", "metadata": {"type": "Async"},
-                                "llm": {"engine": "vllm-cpu", "model": "m", "max_num_seqs": 8}}))  # fmt: skip
+    engine = {"engine": "vllm-cpu", "model": "m", "max_num_seqs": 8}
+    llm = parse_spec(normalise({"name": "q", "metadata": {"type": "Async"}, "llm": engine}))
     assert window(llm) == 8
 
 

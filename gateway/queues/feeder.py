@@ -198,7 +198,10 @@ class Queues:
     def __init__(self, settings: Settings, engine_keys: EngineKeys, balancer: Balancer) -> None:
         self.plane = PlaneClient(settings.api_url, settings.secret_key)
         self.feeder = QueueFeeder(
-            self.plane, engine_keys, balancer, settings.upstream_timeout,
+            self.plane,
+            engine_keys,
+            balancer,
+            settings.upstream_timeout,
             lease_s=settings.queue_lease,
         )
 
