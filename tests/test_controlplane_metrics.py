@@ -12,13 +12,13 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from contracts.spec import parse_spec
 from controlplane.metrics.figures import node_states, quota_figures, service_figures
 from controlplane.nodes.models import Node
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.quotas import Footprint, Quotas
-from contracts.spec import parse_spec
 from tests.api_support import default_workspace
 
 TOKEN = "scrape-token-6b1f0c"
@@ -99,9 +99,9 @@ def test_metrics_show_ready_against_desired_instances_and_a_paused_rollout(setti
     team = Workspace.objects.create(name="team")
     Service.objects.create(workspace=default_workspace(), name="chat", spec=CHAT,
                            ready_instances=1, phase=Phase.DEGRADED)  # fmt: skip
-    Service.objects.create(workspace=team, name="pd", spec={**PD, "name": "pd"}, ready_instances=3,
-                           phase=Phase.UPDATING,
-                           progress="prefill 1/1, decode 2/2; rollout paused: decode-3 exited")  # fmt: skip
+    paused = "prefill 1/1, decode 2/2; rollout paused: decode-3 exited"
+    Service.objects.create(workspace=team, name="pd", spec=PD, ready_instances=3,
+                           phase=Phase.UPDATING, progress=paused)  # fmt: skip
     Service.objects.create(workspace=team, name="idle", spec={**CHAT, "name": "idle"},
                            desired_state=DesiredState.STOPPED)  # fmt: skip
     Service.objects.create(workspace=team, name="gone", spec={**CHAT, "name": "gone"},
@@ -139,7 +139,7 @@ def test_metrics_show_quota_used_against_limit_within_the_ceiling(settings):
                                     ceiling_cards={"gpu": 6})  # fmt: skip
     Workspace.objects.create(name="free")  # no quota: no series
     Service.objects.create(workspace=team, name="chat", spec=CHAT)
-    Service.objects.create(workspace=team, name="pd", spec={**PD, "name": "pd"})
+    Service.objects.create(workspace=team, name="pd", spec=PD)
     Service.objects.create(workspace=team, name="idle", spec={**CHAT, "name": "idle"},
                            desired_state=DesiredState.STOPPED)  # fmt: skip
     found = scrape(settings)

@@ -65,4 +65,3 @@ def quota_figures(workspace: str, quotas: Quotas, held: Footprint) -> list[Quota
         for resource, limit, used in pairs
         if limit is not None
     ]
-
