@@ -131,6 +131,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes and scrapes by pod IP, before the host check and any redirect.
+    "controlplane.machine_endpoints.MachineEndpoints",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

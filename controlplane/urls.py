@@ -4,14 +4,9 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 import controlplane.openapi  # noqa: F401  (describes every view to the schema)
-from controlplane import health
-from controlplane.metrics import exposition
 from frontend.signin import SignIn
 
 urlpatterns = [
-    path("healthz", health.healthz, name="healthz"),
-    path("readyz", health.readyz, name="readyz"),
-    path("metrics", exposition.metrics, name="metrics"),
     # Before the services' URLs: their last pattern takes any services/<name>/<action>.
     path("api/v1/", include("controlplane.benchmarks.api.urls")),
     path("api/v1/", include("controlplane.metrics.api.urls")),

@@ -180,3 +180,18 @@ def test_readyz_names_redis_when_it_does_not_answer(settings):
     assert response.status_code == 503
     (reason,) = response.json()["reasons"]
     assert reason.startswith("redis: ")
+
+
+@pytest.mark.django_db
+def test_probes_and_scrapes_by_pod_ip_pass_the_allowed_hosts_check(settings, redis_url):
+    """The kubelet and Prometheus call the pod's IP, in no WHARF_ALLOWED_HOSTS; the rest of the
+    API still refuses that host."""
+    settings.ALLOWED_HOSTS = ["wharf.example.com"]
+    settings.REDIS_URL = redis_url
+    settings.WHARF_API_METRICS_TOKEN = TOKEN
+    pod = Client(HTTP_HOST="10.244.1.17:8000")
+    assert pod.get("/healthz").status_code == 200
+    assert pod.get("/readyz").status_code == 200
+    assert pod.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+    assert pod.get("/api/v1/services").status_code == 400  # DisallowedHost
+    assert pod.post("/readyz").status_code == 405
