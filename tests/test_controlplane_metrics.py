@@ -20,6 +20,7 @@ from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.quotas import Footprint, Quotas
 from tests.api_support import default_workspace
+from workers import planning
 
 TOKEN = "scrape-token-6b1f0c"
 CHAT = {"name": "chat", "metadata": {"instance": 3, "gpu": 1},
@@ -60,6 +61,18 @@ def test_service_figures_want_the_specs_instances_while_running(
     spec = parse_spec(data) if data else None
     figures = service_figures("ws", "svc", spec, running, autoscale, 1, progress)
     assert (figures.desired, figures.ready, figures.rollout_paused) == (desired, 1, paused)
+
+
+def test_a_paused_rollout_is_read_from_the_progress_the_reconciler_writes():
+    """The mark is the scheduler's words (workers.planning.status), which the control plane
+    may not import: the two are kept equal here."""
+    paused = planning.status("running", {"": 2}, {"": 0}, 3, "updating", failed=False,
+                             updating=True, paused="chat-3 exited", previous=2)  # fmt: skip
+    moving = planning.status("running", {"": 2}, {"": 1}, 3, "updating", failed=False,
+                             updating=True, previous=1)  # fmt: skip
+    for progress, expected in ((paused.progress, True), (moving.progress, False)):
+        figures = service_figures("ws", "chat", parse_spec(CHAT), True, {}, 2, progress)
+        assert figures.rollout_paused is expected, progress
 
 
 def test_a_node_state_is_one_of_a_state_set():
