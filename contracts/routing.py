@@ -42,8 +42,10 @@ Snapshot JSON::
           "job": false,                    # metadata.workload_type elasticjob: it takes no
                                            # calls (409 naming the job)
           "mirror": {"targets": ["qwen-next"], "ratio": 10},  # absent: none (gateway.mirror)
-          "canary_weight": 10              # a canary's share, %: its instances are those with
+          "canary_weight": 10,             # a canary's share, %: its instances are those with
                                            # "track": "canary" (gateway.canary); absent: 0
+          "queue": {"window": 5}           # metadata.type Async: EAS form calls go to its queues,
+                                           # each instance fed `window` items at most; absent: none
         }
       },
       "keys": {                            # API keys, by token digest
@@ -147,6 +149,10 @@ class RoutedService:
     # A canary release's share of its calls, percent: its "canary" instances take that share,
     # the others the rest (gateway.canary).
     canary_weight: int = 0
+    # metadata.type Async: calls in EAS form go to its input queue and its sink
+    # (gateway.queues); the gateways feed its instances `queue_window` items each at most.
+    queued: bool = False
+    queue_window: int = 0
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
@@ -328,6 +334,8 @@ def _service_json(svc: RoutedService) -> dict:
         "webservice": svc.webservice,
         "job": svc.job,
     }
+    if svc.queued:
+        out["queue"] = {"window": svc.queue_window}
     if svc.mirror_targets:  # absent where unset: snapshots stay as they were
         out["mirror"] = {"targets": list(svc.mirror_targets), "ratio": svc.mirror_ratio}
     if svc.canary_weight:
@@ -383,6 +391,8 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         mirror_targets=_strings(mirror.get("targets", [])),
         mirror_ratio=_number(mirror.get("ratio", 0), int, optional=False),
         canary_weight=_number(entry.get("canary_weight", 0), int, optional=False),
+        queued=isinstance(entry.get("queue"), dict),
+        queue_window=_number((entry.get("queue") or {}).get("window", 0), int, optional=False),
     )
 
 

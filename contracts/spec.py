@@ -49,6 +49,7 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
 )
 from contracts.spec_prepare import Prepared, drop_unset_prepare
 from contracts.spec_probes import ContainerProbes, drop_unset_probes
+from contracts.spec_queue import Queued
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 from contracts.spec_storage import (  # noqa: F401 (re-exported for the spec's users)
     K8S_NAME,
@@ -289,7 +290,7 @@ class Llm(_Strict):
         return None if value is None else model_reference(value)
 
 
-class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp):
+class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp, Queued):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",
@@ -349,6 +350,7 @@ class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp
             "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "cronscaler",
             "warm_up_data_path",  # replayed to a new instance: it shapes none
             "networking", "token", "generate_token", "labels",  # the gateway's and the API's
+            "queue",  # the queues' bounds: the API's and the gateways'; they shape no instance
             *CLOUD_TOP,  # EAS's cloud-only fields (contracts.spec_cloud): they shape nothing
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from contracts.service_groups import GroupTraffic
 from contracts.spec_fleet import MAX_STRING, _Strict
 from contracts.spec_gateway_policy import GatewayPolicied
+from contracts.spec_queue import queue_warnings
 
 MAX_KEPT = 64 * 1024  # bytes of JSON one kept object may hold
 
@@ -142,4 +143,4 @@ def cloud_only_warnings(data: dict) -> list[dict[str, str]]:
         for name, why in STORAGE.items():
             if isinstance(entry, dict) and entry.get(name) is not None:
                 found.append({"field": f"storage[{i}].{name}", "message": f"no effect here: {why}"})
-    return found
+    return found + queue_warnings(data)

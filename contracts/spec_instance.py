@@ -32,7 +32,6 @@ from contracts.spec_fleet import _Strict
 
 # EAS's other kinds of service (metadata.type) and why Wharf does not run them as such.
 SERVICE_KINDS = {
-    "Async": "asynchronous services (an input and a sink queue) are not available in Wharf yet",
     "Queue": "queue services are not available in Wharf yet",
     "LLMGatewayService": "Wharf's gateway is the LLM router: deploy the engines as services",
     "LLM": "give the engine in the llm section",
@@ -100,7 +99,8 @@ class InstanceSettings(_Strict):
     type: str | None = Field(
         default=None,
         max_length=32,
-        description="EAS's service kind: Standard (the only one Wharf runs as such).",
+        description="EAS's service kind: Standard, or Async (an input and a sink queue in "
+        "front of the instances; contracts.spec_queue).",
     )
     enable_crash_block: bool = Field(
         default=False,
@@ -116,9 +116,9 @@ class InstanceSettings(_Strict):
     @field_validator("type")
     @classmethod
     def _type(cls, value: str | None) -> str | None:
-        if value is not None and value != "Standard":
+        if value is not None and value not in ("Standard", "Async"):
             why = SERVICE_KINDS.get(value, "not a kind of service EAS documents")
-            raise ValueError(f"{value!r}: {why}; Wharf runs Standard services")
+            raise ValueError(f"{value!r}: {why}; Wharf runs Standard and Async services")
         return value
 
     @field_validator("disk")

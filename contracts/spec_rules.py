@@ -7,6 +7,7 @@ from contracts import spec_facts
 from contracts.hub_refs import is_hub_ref
 from contracts.spec import GPU_ENGINES, PD_ENGINES, ROLES, Llm, ServiceSpec
 from contracts.spec_probes import probe_conflicts
+from contracts.spec_queue import queue_rules
 from contracts.spec_scaling import Autoscaler
 from contracts.spec_sidecars import sidecar_rules
 
@@ -32,6 +33,7 @@ def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
     if spec.metadata.shm_size and "/dev/shm" in mounts:
         errors["metadata.shm_size"] = ["shared memory is set twice: here and as /dev/shm storage"]
     errors.update(_scaling_checks(spec))
+    errors.update(queue_rules(spec))
     first = spec.containers[0] if spec.containers else None
     errors.update(probe_conflicts("health_check" in spec.model_fields_set, first))
     return errors

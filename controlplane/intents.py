@@ -9,7 +9,7 @@ import redis
 from celery import Celery
 from django.conf import settings
 
-from contracts import node_logs, node_tokenizer, reconcile
+from contracts import beat, node_logs, node_tokenizer, reconcile
 from controlplane.services.models import Service
 
 
@@ -51,3 +51,8 @@ def tokenizer_files(node: str, instance: str) -> dict | None:
     """The tokenizer of `instance`'s model, read on `node`: {"files": …} or {"error": …};
     None if the node does not answer."""
     return node_tokenizer.fetch(_redis(), node, instance)
+
+
+def beat_leadership() -> dict:
+    """Which worker host's beat sends the fleet-wide periodic tasks, and its handovers."""
+    return beat.leadership(_redis())

@@ -13,6 +13,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers
 
+from contracts import beat
 from contracts.grants import Grants
 from contracts.spec import ServiceSpec
 from controlplane.audit import views as audit
@@ -52,6 +53,21 @@ AUDIT_ENTRY = {"type": "object", "properties": {
     "at": {"type": "string", "format": "date-time"}, "workspace": {"type": ["string", "null"]},
     "actor": {"type": "string"}, "via": {"type": "string"}, "action": {"type": "string"},
     "status": {"type": ["integer", "null"]}, "service": {"type": ["string", "null"]}}}  # fmt: skip
+
+_HANDOVER = {
+    "type": "object",
+    "properties": {
+        "at": {"type": "string", "format": "date-time"},
+        "leader": {"type": "string"},
+        "previous": {"type": ["string", "null"]},
+        "reason": {"type": "string", "enum": list(beat.REASONS)},
+    },
+}
+BEAT = {"type": "object", "properties": {
+    "leader": {"type": ["string", "null"], "description": "null while nobody holds the lease"},
+    "since": {"type": ["string", "null"], "format": "date-time"},
+    "lease_s": {"type": "number"},
+    "handovers": {"type": "array", "items": _HANDOVER, "description": "newest first"}}}  # fmt: skip
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):
@@ -196,6 +212,8 @@ def describe_views() -> None:
     V(get=_op("nodes_list", "Every node", responses={200: NodeSerializer(many=True)},
               parameters=[OpenApiParameter("state", str)]))(nodes.NodeList)  # fmt: skip
     V(get=_op("nodes_get", "A node", responses={200: NodeSerializer}))(nodes.NodeDetail)
+    V(get=_op("beat_leader", "Which worker host leads beat",
+              responses={200: BEAT, 503: ERRORS}))(nodes.BeatLeader)  # fmt: skip
     V(post=_op("nodes_action", "Cordon, uncordon or drain a node", request=None,
                responses={200: NodeSerializer},
                parameters=[action("cordon", "uncordon", "drain")]))(nodes.NodeAction)  # fmt: skip

@@ -126,6 +126,7 @@ INSTALLED_APPS = [
     "controlplane.nodes",
     "controlplane.benchmarks",
     "controlplane.eas_api",
+    "controlplane.queues",
     "frontend",
     "launcher",
 ]
@@ -329,6 +330,9 @@ WHARF_JOB_RETRIES = envint("WHARF_JOB_RETRIES", 3)  # a job instance's failed ru
 # channel), below Linux's ephemeral range so nothing else takes them by chance.
 WHARF_PD_PORTS = envrange("WHARF_PD_PORTS", (30000, 32767))
 WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
+# Every host runs beat; one leads and sends the fleet-wide periodic tasks (workers.beat): its
+# lease in Redis lasts this long, so a dead leader is replaced within 1.25 times it.
+WHARF_BEAT_LEASE_S = envfloat("WHARF_BEAT_LEASE_S", 8.0, minimum=1.0)
 WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")
 # EAS's management API (/api/v2/): the region its answers name; any ClusterId is this Wharf.

@@ -2,6 +2,8 @@
 
 Routes:
 - GET/HEAD/POST /api/predict/{service}/{path}  EAS form; the service is named in the URL.
+  For an Async service, EAS's queue API (with PUT and DELETE, and a WebSocket to watch):
+  gateway.queues.
 - POST /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/responses  OpenAI form;
   the body's `model` names the service.
 - GET  /v1/models, /v1/models/{model}  the models the presented token may call.
@@ -50,12 +52,16 @@ from gateway.forwarding import (
 )
 from gateway.metrics_access import metrics_response
 from gateway.plane import OPENAI_FORM
+from gateway.queues.socket import queue_socket
 from gateway.runtime import Runtime, running
 from gateway.webapp import METHODS as WEB_METHODS
 from gateway.webapp import WebClient, signin, web_page
 from gateway.webapp_socket import web_socket
 
 log = logging.getLogger(__name__)
+
+# EAS form: engines' routes take GET and POST; an Async service's queue API PUT and DELETE too.
+PREDICT_METHODS = ["GET", "POST", "PUT", "DELETE"]
 
 # The OpenAI routes that forward a call, and how each is read (contracts.engine_routes).
 _OPENAI_ROUTES = {
@@ -274,8 +280,10 @@ def create_app(settings: Settings | None = None) -> _FastPath:
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         *(Route(path, openai_route, methods=["POST"]) for path in _OPENAI_ROUTES),
         # GET routes take HEAD too.
-        Route("/api/predict/{service}", predict, methods=["GET", "POST"]),
-        Route("/api/predict/{service}/{path:path}", predict, methods=["GET", "POST"]),
+        Route("/api/predict/{service}", predict, methods=PREDICT_METHODS),
+        Route("/api/predict/{service}/{path:path}", predict, methods=PREDICT_METHODS),
+        WebSocketRoute("/api/predict/{service}", queue_socket),
+        WebSocketRoute("/api/predict/{service}/{path:path}", queue_socket),
         Route("/web/{service}/" + SIGNIN_PATH, signin, methods=["GET"]),
         Route("/web/{service}", web_page, methods=WEB_METHODS),
         Route("/web/{service}/{path:path}", web_page, methods=WEB_METHODS),

@@ -98,6 +98,11 @@ class Settings:
     engine_figures_interval: float = 1.0
     # Where each call's figures (errors, TTFT, inter-token latency) go (contracts.call_figures).
     figures_prefix: str = FIGURES_PREFIX
+    # The control plane's API, where Async services' queues are stored (gateway.queues).
+    api_url: str = "http://127.0.0.1:8000"
+    # How long an Async service's item stays with this gateway's instance without renewal: a
+    # gateway that dies gives its items back to the others after this (renewed every third).
+    queue_lease: float = 30.0
 
 
 def load_settings() -> Settings:
@@ -148,7 +153,27 @@ def load_settings() -> Settings:
         max_prefill_answer_bytes=answer_caps[2],
         metrics_token=env.secret("WHARF_GATEWAY_METRICS_TOKEN"),
         metrics_listen=_metrics_listen(),
+        api_url=_api_url(),
+        queue_lease=_queue_lease(),
     )
+
+
+def _queue_lease() -> float:
+    lease = env.envfloat("WHARF_GATEWAY_QUEUE_LEASE", 30.0)
+    if not 1 <= lease <= 3600:
+        raise ConfigError(
+            "WHARF_GATEWAY_QUEUE_LEASE must be a number of seconds from 1 to 3600 (how long "
+            "an Async service's item waits for a gateway that stopped before another takes it)."
+        )
+    return lease
+
+
+def _api_url() -> str:
+    """WHARF_API_URL: the control plane's API, an http(s) URL."""
+    url = env.envstr("WHARF_API_URL", "http://127.0.0.1:8000").strip()
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"WHARF_API_URL must be an http:// or https:// URL, not {url!r}.")
+    return url
 
 
 def _answer_caps() -> tuple[int, int, int]:

@@ -37,6 +37,7 @@ from gateway.forwarding import (
     with_model,
 )
 from gateway.plane import EAS_FORM
+from gateway.queues.relay import relay
 from gateway.runtime import Runtime
 
 
@@ -65,6 +66,9 @@ async def predict(request: Request) -> Response:
         return caller
     if group is not None:
         caller = groups.through(caller, service.name)
+    if service.queued:  # an Async service: EAS's queue API (gateway.queues)
+        refused = callers.check_scope(caller, service.name, "", runtime.plane.metrics)
+        return refused or await relay(request, runtime, service, caller, _eas_tail(request))
     runtime.rates.count(service.name)  # the autoscaler's demand: every authorized request
     found = _route(request, service)
     if isinstance(found, Response):

@@ -27,6 +27,7 @@ from gateway.metrics_access import MetricsListener
 from gateway.mirror import Mirrors
 from gateway.pipelined import PipelinedRedis
 from gateway.plane import Plane
+from gateway.queues.feeder import Queues
 from gateway.request_rates import RequestRates
 from gateway.signing import SigningTokens
 from gateway.snapshot import SnapshotWatcher
@@ -52,6 +53,7 @@ class Runtime:
     groups: GroupSplit  # service groups: which member takes a call
     mirrors: Mirrors  # the copies of mirrored services' calls (EAS's ServiceMirror)
     tracks: TrackSplit  # canary releases: stable or canary instances for a call
+    queues: Queues  # Async services: the store of their queues, and the feeder of instances
 
 
 def _client(settings: Settings) -> aioredis.Redis:
@@ -99,6 +101,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         nudge=inflight.nudge,
     )
     inflight.held_by(activator.held)
+    queues = Queues(settings, engine_keys, balancer)
     figures = EngineFiguresReader(
         client, balancer, health, interval=settings.engine_figures_interval
     )
@@ -111,6 +114,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         activator.loaded(snapshot)
         groups.loaded(snapshot)
         tracks.loaded(snapshot.services)
+        queues.feeder.seen(snapshot)
 
     watcher = SnapshotWatcher(
         settings.redis_url,
@@ -149,13 +153,17 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     call_figures.start()
     inflight.start()
     figures.start()
+    queues.start()
     try:
         if listener is not None:
             await listener.start()
-        yield Runtime(settings, watcher, plane, activator, rates, signing, groups, mirrors, tracks)
+        yield Runtime(
+            settings, watcher, plane, activator, rates, signing, groups, mirrors, tracks, queues
+        )
     finally:
         if listener is not None:
             await listener.stop()
+        await queues.stop()
         await figures.stop()
         await mirrors.stop()
         await inflight.stop()

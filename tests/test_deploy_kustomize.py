@@ -181,8 +181,11 @@ def test_wharfs_own_pods_run_restricted(overlay):
 def test_the_gateway_reads_no_database_and_no_key_but_the_token_key(overlay):
     (container,) = pod_spec(overlay, "wharf-gateway")["containers"]
     assert not [s for s in container["envFrom"] if "secretRef" in s]
-    assert {e["name"] for e in container["env"]} == {
-        "WHARF_TOKEN_KEY", "WHARF_GATEWAY_METRICS_TOKEN", "REDIS_URL"}  # fmt: skip
+    secret = {e["name"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})}
+    assert secret == {"WHARF_TOKEN_KEY", "WHARF_GATEWAY_METRICS_TOKEN", "REDIS_URL"}
+    values = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    assert values == {"WHARF_API_URL": "http://wharf-api:8000"}  # Async services' queues
+    assert "wharf-api" in of_kind(overlay, "Service")
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

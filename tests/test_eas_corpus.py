@@ -115,8 +115,9 @@ def test_a_published_fragment_is_taken_in_a_service(name):
     [
         # The page offers OSS or NAS for one folder; both at once is what EAS refuses too.
         ("19-sd-webui-standard.json", ["storage[1].mount_path"]),
-        # Asynchronous services: issue 29 (queues and batch).
-        ("20-sd-webui-api-async.json", ["metadata.type", "queue"]),
+        # The same page's Async edition, with the same choice written both ways (its type and
+        # queue are taken: test_the_async_edition_deploys_with_one_of_its_mounts).
+        ("20-sd-webui-api-async.json", ["storage[1].mount_path"]),
         # An elastic job with a dataset, as a template: its placeholders (${EAS_RESOURCE_ID})
         # are to be filled in first.
         ("29-torcheasyrec-aot-export-elasticjob.json", ["metadata.resource"]),
@@ -127,3 +128,19 @@ def test_what_wharf_does_not_run_yet_is_refused_by_name(api, name, fields):
     answer = api.post("/api/v1/services", sent, format="json")
     assert answer.status_code == 400
     assert set(fields) <= set(answer.json()["errors"]), answer.json()
+
+
+def test_the_async_edition_deploys_with_one_of_its_mounts(api, store):
+    """EAS's SD web UI API edition as an Async service (type, rpc.worker_threads, its queue
+    block), its data folder on OSS alone: created, its queue's cloud-only sizes warned, and it
+    gets its queues (contracts.spec_queue) with its max_delivery."""
+    sent = json.loads((CORPUS / "20-sd-webui-api-async.json").read_text())
+    sent["storage"] = sent["storage"][:1]
+    grant(platform_buckets=["oss://*"])
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 201, answer.json()
+    warned = {w["field"] for w in answer.json()["warnings"]}
+    assert {"queue.cpu", "queue.memory"} <= warned and "queue.resource" not in warned
+    attributes = api.get("/api/v1/services/sd_async").json()
+    assert attributes["spec"]["metadata"]["type"] == "Async"
+    assert attributes["spec"]["queue"]["max_delivery"] == 1

@@ -6,7 +6,9 @@ queue, `wharf.node.<node name>`, for work that must run on each host rather than
 worker is free: pruning the host's model cache. The
 beat embedded in a worker (`celery -A workers.celery worker --beat`, one per host) sends that
 work to its own host's queue, so each host that runs a worker with --beat prunes its own
-cache; a beat started on its own prunes only the host it runs on.
+cache; a beat started on its own prunes only the host it runs on. The fleet-wide entries
+(reconcile-all, flush-usage) are sent by one beat only, the one holding the leader lease in
+Redis (workers.beat.LeaderScheduler): N hosts, one reconcile-all per period.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ app.conf.update(
     task_ignore_result=True,
     task_acks_late=True,  # a worker that dies mid-reconcile leaves the task for another
     worker_prefetch_multiplier=1,
+    # Every host's beat sends its own host's entries; only the leader the fleet-wide ones.
+    beat_scheduler="workers.beat:LeaderScheduler",
     beat_schedule={
         "reconcile-all": {
             "task": "workers.tasks.reconcile_all",

@@ -27,6 +27,7 @@ from contracts.routing import (
 from contracts.spec import Pd, Rpc, ServiceSpec, typed_spec
 from contracts.spec_gateway_policy import policy_limit, service_rate_limit
 from contracts.spec_job import is_job
+from contracts.spec_queue import is_async, window
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.groups import routed_groups
@@ -106,6 +107,8 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         mirror_targets=tuple(service.mirror.get("targets") or ()),
         mirror_ratio=int(service.mirror.get("ratio") or 0),
         canary_weight=_canary_weight(service),
+        queued=is_async(spec),
+        queue_window=window(spec) if is_async(spec) else 0,
     )
 
 

@@ -1,9 +1,12 @@
-"""GET /api/v1/nodes[/<name>]; POST /api/v1/nodes/<name>/cordon|uncordon|drain (staff only)."""
+"""GET /api/v1/nodes[/<name>]; POST /api/v1/nodes/<name>/cordon|uncordon|drain (staff only);
+GET /api/v1/beat: which host leads beat (contracts.beat)."""
 
 from __future__ import annotations
 
 import logging
 
+import redis
+from django.conf import settings
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from rest_framework import status
@@ -49,6 +52,18 @@ class NodeDetail(APIView):
     def get(self, request: Request, name: str) -> Response:
         node = get_object_or_404(Node, name=name)
         return Response(NodeSerializer(node, context=_seen_by(request)).data)
+
+
+class BeatLeader(APIView):
+    def get(self, request: Request) -> Response:
+        try:
+            shown = intents.beat_leadership()
+        except redis.RedisError as exc:
+            return Response(
+                {"detail": f"Redis does not answer, so which host leads beat is unknown: {exc}"},
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            )
+        return Response({**shown, "lease_s": settings.WHARF_BEAT_LEASE_S})
 
 
 class NodeAction(APIView):

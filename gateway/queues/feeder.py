@@ -1,0 +1,210 @@
+"""The gateway feeds the instances of each Async service it routes from the service's input
+queue, as EAS's own framework does inside each instance, but from outside: the engine needs no
+code of Wharf's.
+
+Each pass it asks the store for items for the ready instances in its snapshot; the store hands
+out only what each instance's window leaves free, counted across every gateway, so an instance
+never works on more than its window whichever gateways feed it. Each item is POSTed to its
+instance (the path it was put on, its body and content type, the engine's key), and the answer,
+whatever its status, goes to the sink. An item whose instance could not be reached, or broke the
+connection before answering, is given back: another instance takes it, up to the service's
+`queue.max_delivery` deliveries. The gateway renews its leases while its instances work; if it
+dies, they lapse and the items go to another gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from contracts.routing import RoutedInstance, RoutedService, Snapshot
+from gateway.balancer import Balancer
+from gateway.config import Settings
+from gateway.engine_auth import EngineKeys
+from gateway.queues.plane_client import PlaneClient, PlaneError
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  # between passes when nothing wakes the feeder
+LEASE_S = 30.0  # a lease not renewed lapses after this; renewed every third of it
+FINISH_TRIES = 5
+
+
+def holder_name() -> str:
+    """This gateway process, as the store records who works on an item."""
+    return f"{socket.gethostname()[:32]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class QueueFeeder:
+    def __init__(
+        self,
+        plane: PlaneClient,
+        engine_keys: EngineKeys,
+        balancer: Balancer,
+        timeout: float,
+        poll_s: float = POLL_S,
+        lease_s: float = LEASE_S,
+    ) -> None:
+        self._plane = plane
+        self._keys = engine_keys
+        self._balancer = balancer
+        self._timeout = timeout
+        self._poll_s = poll_s
+        self._lease_s = lease_s
+        self.holder = holder_name()
+        self._services: dict[str, RoutedService] = {}
+        self._working: dict[int, asyncio.Task] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0))
+
+    def seen(self, snapshot: Snapshot) -> None:
+        self._services = {name: s for name, s in snapshot.services.items() if s.queued}
+        self.nudge()
+
+    def nudge(self) -> None:
+        """Look for work now (an item was put, one finished, the instances changed)."""
+        self._wake.set()
+
+    @property
+    def working(self) -> int:
+        return len(self._working)
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._run()), asyncio.create_task(self._renew())]
+
+    async def stop(self) -> None:
+        """Stop leasing; the items in hand are given back so that others take them at once."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        working = list(self._working.items())
+        for _, task in working:
+            task.cancel()
+        for index, task in working:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            with contextlib.suppress(PlaneError):
+                await self._plane.give_back(index, self.holder, "its gateway stopped")
+        await self._client.aclose()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            for service in list(self._services.values()):
+                await self._feed(service)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._poll_s)
+
+    async def _feed(self, service: RoutedService) -> None:
+        # An instance that just failed sits out the balancer's cool-down here too.
+        instances = {i.name: i for i in service.instances if not self._balancer.cooling(i.url)}
+        if not instances:
+            return
+        try:
+            items = await self._plane.lease(
+                service.name, self.holder, list(instances), self._lease_s
+            )
+        except PlaneError as exc:
+            log.warning("queue of %s: could not lease items: %s", service.name, exc)
+            return
+        for item in items:
+            instance = instances.get(str(item.get("instance")))
+            index = int(item["index"])
+            if instance is None:  # gone since: let another take it
+                with contextlib.suppress(PlaneError):
+                    await self._plane.give_back(index, self.holder, "its instance left routing")
+                continue
+            task = asyncio.create_task(self._work(service, instance, item))
+            self._working[index] = task
+
+    async def _work(
+        self, service: RoutedService, instance: RoutedInstance, item: dict[str, Any]
+    ) -> None:
+        index = int(item["index"])
+        try:
+            answer = await self._call(service, instance, item)
+            if isinstance(answer, str):
+                await self._settle(lambda: self._plane.give_back(index, self.holder, answer))
+            else:
+                status, body, kind = answer
+                await self._settle(
+                    lambda: self._plane.finish(index, self.holder, status, body, kind)
+                )
+        finally:
+            self._working.pop(index, None)
+            self.nudge()
+
+    async def _call(
+        self, service: RoutedService, instance: RoutedInstance, item: dict[str, Any]
+    ) -> tuple[int, bytes, str] | str:
+        """The instance's answer, or why it gave none (then the item goes to another)."""
+        path = str(item.get("path") or "").lstrip("/")
+        url = instance.url.rstrip("/") + "/" + path
+        name, value = self._keys.authorization(instance)
+        headers = {name: value}
+        if item.get("content_type"):
+            headers["content-type"] = str(item["content_type"])
+        timeout = service.timeout or self._timeout
+        try:
+            answer = await self._client.post(
+                url,
+                content=base64.b64decode(item.get("data", "")),
+                headers=headers,
+                timeout=timeout,
+            )
+        except httpx.TimeoutException:
+            self._balancer.cool_down(instance.url)
+            return f"instance {instance.name} gave no answer within {timeout:g} s"
+        except httpx.HTTPError as exc:
+            self._balancer.cool_down(instance.url)
+            return f"instance {instance.name} failed: {type(exc).__name__}"
+        return answer.status_code, answer.content, answer.headers.get("content-type", "")
+
+    async def _settle(self, call: Callable[[], Awaitable[bool]]) -> None:
+        """Tell the store, retrying while it cannot be reached: the lease covers the wait,
+        and if it lapses first the item goes to another instance (its answer here is then
+        not recorded: the store takes an item's answer once)."""
+        for attempt in range(FINISH_TRIES):
+            try:
+                await call()
+                return
+            except PlaneError as exc:
+                log.warning("queue: could not record an item's end: %s", exc)
+                await asyncio.sleep(0.5 * 2**attempt)
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            if self._working:
+                with contextlib.suppress(PlaneError):
+                    await self._plane.renew(self.holder, list(self._working), self._lease_s)
+
+
+class Queues:
+    """A gateway's part in the queues: its client of the store and its feeder."""
+
+    def __init__(self, settings: Settings, engine_keys: EngineKeys, balancer: Balancer) -> None:
+        self.plane = PlaneClient(settings.api_url, settings.secret_key)
+        self.feeder = QueueFeeder(
+            self.plane, engine_keys, balancer, settings.upstream_timeout,
+            lease_s=settings.queue_lease,
+        )
+
+    def start(self) -> None:
+        self.feeder.start()
+
+    async def stop(self) -> None:
+        await self.feeder.stop()
+        await self.plane.close()
