@@ -66,6 +66,7 @@ lint: venv-dev
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) manage.py makemigrations --check --dry-run
+	for overlay in deploy/kubernetes/overlays/*/; do kubectl kustomize "$$overlay" >/dev/null || exit 1; done
 
 ## Regenerate requirements.txt and requirements-dev.txt from their .in files.
 lock: $(PIP_TOOLS)/bin/pip-compile

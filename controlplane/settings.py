@@ -132,6 +132,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Probes and scrapes by pod IP, before the host check and any redirect.
+    "controlplane.machine_endpoints.MachineEndpoints",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -280,6 +282,9 @@ WHARF_VLLM_CPU_IMAGE = envstr("WHARF_VLLM_CPU_IMAGE", "wharf/vllm-cpu:0.32.0")
 # engines' metrics pages through it with this token (unset: only Wharf reads them).
 WHARF_FRONT_IMAGE = envstr("WHARF_FRONT_IMAGE", f"wharf/wharf:{VERSION}")
 WHARF_ENGINE_METRICS_TOKEN = envstr("WHARF_ENGINE_METRICS_TOKEN", "")
+# GET /metrics on the API (controlplane.metrics.exposition) answers only this bearer token;
+# unset, no one (403).
+WHARF_API_METRICS_TOKEN = secret("WHARF_API_METRICS_TOKEN")
 # Images the platform vouches for (comma-separated references): a spec naming one runs no code
 # of the tenant's choosing (contracts.grants.tenant_code). The engines' default images always do.
 WHARF_APPROVED_IMAGES = tuple(

@@ -127,6 +127,12 @@ class Metrics:
             "Seconds since the routing snapshot was last read from Redis.",
             registry=self.registry,
         )
+        self.usage_unflushed_age = Gauge(
+            "wharf_gateway_usage_unflushed_age_seconds",
+            "Seconds the oldest token usage count not yet written to Redis has waited (0: all "
+            "written); it grows while the usage flush falls behind.",
+            registry=self.registry,
+        )
         self.snapshot_version = Gauge(
             "wharf_gateway_snapshot_version",
             "Version of the routing snapshot being served.",
@@ -140,6 +146,9 @@ class Metrics:
         self.redis_up.set_function(lambda: 1.0 if redis_up() else 0.0)
         self.snapshot_age.set_function(age)
         self.snapshot_version.set_function(lambda: float(version()))
+
+    def watch_usage(self, unflushed_age: Callable[[], float]) -> None:
+        self.usage_unflushed_age.set_function(unflushed_age)
 
     def answered(self, service: str, status: int, seconds: float, adapter: str = "") -> None:
         """A request ended: its status and duration (label children cached: hot path)."""

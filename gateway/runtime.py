@@ -144,6 +144,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         call_figures,
     )  # fmt: skip
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
+    counters.watch_usage(usage.unflushed_age)
     listener = _metrics_listener(settings, counters)
     health.start()
     await watcher.start()

@@ -37,6 +37,7 @@ class UsageRecorder:
         self._prefix = prefix
         self._interval = interval
         self._pending: dict[tuple[str, str], int] = {}
+        self._oldest: float | None = None  # monotonic time of the oldest count not in Redis
         self._task: asyncio.Task[None] | None = None
 
     def add(
@@ -55,6 +56,8 @@ class UsageRecorder:
             ("requests", 1), ("prompt", prompt), ("completion", completion),
             ("latency_ms", latency_ms), ("ttft_ms", ttft_ms),
         )  # fmt: skip
+        if self._oldest is None:
+            self._oldest = time.monotonic()
         for kind, amount in amounts:
             if amount:
                 entry = (hash_key, usage_field(service, key_id, kind))
@@ -78,6 +81,7 @@ class UsageRecorder:
         counting twice; that is rarer, and cheaper to explain, than counts silently lost.
         """
         batch, self._pending = self._pending, {}
+        oldest, self._oldest = self._oldest, None
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 for (hash_key, field), amount in batch.items():
@@ -86,7 +90,15 @@ class UsageRecorder:
         except BaseException:
             for entry, amount in batch.items():
                 self._pending[entry] = self._pending.get(entry, 0) + amount
+            if oldest is not None:  # counts added meanwhile are younger
+                self._oldest = oldest
             raise
+
+    def unflushed_age(self) -> float:
+        """Seconds the oldest count not yet in Redis has waited; 0 when all are in. It grows
+        while Redis is unreachable or refuses the writes: the usage flush falling behind
+        (wharf_gateway_usage_unflushed_age_seconds, deploy/prometheus/alerts.yaml)."""
+        return 0.0 if self._oldest is None else time.monotonic() - self._oldest
 
     async def _run(self) -> None:
         await flush_every(self._interval, lambda: self._pending, self._health, self.flush,

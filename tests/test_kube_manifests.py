@@ -197,7 +197,8 @@ def test_only_the_gateway_the_worker_and_the_services_own_pods_reach_its_engines
     ]  # fmt: skip
     assert all(set(peer) == {"podSelector"} for peer in rule["from"])  # no other namespace
     assert "ports" not in rule  # every port of its pods: serving, metrics, KV side channel
-    deny = yaml.safe_load((ROOT / "deploy/kubernetes/networkpolicy.yaml").read_text())
+    policies = yaml.safe_load_all((ROOT / "deploy/kubernetes/base/networkpolicy.yaml").read_text())
+    deny = next(p for p in policies if p["metadata"]["name"] == "wharf-engines-default-deny")
     assert deny["spec"] == {"podSelector": {"matchLabels": {names.LABEL_MANAGED_BY: "wharf"}},
                             "policyTypes": ["Ingress"]}  # fmt: skip
 

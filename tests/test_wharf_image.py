@@ -299,7 +299,8 @@ def test_the_compose_redis_asks_for_the_password_wharf_env_gives_every_part():
     assert env["REDIS_URL"].startswith(f"redis://:{password}@")
     systemd = (ROOT / "deploy/systemd/wharf.env").read_text()
     assert re.search(r"^REDIS_URL=redis://:[^@\s]+@", systemd, re.MULTILINE)
-    assert "REDIS_URL=redis://:PASSWORD@" in (ROOT / "deploy/kubernetes/wharf.yaml").read_text()
+    production = ROOT / "deploy/kubernetes/overlays/production/README.md"
+    assert "REDIS_URL=redis://:PASSWORD@" in production.read_text()
 
 
 def test_the_compose_file_runs_the_image_this_checkout_builds():

@@ -228,16 +228,16 @@ def _rank_tables(meta: _Meta, name: str, data: dict[str, str]) -> dict:
     }
 
 
-# Who calls engines (deploy/kubernetes/wharf.yaml's `app.kubernetes.io/name` labels): the
-# gateway relays callers, the worker probes, scrapes and loads adapters.
+# Who calls engines (the `app.kubernetes.io/name` labels of deploy/kubernetes/base/gateway.yaml
+# and worker.yaml): the gateway relays callers, the worker probes, scrapes and loads adapters.
 ENGINE_CALLERS = ("wharf-gateway", "wharf-worker")
 
 
 def _network_policy(meta: _Meta) -> dict:
     """Engines only through the gateway: the service's pods take connections from Wharf's
     gateway and worker, and from each other (a prefill/decode service's KV transfer), never
-    from another service's pods. deploy/kubernetes/networkpolicy.yaml denies everything else
-    to Wharf's pods; NetworkPolicies add up, so an operator may allow more (a Prometheus)."""
+    from another service's pods. deploy/kubernetes/base/networkpolicy.yaml denies everything
+    else to Wharf's pods; NetworkPolicies add up, so an operator may allow more (a Prometheus)."""
     own = {names.LABEL_SERVICE: names.slug(meta.service)}
     callers = [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": name}}}
                for name in ENGINE_CALLERS]  # fmt: skip

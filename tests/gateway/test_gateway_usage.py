@@ -214,5 +214,6 @@ def test_metrics_count_requests_latency_first_bytes_and_redis_health(
     assert metric(text, "wharf_gateway_redis_up") == 1
     assert metric(text, "wharf_gateway_snapshot_version") == 1
     assert 0 <= metric(text, "wharf_gateway_snapshot_age_seconds") < 10
+    assert 0 <= metric(text, "wharf_gateway_usage_unflushed_age_seconds") < 10  # Redis is up
     assert "wharf_gateway_upstream_errors_total" in text
     assert "wharf_gateway_rejections_total" in text

@@ -34,7 +34,7 @@ from workers.kube.runtime import PodLogs, Watcher
 
 pytestmark = pytest.mark.django_db
 KUBE = names.KubeSettings(namespace="default", pre_stop_s=5)
-RBAC = Path(__file__).resolve().parents[2] / "deploy/kubernetes/rbac.yaml"
+RBAC = Path(__file__).resolve().parents[2] / "deploy/kubernetes/base/rbac.yaml"
 SPECS = Path(__file__).resolve().parents[2] / "deploy_specs"
 
 

@@ -1,0 +1,132 @@
+"""GET /metrics on the API: the control plane's figures (controlplane.metrics.figures) in
+Prometheus' text format, read from the database at scrape time by a custom collector, so no
+figure is ever stale or kept in a process.
+
+They name every workspace, service and node, so the page is closed like the gateway's
+(gateway/metrics_access.py): it answers only `Authorization: Bearer <WHARF_API_METRICS_TOKEN>`,
+and with no token configured it answers no one (403).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from contracts.spec import SpecError
+from controlplane.metrics.figures import node_states, quota_figures, service_figures
+from controlplane.nodes.models import Node
+from controlplane.services.choices import DesiredState, Phase
+from controlplane.services.models import Service
+from controlplane.workspaces.models import Workspace
+from controlplane.workspaces.quota_checks import held_by
+
+
+class ControlPlaneCollector(Collector):
+    """Services, nodes and quotas as gauges, from the rows as they are now."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from self._services()
+        yield self._nodes()
+        yield from self._quotas()
+
+    def _services(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["workspace", "service"]
+        desired = GaugeMetricFamily(
+            "wharf_service_instances_desired",
+            "Instances a service wants now (0 while stopped), all roles together.",
+            labels=labels,
+        )
+        ready = GaugeMetricFamily(
+            "wharf_service_instances_ready", "Instances of a service that serve.", labels=labels
+        )
+        paused = GaugeMetricFamily(
+            "wharf_service_rollout_paused",
+            "1 while a service's rollout is paused (its new version does not start; the "
+            "previous one keeps serving).",
+            labels=labels,
+        )
+        rows = Service.objects.exclude(desired_state=DesiredState.DELETED).select_related(
+            "workspace"
+        )
+        for row in rows:
+            try:
+                spec = row.parsed_spec()
+            except SpecError:
+                spec = None
+            running = row.desired_state == DesiredState.RUNNING and row.phase != Phase.COMPLETED
+            figures = service_figures(
+                row.workspace.name, row.name, spec, running, row.autoscale, row.ready_instances,
+                row.progress,
+            )  # fmt: skip
+            values = [figures.workspace, figures.service]
+            desired.add_metric(values, figures.desired)
+            ready.add_metric(values, figures.ready)
+            paused.add_metric(values, int(figures.rollout_paused))
+        yield from (desired, ready, paused)
+
+    def _nodes(self) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(
+            "wharf_node_state",
+            "1 for the state a node is in (ready, not_ready, cordoned, draining), 0 for the "
+            "others.",
+            labels=["node", "state"],
+        )
+        for node in Node.objects.all():
+            for state, value in node_states(node.state).items():
+                family.add_metric([node.name, state], value)
+        return family
+
+    def _quotas(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["workspace", "resource"]
+        used = GaugeMetricFamily(
+            "wharf_quota_used",
+            "What a workspace's services hold of a resource that has a quota (services, "
+            "instances, cards.gpu, cards.npu).",
+            labels=labels,
+        )
+        limit = GaugeMetricFamily(
+            "wharf_quota_limit", "A workspace's quota of a resource (its ceiling applied).",
+            labels=labels,
+        )  # fmt: skip
+        for workspace in Workspace.objects.all():
+            quotas = workspace.quotas()
+            if quotas.services is None and quotas.instances is None and not quotas.cards:
+                continue  # no quota: no query for what it holds
+            for figure in quota_figures(workspace.name, quotas, held_by(workspace)):
+                used.add_metric([figure.workspace, figure.resource], figure.used)
+                limit.add_metric([figure.workspace, figure.resource], figure.limit)
+        yield from (used, limit)
+
+
+def _registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ControlPlaneCollector())
+    return registry
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    token = settings.WHARF_API_METRICS_TOKEN
+    if not token:
+        return JsonResponse({"detail": (
+            "The control plane's metrics are closed: set WHARF_API_METRICS_TOKEN (or "
+            "WHARF_API_METRICS_TOKEN_FILE) and have Prometheus send it as "
+            "'Authorization: Bearer <token>'.")}, status=403)  # fmt: skip
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        presented.strip().encode(), token.encode()
+    ):
+        response = JsonResponse({"detail": (
+            "The control plane's metrics need the operator's metrics token as 'Authorization: "
+            "Bearer <token>' (WHARF_API_METRICS_TOKEN); an API token does not open them.")},
+            status=401)  # fmt: skip
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
