@@ -103,6 +103,8 @@ class Settings:
     # How long an Async service's item stays with this gateway's instance without renewal: a
     # gateway that dies gives its items back to the others after this (renewed every third).
     queue_lease: float = 30.0
+    # An OTLP/HTTP collector's base address for the gateway's traces ("": no traces).
+    otlp_endpoint: str = ""
 
 
 def load_settings() -> Settings:
@@ -155,7 +157,20 @@ def load_settings() -> Settings:
         metrics_listen=_metrics_listen(),
         api_url=_api_url(),
         queue_lease=_queue_lease(),
+        otlp_endpoint=otlp_endpoint(),
     )
+
+
+def otlp_endpoint() -> str:
+    """WHARF_OTLP_ENDPOINT, else OpenTelemetry's own OTEL_EXPORTER_OTLP_ENDPOINT: an http(s)
+    collector address for traces over OTLP/HTTP; "" (the default) turns traces off."""
+    url = (env.envstr("WHARF_OTLP_ENDPOINT") or env.envstr("OTEL_EXPORTER_OTLP_ENDPOINT")).strip()
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"WHARF_OTLP_ENDPOINT must be an OTLP/HTTP collector's http:// or https:// "
+            f"address (http://collector:4318), not {url!r}."
+        )
+    return url
 
 
 def _queue_lease() -> float:

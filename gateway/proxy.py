@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 from starlette.responses import Response
@@ -32,6 +33,7 @@ from gateway.limits import Admission, Demand
 from gateway.plane import EAS_FORM, OPENAI_FORM, Call, Plane
 from gateway.prefill import run_prefill
 from gateway.taps import EventTooLargeError, JsonTap, SseTap
+from gateway.tracing import Span, SpanKind, operation
 from gateway.upstream import (
     Answer,
     ConnectFailedError,
@@ -48,6 +50,7 @@ __all__ = ["EAS_FORM", "OPENAI_FORM", "Call", "Plane", "ProxyResponse"]
 _CLIENT_LEFT, _EXPIRED = "client_left", "expired"
 # An engine's 404 for a route it lacks is read whole, up to this, to see whose it is.
 _MISSING_ROUTE_READ = 64 * 1024
+_UNTRACED: AbstractContextManager = nullcontext()  # a step's span when tracing is off
 
 
 @dataclass
@@ -76,18 +79,31 @@ class ProxyResponse(Response):
         self.status_code = 0  # known once the engine answers
         self.background = None
         self.on_admitted = on_admitted  # told once the limits took the call (gateway.mirror)
+        self.span: Span | None = None  # the call's span, when tracing is on (gateway.tracing)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plane, call = self.plane, self.call
-        ranked = plane.balancer.ranked(
-            call.service.name, call.service.instances, policy=call.policy, key=call.routing_key
-        )
+        if plane.tracing is not None:
+            model = usage_model(call.service.name, call.adapter)
+            self.span = plane.tracing.call_span(f"{call.method} {call.path}", call.headers, {
+                "gen_ai.request.model": model, "gen_ai.operation.name": operation(call.path),
+                "wharf.service": call.service.name,
+            })  # fmt: skip
+        with self._step("routing"):
+            ranked = plane.balancer.ranked(
+                call.service.name, call.service.instances, policy=call.policy,
+                key=call.routing_key,
+            )  # fmt: skip
         demand = call.demand
         if demand.queue_size:
             demand = replace(demand, instances=tuple(i.url for i in ranked))
-        admission = await plane.limiter.admit(demand)
+        with self._step("admission"):
+            admission = await plane.limiter.admit(demand)
         if admission.refusal is not None:
             await self._refuse(admission.refusal, scope, receive, send)
+            if self.span is not None:
+                self.span.set_attribute("wharf.refused", admission.refusal.reason)
+                self.span.end()
             return
         if self.on_admitted is not None:
             self.on_admitted(call)
@@ -122,12 +138,16 @@ class ProxyResponse(Response):
             ):
                 return
             if call.prefill is not None:
-                decode_body = await run_prefill(plane, call, call.prefill)
+                with self._step("prefill", SpanKind.CLIENT) as leg:
+                    decode_body = await run_prefill(plane, self._traced(leg), call.prefill)
                 if isinstance(decode_body, Response):
                     await self._error(decode_body, outcome, scope, receive, send)
                     return
                 self.call = replace(call, body=decode_body)
-            await self._relay(ranked, demand, admission, outcome, scope, receive, send)
+            name = "engine" if call.prefill is None else "decode"
+            with self._step(name, SpanKind.CLIENT) as engine:
+                self.call = self._traced(engine)
+                await self._relay(ranked, demand, admission, outcome, scope, receive, send)
         except asyncio.CancelledError:
             if not outcome.stopped:
                 raise
@@ -143,6 +163,22 @@ class ProxyResponse(Response):
             watcher.remove_done_callback(client_left)
             watcher.cancel()
             self._finish(admission, outcome)
+            if self.span is not None and plane.tracing is not None:
+                plane.tracing.finish(self.span, outcome.status or CLIENT_CLOSED, outcome.counts)
+
+    def _step(self, name: str, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager:
+        """A span for one step of the call, under the call's; nothing when tracing is off."""
+        tracing, span = self.plane.tracing, self.span
+        if tracing is None or span is None:
+            return _UNTRACED
+        return tracing.step(name, span, kind)
+
+    def _traced(self, leg: Span | None) -> Call:
+        """The call with `leg`'s trace context in its headers, which the engine joins."""
+        tracing = self.plane.tracing
+        if leg is None or tracing is None:
+            return self.call
+        return replace(self.call, headers=tracing.headers_for(leg, self.call.headers))
 
     async def _refuse(self, refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
         """A limit refused the request: 429, or EAS's 450 for a full instance queue."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from gateway.queues.feeder import Queues
 from gateway.request_rates import RequestRates
 from gateway.signing import SigningTokens
 from gateway.snapshot import SnapshotWatcher
+from gateway.tracing import Tracing
 from gateway.upstream import Upstream
 from gateway.usage import UsageRecorder
 
@@ -139,9 +141,10 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     )
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
     call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
+    tracing = Tracing.to_endpoint(settings.otlp_endpoint)
     plane = Plane(
         upstream, balancer, limiter, usage, counters, engine_keys, settings.answer_caps,
-        call_figures,
+        call_figures, tracing,
     )  # fmt: skip
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     counters.watch_usage(usage.unflushed_age)
@@ -175,3 +178,5 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         await plane.upstream.close()
         await pipe.close()
         await client.aclose()
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)  # sends the spans still queued
