@@ -26,6 +26,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from contracts.otlp import traces_url
+
 SERVICE_NAME = "wharf-gateway"
 TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -35,13 +37,6 @@ _OPERATIONS = {
     "/v1/completions": "text_completion",
     "/v1/embeddings": "embeddings",
 }
-
-
-def traces_url(endpoint: str) -> str:
-    """The OTLP/HTTP traces URL for a collector's base address (as OTEL_EXPORTER_OTLP_ENDPOINT
-    gives it): `<base>/v1/traces`, unless it already names that path."""
-    base = endpoint.rstrip("/")
-    return base if base.endswith("/v1/traces") else base + "/v1/traces"
 
 
 def operation(path: str) -> str:

@@ -20,9 +20,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from contracts.otlp import traces_url
 from contracts.routing import PdRouting
 from gateway import config
-from gateway.tracing import operation, traces_url
+from gateway.tracing import operation
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -352,6 +352,7 @@ class SpecPreview(APIView):
             placement = Placement(
                 model_store=str(settings.WHARF_MODEL_DIR), devices=tuple(range(cards)),
                 role=role, service=spec.name, limits=tenant_limits(),
+                otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
             )  # fmt: skip
             containers.append({"role": role, "instances": instances,
                                **render(spec, placement).preview()})  # fmt: skip
