@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from contracts import env
 from contracts.call_figures import PREFIX as FIGURES_PREFIX
@@ -21,6 +22,8 @@ JSON_TAP_BYTES = 1024 * 1024
 MAX_PREFILL_ANSWER_BYTES = 4 * 1024 * 1024
 
 
+# WHARF_HOME's default, as the control plane's settings have it: .wharf in the checkout.
+DEFAULT_HOME = Path(__file__).resolve().parents[1] / ".wharf"
 UPSTREAM_KEEPALIVE_S = 4.0
 # Scale from zero (gateway.activation): requests held per service while its first instance
 # starts, and for how long. A vLLM engine loading a 7B model takes a minute or two, a
@@ -105,6 +108,8 @@ class Settings:
     queue_lease: float = 30.0
     # An OTLP/HTTP collector's base address for the gateway's traces ("": no traces).
     otlp_endpoint: str = ""
+    # Where services that ask for a request log have it written (gateway.request_log).
+    request_log_dir: str = str(DEFAULT_HOME / "request_logs")
 
 
 def load_settings() -> Settings:
@@ -158,6 +163,8 @@ def load_settings() -> Settings:
         api_url=_api_url(),
         queue_lease=_queue_lease(),
         otlp_endpoint=otlp_endpoint(),
+        request_log_dir=env.envstr("WHARF_GATEWAY_REQUEST_LOG_DIR")
+        or str(Path(env.envstr("WHARF_HOME") or DEFAULT_HOME) / "request_logs"),
     )
 
 

@@ -32,6 +32,7 @@ from gateway.limit_rules import Refusal
 from gateway.limits import Admission, Demand
 from gateway.plane import EAS_FORM, OPENAI_FORM, Call, Plane
 from gateway.prefill import run_prefill
+from gateway.request_log import call_entry, keep_head
 from gateway.taps import EventTooLargeError, JsonTap, SseTap
 from gateway.tracing import Span, SpanKind, operation
 from gateway.upstream import (
@@ -66,6 +67,7 @@ class _Outcome:
     last_byte: float = 0.0  # ... and to its last read
     reads: int = 0  # network reads of a streamed answer (about one per token)
     broken: bool = False  # the stream was cut short
+    kept: bytearray | None = None  # the answer's head, for a service's request log
 
 
 class ProxyResponse(Response):
@@ -80,6 +82,7 @@ class ProxyResponse(Response):
         self.background = None
         self.on_admitted = on_admitted  # told once the limits took the call (gateway.mirror)
         self.span: Span | None = None  # the call's span, when tracing is on (gateway.tracing)
+        self.asked = call.body  # the request as the caller sent it, for the request log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plane, call = self.plane, self.call
@@ -108,6 +111,8 @@ class ProxyResponse(Response):
         if self.on_admitted is not None:
             self.on_admitted(call)
         outcome = _Outcome()
+        if call.service.request_log is not None:
+            outcome.kept = bytearray()
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.ensure_future(_disconnected(receive))
@@ -363,6 +368,8 @@ class ProxyResponse(Response):
                 if answer.at_eof:
                     break  # the last read: it goes out with the end of the body, in one write
                 if chunk:
+                    if outcome.kept is not None:
+                        keep_head(outcome.kept, chunk, call.service.request_log)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamError as exc:
             # Too late for an error status. Returning without finishing the body makes the
@@ -386,6 +393,8 @@ class ProxyResponse(Response):
             chunk += sse.finish()
             outcome.counts = sse.counts
         outcome.ended = True
+        if outcome.kept is not None:
+            keep_head(outcome.kept, chunk, call.service.request_log)
         await send({"type": "http.response.body", "body": chunk, "more_body": False})
         outcome.complete = True
         if json_tap is not None:
@@ -420,6 +429,9 @@ class ProxyResponse(Response):
             gaps = outcome.reads - 1
             itl = (outcome.last_byte - outcome.first_byte) / gaps if gaps > 0 else None
             plane.figures.add(name, call.track, status, outcome.broken, first, itl)
+        if outcome.kept is not None and plane.request_log is not None:
+            entry = call_entry(call, self.asked, status, latency, counts, bytes(outcome.kept))
+            plane.request_log.add(name, entry)
 
     def _token_counts(self, outcome: _Outcome) -> tuple[int, int] | None:
         """Tokens the request used: as reported, else estimated; None: unknown (keep the hold)."""

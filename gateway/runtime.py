@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -29,6 +30,7 @@ from gateway.mirror import Mirrors
 from gateway.pipelined import PipelinedRedis
 from gateway.plane import Plane
 from gateway.queues.feeder import Queues
+from gateway.request_log import RequestLog
 from gateway.request_rates import RequestRates
 from gateway.signing import SigningTokens
 from gateway.snapshot import SnapshotWatcher
@@ -108,7 +110,10 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         client, balancer, health, interval=settings.engine_figures_interval
     )
 
+    request_log = RequestLog(Path(settings.request_log_dir))
+
     def loaded(snapshot: Snapshot) -> None:
+        request_log.seen(snapshot)
         engine_keys.load(snapshot)
         signing.load(snapshot)
         inflight.seen(snapshot)
@@ -144,7 +149,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     tracing = Tracing.to_endpoint(settings.otlp_endpoint)
     plane = Plane(
         upstream, balancer, limiter, usage, counters, engine_keys, settings.answer_caps,
-        call_figures, tracing,
+        call_figures, tracing, request_log,
     )  # fmt: skip
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     counters.watch_usage(usage.unflushed_age)
@@ -157,6 +162,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     inflight.start()
     figures.start()
     queues.start()
+    request_log.start()
     try:
         if listener is not None:
             await listener.start()
@@ -167,6 +173,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if listener is not None:
             await listener.stop()
         await queues.stop()
+        await request_log.stop()
         await figures.stop()
         await mirrors.stop()
         await inflight.stop()
