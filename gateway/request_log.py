@@ -125,14 +125,16 @@ class RequestLog:
         self._process = f"{socket.gethostname()}-{os.getpid()}"
 
     def seen(self, snapshot: Snapshot) -> None:
-        """Each service's retention, from the routing snapshot."""
-        self._keep = {
+        """Each service's retention, from the routing snapshot (read at every reload)."""
+        keep = {
             name: svc.request_log.keep_days
             for name, svc in snapshot.services.items()
             if svc.request_log is not None
         }
-        self._pruned_at = 0.0  # a changed retention applies now, not in an hour
-        self._wake.set()
+        if keep != self._keep:
+            self._keep = keep
+            self._pruned_at = 0.0  # a changed retention applies now, not within the hour
+            self._wake.set()
 
     def add(self, service: str, record: dict[str, Any]) -> None:
         """Queue one call's entry; dropped (and counted) when the queue is full."""
