@@ -332,6 +332,8 @@ class ProxyResponse(Response):
         send: Send,
     ) -> None:
         call = self.call
+        if self.plane.tracing is not None:
+            self.plane.tracing.mark_instance(instance.name, instance.url)
         sse, json_tap = _taps(answer, call.strip_usage, self.plane.caps)
         headers = client_response_headers(
             answer.headers, instance, sse is not None and call.strip_usage, answer.status

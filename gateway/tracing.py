@@ -100,6 +100,13 @@ class Tracing:
             span.set_status(Status(StatusCode.ERROR))
         span.end()
 
+    @staticmethod
+    def mark_instance(name: str, url: str) -> None:
+        """Name the instance that answers on the current step's span (the engine call's)."""
+        span = trace.get_current_span()
+        span.set_attribute("wharf.instance", name)
+        span.set_attribute("wharf.instance_url", url)
+
     def shutdown(self) -> None:
         """Send what is queued and stop (the gateway's shutdown)."""
         self.provider.shutdown()

@@ -155,6 +155,8 @@ def test_a_call_s_spans_join_the_caller_s_trace_and_reach_the_engine(
     for step in ("routing", "admission", "engine"):
         assert spans[step].parent_id == call.span_id
     assert spans["engine"].kind == 3  # SPAN_KIND_CLIENT
+    assert spans["engine"].attributes["wharf.instance"] == engines[0].name
+    assert spans["engine"].attributes["wharf.instance_url"] == engines[0].url
     assert call.attributes["gen_ai.request.model"] == svc.name
     assert call.attributes["gen_ai.operation.name"] == "chat"
     assert call.attributes["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
