@@ -103,10 +103,10 @@ class ProxyResponse(Response):
         with self._step("admission"):
             admission = await plane.limiter.admit(demand)
         if admission.refusal is not None:
-            await self._refuse(admission.refusal, scope, receive, send)
-            if self.span is not None:
+            status = await self._refuse(admission.refusal, scope, receive, send)
+            if self.span is not None and plane.tracing is not None:
                 self.span.set_attribute("wharf.refused", admission.refusal.reason)
-                self.span.end()
+                plane.tracing.finish(self.span, status, None)
             return
         if self.on_admitted is not None:
             self.on_admitted(call)
@@ -185,7 +185,7 @@ class ProxyResponse(Response):
             return self.call
         return replace(self.call, headers=tracing.headers_for(leg, self.call.headers))
 
-    async def _refuse(self, refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> int:
         """A limit refused the request: 429, or EAS's 450 for a full instance queue."""
         call = self.call
         status = 429
@@ -197,6 +197,7 @@ class ProxyResponse(Response):
             retryable=refusal.retryable, status=status,
         )  # fmt: skip
         await response(scope, receive, send)
+        return status
 
     def _expired(self) -> Response:
         """The answer to a request past its service's keepalive: EAS's 408, OpenAI's 504."""

@@ -15,6 +15,9 @@ Off (no endpoint) the proxy holds `None` instead of a Tracing and skips all of i
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -47,10 +50,36 @@ def operation(path: str) -> str:
     return "other"
 
 
+class ExportFailures(logging.Filter):
+    """The SDK logs a whole traceback for each batch it cannot send (every 5 s while the
+    collector is away): this keeps one line a minute, naming the error."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.every_s = every_s
+        self._last = -math.inf
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return False
+        self._last = now
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()} ({record.exc_info[1]}); traces are being lost"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
+_EXPORT_LOG = logging.getLogger("opentelemetry.sdk.trace.export")
+
+
 class Tracing:
     """The gateway's tracer and how its trace context travels to the engines."""
 
     def __init__(self, exporter: SpanExporter) -> None:
+        if not any(isinstance(f, ExportFailures) for f in _EXPORT_LOG.filters):
+            _EXPORT_LOG.addFilter(ExportFailures())
         self.provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
         # Spans are queued and sent from the processor's own thread, in batches: a slow or
         # absent collector costs dropped spans (its queue is bounded), never a slower call.

@@ -4,6 +4,9 @@ no endpoint is configured."""
 
 from __future__ import annotations
 
+import logging
+import socket
+import sys
 import threading
 import time
 import uuid
@@ -23,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from contracts.otlp import traces_url
 from contracts.routing import PdRouting
 from gateway import config
-from gateway.tracing import operation
+from gateway.tracing import ExportFailures, operation
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -195,6 +198,31 @@ def test_prefill_and_decode_legs_each_carry_their_own_span(
     assert spans["prefill"].parent_id == spans["decode"].parent_id == call.span_id
 
 
+def test_a_refused_call_s_span_says_why(
+    traced_gateway: Callable[..., Gateway],
+    receiver: tuple[OtlpReceiver, str],
+    engines: list[Engine],
+) -> None:
+    received, _ = receiver
+    token, digest = make_token()
+    svc = service(unique("refusing"), [engines[0].instance], [digest], models=("refusing",),
+                  rate_limit=1)  # fmt: skip
+    gateway = traced_gateway(snapshot(1, svc))
+    trace_ids = [uuid.uuid4().hex for _ in range(3)]
+    statuses = [
+        _call(gateway, token, "refusing", uuid.uuid4().hex,
+              traceparent=f"00-{trace_id}-{CALLER_SPAN}-01").status_code
+        for trace_id in trace_ids
+    ]  # fmt: skip
+    assert statuses[0] == 200 and 429 in statuses
+    refused = trace_ids[statuses.index(429)]
+    spans = received.trace(refused, {"POST /v1/chat/completions", "admission"})
+    call = spans["POST /v1/chat/completions"]
+    assert call.attributes["http.response.status_code"] == 429
+    assert call.attributes["wharf.refused"]
+    assert "engine" not in spans
+
+
 def test_without_an_endpoint_nothing_is_traced_and_the_caller_s_context_passes(
     start_gateway: Callable[..., Gateway], engines: list[Engine]
 ) -> None:
@@ -218,6 +246,39 @@ def test_without_an_endpoint_nothing_is_traced_and_the_caller_s_context_passes(
 )
 def test_traces_url(endpoint: str, url: str) -> None:
     assert traces_url(endpoint) == url
+
+
+def test_a_collector_that_is_away_fails_no_call(
+    start_gateway: Callable[..., Gateway], engines: list[Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once closed
+    token, digest = make_token()
+    svc = service(unique("lost"), [engines[0].instance], [digest], models=("lost",))
+    gateway = start_gateway(snapshot(1, svc), otlp_endpoint=closed)
+    for _ in range(5):
+        assert _call(gateway, token, "lost", uuid.uuid4().hex).status_code == 200
+        time.sleep(0.03)
+
+
+def test_export_failures_are_one_line_a_minute() -> None:
+    failures = ExportFailures(every_s=60)
+    try:
+        raise ConnectionError("refused")
+    except ConnectionError:
+        exc_info = sys.exc_info()
+    records = [
+        logging.LogRecord("otel", logging.ERROR, "f", 1, "Exception while exporting Span batch.",
+                          None, exc_info)
+        for _ in range(3)
+    ]  # fmt: skip
+    assert [failures.filter(r) for r in records] == [True, False, False]
+    assert records[0].exc_info is None
+    assert records[0].getMessage() == (
+        "Exception while exporting Span batch. (refused); traces are being lost"
+    )
 
 
 @pytest.mark.parametrize(
