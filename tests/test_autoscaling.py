@@ -140,7 +140,7 @@ def test_an_async_service_scales_on_its_queue_to_zero_and_back(fleet, gateway):
     service = deploy(spec)
     fleet.settle()
     queue = queue_store.queue_of(service, "input")
-    for i in range(6):
+    for _ in range(6):
         queue_store.put(queue, b"{}", tags={})
     report(gateway)  # nothing through the gateways: the queue is the load
     assert autoscale_all(gateway) == {"sd"}
