@@ -21,6 +21,7 @@ from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.eas_api.openapi import describe_access_key_views
 from controlplane.nodes.api import views as nodes
 from controlplane.nodes.api.serializers import NodeSerializer
+from controlplane.queues import api as queues
 from controlplane.services.api import (
     canary,
     estimate,
@@ -197,6 +198,14 @@ def describe_views() -> None:
     V(post=_op("services_canary_action", "Pause, resume, promote or abort a canary by hand",
                request=None, responses={200: canary.CanaryState},
                parameters=[action(*canary.ACTIONS)]))(canary.CanaryAction)  # fmt: skip
+    V(
+        get=_op(
+            "services_queue",
+            "An Async service's queues: items waiting, in work, given "
+            "back; answers waiting in the sink",
+            responses={200: queues.QueueFigures, 404: ERRORS},
+        )
+    )(queues.ServiceQueue)
     V(get=_op("spec_schema", "The service spec's JSON Schema", auth=[]))(schema.SpecSchema)
     V(post=_op("estimate", "Will a model fit", request=OBJECT))(estimate.Estimate)
     V(get=_op("keys_list", "API keys", responses={200: ApiKeySerializer(many=True)}),

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
+from django.contrib.auth import get_user_model
 from django.db import connection
 from eas_prediction import QueueClient
 
@@ -25,7 +27,10 @@ from controlplane.queues.models import QueueItem
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
+from controlplane.tokens.models import ApiToken
+from tests.api_support import member
 from tests.test_eas_sdk import _free_port, _GatewayProcess
+from wharfcli.main import cli
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -284,3 +289,30 @@ def test_a_gateway_killed_mid_item_loses_nothing(stack, live_server, redis_url, 
     (answer,) = _sink_items()
     assert answer.tags["lastCode"] == "200"
     assert answer.tags["deliveries"] == "2"  # handed out again after the lease lapsed
+
+
+def test_the_cli_puts_an_item_gets_its_answer_and_shows_the_queue(
+    stack, settings, live_server, tmp_path
+):
+    settings.WHARF_GATEWAY_URL = f"http://{stack['gateway'].address}"
+    alice = get_user_model().objects.get(username="alice")
+    env = {"WHARF_API": live_server.url, "WHARF_TOKEN": ApiToken.issue(alice, member(alice), "cli"),
+           "WHARF_CONFIG_DIR": str(tmp_path / "wharf")}  # fmt: skip
+    token = ["--token", stack["token"]]
+
+    def wharf(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["queue", *args], env=env)
+        return result.exit_code, result.output
+
+    code, out = wharf("put", "sd", '{"n": 7}', "--tag", "job=cli", *token, "-o", "json")
+    assert code == 0, out
+    request_id = json.loads(out)["request_id"]
+    code, out = wharf("get", "sd", request_id, "--wait", "20", *token, "-o", "json")
+    assert code == 0, out
+    answer = json.loads(out)
+    assert answer["status"] == "200" and answer["tags"]["job"] == "cli"
+    assert json.loads(json.loads(answer["data"])["body"]) == {"n": 7}
+    code, out = wharf("show", "sd", "-o", "json")
+    assert code == 0 and json.loads(out)["sink"]["length"] == 1, out  # kept: no --take
+    code, out = wharf("get", "sd", "no-such-id", *token)
+    assert code == 4 and "no answer" in out

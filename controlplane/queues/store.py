@@ -341,3 +341,24 @@ def backlog(service: Service) -> dict[str, int]:
         sink=Count("id", filter=Q(queue=QueueName.SINK)),
     )
     return dict(figures)
+
+
+def figures(service: Service) -> dict[str, object]:
+    """What the console, the CLI and the metrics show of an Async service's queues."""
+    inputs, sink = queue_of(service, QueueName.INPUT), queue_of(service, QueueName.SINK)
+    now = timezone.now()
+    counted = backlog(service)
+    oldest = (inputs.items.filter(state=ItemState.PENDING).order_by("created_at")
+              .values_list("created_at", flat=True).first())  # fmt: skip
+    redelivered = inputs.items.filter(state=ItemState.PENDING, deliveries__gt=0).count()
+    failed = sink.items.filter(status=FAILED_DELIVERY, tags__has_key="lastMessage").count()
+    return {
+        "window": inputs.window,
+        "max_delivery": inputs.settings.max_delivery,
+        "input": {"pending": counted["pending"], "working": counted["working"],
+                  "oldest_pending_s": round((now - oldest).total_seconds(), 1) if oldest else 0,
+                  "redelivering": redelivered, "max_length": inputs.max_length,
+                  "max_payload_size_kb": inputs.max_bytes // 1024},
+        "sink": {"length": counted["sink"], "failed": failed, "max_length": sink.max_length,
+                 "max_payload_size_kb": sink.max_bytes // 1024},
+    }  # fmt: skip
