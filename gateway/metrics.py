@@ -133,6 +133,22 @@ class Metrics:
             "written); it grows while the usage flush falls behind.",
             registry=self.registry,
         )
+        self.queue_items = Counter(
+            "wharf_gateway_queue_items",
+            "Async services' items this gateway fed to instances, by outcome: answered (its "
+            "answer, whatever its status, went to the sink), given_back (its instance failed; "
+            "it goes again or fails at max_delivery) or dropped (its lease had lapsed: another "
+            "gateway's delivery counts).",
+            ["service", "outcome"],
+            registry=self.registry,
+        )
+        self.queue_latency = Histogram(
+            "wharf_gateway_queue_item_seconds",
+            "Time from an item's put to its answer, for the items this gateway answered.",
+            ["service"],
+            buckets=(*_LATENCY_BUCKETS, 1800.0, 3600.0, 14400.0),
+            registry=self.registry,
+        )
         self.snapshot_version = Gauge(
             "wharf_gateway_snapshot_version",
             "Version of the routing snapshot being served.",

@@ -101,7 +101,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         nudge=inflight.nudge,
     )
     inflight.held_by(activator.held)
-    queues = Queues(settings, engine_keys, balancer)
+    queues = Queues(settings, engine_keys, balancer, counters)
     figures = EngineFiguresReader(
         client, balancer, health, interval=settings.engine_figures_interval
     )

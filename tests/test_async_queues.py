@@ -39,6 +39,7 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor == "sqlite", reason="needs PostgreSQL (see above)"),
 ]
 ROOT = Path(__file__).resolve().parents[1]
+METRICS_TOKEN = "queue-test-metrics-token"
 SPEC = {
     "metadata": {"name": "sd", "instance": 2, "type": "Async", "rpc.worker_threads": 2},
     "queue": {"max_delivery": 2, "cpu": 1, "memory": 4000},
@@ -73,10 +74,16 @@ class _Engine:
 def _gateway(live_server, redis_url, settings, tmp_path, name: str) -> _GatewayProcess:
     os.environ["WHARF_API_URL"] = live_server.url
     os.environ["WHARF_GATEWAY_QUEUE_LEASE"] = "3"
+    os.environ["WHARF_GATEWAY_METRICS_TOKEN"] = METRICS_TOKEN
     try:
         return _GatewayProcess(redis_url, settings.WHARF_TOKEN_KEY, tmp_path / f"{name}.log")
     finally:
-        del os.environ["WHARF_API_URL"], os.environ["WHARF_GATEWAY_QUEUE_LEASE"]
+        for variable in (
+            "WHARF_API_URL",
+            "WHARF_GATEWAY_QUEUE_LEASE",
+            "WHARF_GATEWAY_METRICS_TOKEN",
+        ):
+            del os.environ[variable]
 
 
 @pytest.fixture
@@ -262,6 +269,11 @@ def test_an_item_whose_instance_is_killed_goes_to_another(stack):
     (answer,) = _sink_items()
     assert answer.tags["lastCode"] == "200" and answer.tags["deliveries"] == "2"
     assert json.loads(bytes(answer.data))["pid"] != doomed.process.pid
+    metrics = httpx.get(f"http://{stack['gateway'].address}/metrics",
+                        headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text  # fmt: skip
+    assert 'wharf_gateway_queue_items_total{outcome="given_back",service="sd"} 1.0' in metrics
+    assert 'wharf_gateway_queue_items_total{outcome="answered",service="sd"} 1.0' in metrics
+    assert 'wharf_gateway_queue_item_seconds_count{service="sd"} 1.0' in metrics
 
 
 def test_with_max_delivery_spent_the_sink_holds_the_failure(stack, api):

@@ -96,6 +96,15 @@ def test_an_item_given_back_goes_again_until_max_delivery_then_fails_in_the_sink
     assert "sd-1 failed" in failed.tags["lastMessage"]
 
 
+def test_an_item_never_sent_goes_again_without_counting_a_delivery():
+    service = _service({"max_delivery": 1})
+    (item,) = _put(service, 1)
+    store.lease(service, "gw", ["sd-0"], 30)
+    assert store.give_back(item.id, "gw", "its instance failed before it was sent", False)
+    (again,) = store.lease(service, "gw", ["sd-1"], 30)
+    assert again.deliveries == 1  # its one delivery is still to come
+
+
 def test_a_lapsed_lease_goes_to_the_next_gateway_and_the_late_answer_is_dropped():
     service = _service({"max_delivery": 3})
     (item,) = _put(service, 1)

@@ -220,7 +220,7 @@ def _return(item: QueueItem, reason: str) -> None:
         _answer(item, FAILED_DELIVERY, reason.encode(), "text/plain", message=reason)
         return
     item.state, item.holder, item.instance, item.lease_until = ItemState.PENDING, "", "", None
-    item.save(update_fields=["state", "holder", "instance", "lease_until"])
+    item.save(update_fields=["state", "holder", "instance", "lease_until", "deliveries"])
 
 
 def _answer(
@@ -316,12 +316,16 @@ def finish(index: int, holder: str, status: int, data: bytes, content_type: str)
         return True
 
 
-def give_back(index: int, holder: str, reason: str) -> bool:
-    """Item `index`, which its instance could not finish: to another, or failed for good."""
+def give_back(index: int, holder: str, reason: str, delivered: bool = True) -> bool:
+    """Item `index`, which its instance could not finish: to another, or failed for good.
+    Not `delivered` (the gateway never sent it: its instance had failed since the lease), the
+    delivery does not count."""
     with transaction.atomic():
         item = _held(index, holder)
         if item is None:
             return False
+        if not delivered:
+            item.deliveries = max(item.deliveries - 1, 0)
         _return(item, reason[:500])
         return True
 
