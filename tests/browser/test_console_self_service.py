@@ -23,6 +23,7 @@ from controlplane.usage.models import UsageRecord
 from controlplane.workspaces.models import Membership, Workspace
 from tests.api_support import client_for, member, snapshot_store
 from tests.browser.chromium import browser_context, require_browser
+from tests.browser.conftest import SCREENSHOTS
 
 PASSWORD = "self-service-test-password"
 TEAM = "team"
@@ -90,6 +91,11 @@ def team(chromium, live_server, transactional_db, monkeypatch, settings, redis_u
     connections.close_all()  # see tests.browser.chromium.signed_in
 
 
+def shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
 def nav(page) -> list[str]:
     return page.eval_on_selector_all(".topbar nav a", "links => links.map(a => a.textContent)")
 
@@ -126,6 +132,7 @@ def test_a_developer_makes_a_key_sees_it_once_and_revokes_it(team):
     assert shown.startswith(key.hint) and len(shown) > len(key.hint)
     row = page.wait_for_selector(f"#keys tr[data-key={key.public_id}]")
     assert "60 req/min" in row.inner_text()
+    shot(page, "self-service-keys")
 
     page.click(f"#keys tr[data-key={key.public_id}] [data-action=revoke]")
     page.click("#dialog [data-role=ok]")
@@ -176,6 +183,7 @@ def test_an_admin_adds_a_member_and_sets_a_quota(team):
         "() => document.querySelector('#quotas tr[data-resource=services]').innerText.includes('3')"
     )
     assert Workspace.objects.get(name=TEAM).quota_services == 3
+    shot(page, "self-service-workspace")
 
 
 def test_a_viewer_sees_members_and_quotas_but_changes_nothing(team):
@@ -209,6 +217,7 @@ def test_usage_is_charted_by_service_and_key_and_exported_as_csv(team):
     page.wait_for_selector(f"#usage-keys tr[data-key={key.public_id}]")
     assert "app (k" in page.inner_text(f"#usage-keys tr[data-key={key.public_id}]")
     assert "4" in page.inner_text("#usage-totals tr[data-service=chat]")
+    shot(page, "self-service-usage")
     with page.expect_download() as download:
         page.click("#usage-csv")
     lines = Path(download.value.path()).read_text().splitlines()
@@ -233,6 +242,7 @@ def test_the_audit_trail_filters_by_actor_and_names_a_bad_filter(team):
     page.click("#audit-filters button[type=submit]")
     page.wait_for_function("() => !document.querySelector('#audit tr[data-actor=lead]')")
     assert "POST /api/v1/keys" in page.inner_text("#audit tr[data-actor=dev]")
+    shot(page, "self-service-audit")
     page.fill("#audit-filters [name=limit]", "5000")
     page.click("#audit-filters button[type=submit]")
     assert "1 to 1000" in page.inner_text("[data-error-path=limit]")
@@ -246,6 +256,7 @@ def test_nodes_offer_cordon_and_drain_to_staff_only(team):
     staff.click("#nodes tr[data-node=gpu-1] summary")
     assert "GPU 0: free" in staff.inner_text("#nodes tr[data-node=gpu-1] details")
     assert "vllm:1" in staff.inner_text("#nodes tr[data-node=gpu-1] details")
+    shot(staff, "self-service-nodes")
     dev = team.open_as("dev", "/nodes/")
     dev.wait_for_selector("#nodes tr[data-node=gpu-1]")
     assert dev.locator("#nodes button").count() == 0

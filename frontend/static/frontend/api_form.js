@@ -34,7 +34,9 @@ const ApiForm = (() => {
     return {type: types.find((t) => t !== "null") || "string", nullable: types.includes("null")};
   }
 
-  const words = (name) => name.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
+  // A property's name as a label: "max_concurrency" → "Max concurrency", "rpm" → "RPM".
+  const words = (name) => (name.length <= 3 ? name.toUpperCase()
+    : name.replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase()));
 
   function widget(path, prop, value) {
     const {type} = typeOf(prop);
