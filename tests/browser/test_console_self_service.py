@@ -7,7 +7,7 @@ database), as in test_console_workspaces."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -125,10 +125,14 @@ def test_a_developer_makes_a_key_sees_it_once_and_revokes_it(team):
     assert not ApiKey.objects.exists()
 
     page.fill("[name=services]", "chat")
+    page.fill("[name=expires_at]", "2030-01-31T12:00")  # the browser's local time
     page.click("#key-submit")
     shown = page.wait_for_selector("#new-key-value:not(:empty)").inner_text()
     key = ApiKey.objects.get(name="ci")
     assert (key.services, key.rpm, key.owner.username) == (["chat"], 60, "dev")
+    offset = page.evaluate("() => new Date('2030-01-31T12:00').getTimezoneOffset()")
+    expected = datetime(2030, 1, 31, 12, tzinfo=UTC) + timedelta(minutes=offset)
+    assert key.expires_at == expected
     assert shown.startswith(key.hint) and len(shown) > len(key.hint)
     row = page.wait_for_selector(f"#keys tr[data-key={key.public_id}]")
     assert "60 req/min" in row.inner_text()
@@ -170,6 +174,13 @@ def test_an_admin_adds_a_member_and_sets_a_quota(team):
     page.wait_for_selector("#members tr[data-member=newbie]")
     assert Membership.objects.get(user__username="newbie").role == "viewer"
     assert page.locator("#members tr[data-member=boss] select").count() == 0  # an owner
+    page.select_option("#members tr[data-member=watcher] select", "developer")
+    page.wait_for_selector("#toast:has-text('watcher is now developer')")
+    assert Membership.objects.get(user__username="watcher").role == "developer"
+    page.click("#members tr[data-member=newbie] [data-action=remove]")
+    page.click("#dialog [data-role=ok]")
+    page.wait_for_selector("#members tr[data-member=newbie]", state="detached")
+    assert not Membership.objects.filter(user__username="newbie").exists()
 
     assert page.locator("#quota-fields [name='ceilings.services']").count() == 0  # staff's
     Workspace.objects.filter(name=TEAM).update(ceiling_services=5)
