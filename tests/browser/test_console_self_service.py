@@ -116,6 +116,8 @@ def test_a_developer_makes_a_key_sees_it_once_and_revokes_it(team):
         "tpm",
         "max_concurrency",
     ]  # the API schema's keys_create body, in its order
+    names = page.wait_for_selector("[data-field=services] .scope-names").inner_text()
+    assert names == "In this workspace: chat"
     page.fill("[name=name]", "ci")
     page.fill("[name=services]", "chat, nope")
     page.fill("[name=rpm]", "60")

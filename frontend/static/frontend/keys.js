@@ -60,6 +60,7 @@
       fields.replaceChildren(el("p.field-error", `The API's schema could not be read: ${err.message}`));
       return;
     }
+    offerNames(fields.querySelector("[data-field=services]"));
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const result = await api("POST", "/keys", ApiForm.read(fields));
@@ -79,6 +80,14 @@
     });
     document.getElementById("new-key-copy").addEventListener("click",
       () => copy(document.getElementById("new-key-value").textContent));
+  }
+
+  // The names a key may be scoped to here, under the services field: services and groups.
+  async function offerNames(field) {
+    const [services, groups] = await Promise.all([api("GET", "/services"), api("GET", "/groups")]);
+    const names = [...(services.ok ? services.data : []), ...(groups.ok ? groups.data : [])]
+      .map((found) => found.name);
+    if (field && names.length) field.append(el("small.scope-names", `In this workspace: ${names.join(", ")}`));
   }
 
   if (maker) setUpForm();
