@@ -38,8 +38,10 @@ from controlplane.services.api.serializers import (
     ServiceSerializer,
     VersionSerializer,
 )
+from controlplane.tokens.api import validation as key_checks
 from controlplane.tokens.api import views as keys
 from controlplane.tokens.api.serializers import ApiKeySerializer
+from controlplane.tokens.api.values import MAX_INT
 from controlplane.usage.api import views as usage
 from controlplane.workspaces.api.openapi import describe_workspace_views
 
@@ -116,15 +118,21 @@ class KeyCreated(ApiKeySerializer):
         fields = [*ApiKeySerializer.Meta.fields, "key"]
 
 
+LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
 KEY_REQUEST = {"application/json": {"type": "object", "additionalProperties": False,
     "required": ["name"], "properties": {
-        "name": {"type": "string"},
+        "name": {"type": "string", "maxLength": key_checks.MAX_NAME,
+                 "description": "what the key is for"},
         "services": {"type": ["array", "null"], "items": {"type": "string"},
-                     "description": "services the key may call; null for all"},
-        "expires_at": {"type": "string", "format": "date-time"},
-        "expires_in": {"type": "integer", "minimum": 1, "description": "seconds"},
-        "rpm": {"type": "integer"}, "tpm": {"type": "integer"},
-        "max_concurrency": {"type": "integer"}}}}  # fmt: skip
+                     "maxItems": key_checks.MAX_SERVICES,
+                     "description": "services (or service:adapter, or groups) the key may "
+                                    "call; null for all"},
+        "expires_at": {"type": "string", "format": "date-time",
+                       "description": "when it stops working; none: never"},
+        "expires_in": {**LIMIT, "description": "or: seconds from now"},
+        "rpm": {**LIMIT, "description": "requests per minute"},
+        "tpm": {**LIMIT, "description": "tokens per minute"},
+        "max_concurrency": {**LIMIT, "description": "requests at once"}}}}  # fmt: skip
 
 
 def describe_views() -> None:
