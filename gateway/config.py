@@ -8,6 +8,7 @@ from contracts import env
 from contracts.call_figures import PREFIX as FIGURES_PREFIX
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
 from contracts.usage import USAGE_PREFIX
+from gateway.limit_rules import ON_DOWN, ON_DOWN_LOCAL
 
 # A request body is held whole before it is forwarded (and a generation call's parsed), so
 # larger ones are refused with 413: four times a 1M-token prompt, room for inline images.
@@ -103,6 +104,8 @@ class Settings:
     # How long an Async service's item stays with this gateway's instance without renewal: a
     # gateway that dies gives its items back to the others after this (renewed every third).
     queue_lease: float = 30.0
+    # Limited calls while Redis is unreachable: counted per process, admitted, or refused.
+    limits_on_redis_down: str = ON_DOWN_LOCAL
 
 
 def load_settings() -> Settings:
@@ -155,7 +158,19 @@ def load_settings() -> Settings:
         metrics_listen=_metrics_listen(),
         api_url=_api_url(),
         queue_lease=_queue_lease(),
+        limits_on_redis_down=_limits_on_redis_down(),
     )
+
+
+def _limits_on_redis_down() -> str:
+    mode = env.envstr("WHARF_LIMITS_ON_REDIS_DOWN", ON_DOWN_LOCAL).strip().lower()
+    if mode not in ON_DOWN:
+        raise ConfigError(
+            "WHARF_LIMITS_ON_REDIS_DOWN must be local (each gateway counts the limits on its "
+            "own), open (limited calls admitted uncounted) or closed (refused with 503) — "
+            f"not {mode!r}."
+        )
+    return mode
 
 
 def _queue_lease() -> float:

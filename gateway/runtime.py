@@ -133,6 +133,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         second_s=settings.second_s,
         minute_s=settings.minute_s,
         lease_ttl=settings.lease_ttl,
+        on_down=settings.limits_on_redis_down,
     )
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
