@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth import authenticate, get_user_model
 from django.test import Client
 
+from controlplane.audit.models import AuditEntry
 from controlplane.sso import discovery
 from controlplane.sso.mapping import parse_group_roles
 from controlplane.sso.memberships import apply_group_roles
@@ -112,6 +113,14 @@ def test_a_sign_in_keeps_hand_given_roles_and_follows_the_groups(settings, db):
     assert roles() == {"ml": ("developer", True), "web": ("viewer", False)}
     apply_group_roles(user, set())
     assert roles() == {"web": ("viewer", False)}
+    trail = AuditEntry.objects.filter(actor="ada", via="single sign-on").order_by("id")
+    assert [(e.workspace.name, e.action) for e in trail] == [
+        ("ml", "member as admin, from the provider's groups"),
+        ("default", "member as admin, from the provider's groups"),
+        ("ml", "role developer (was admin), from the provider's groups"),
+        ("default", "left: no group of theirs grants a role"),
+        ("ml", "left: no group of theirs grants a role"),
+    ]
 
 
 START_UP = [

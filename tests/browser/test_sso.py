@@ -87,3 +87,22 @@ def test_signs_in_through_the_provider_with_the_mapped_workspace_and_role(live_s
     assert "Your role in workspace ml is viewer" in second["refused"][0]
     assert list(Membership.objects.filter(user=ada).values_list("role", flat=True)) == ["viewer"]
     assert get_user_model().objects.filter(sso_identity__subject="ada").count() == 1
+
+
+def test_with_local_login_off_a_password_sent_anyway_is_refused(live_server, sso):
+    get_user_model().objects.create_user("lin", password="a-local-password", is_staff=True)
+    with browser_context() as context:
+        page = context.new_page()
+        page.goto(live_server.url + "/login/")
+        assert page.locator("input[name=password]").count() == 0
+        token = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
+        # The form a page from before the switch would still post, from this browser.
+        answer = page.request.post(
+            live_server.url + "/login/",
+            form={"username": "lin", "password": "a-local-password"},
+            headers={"X-CSRFToken": token, "Referer": live_server.url + "/login/"},
+        )
+        assert answer.status == 403
+        assert "Password sign-in is turned off" in answer.text()
+        assert page.goto(live_server.url + "/").url.startswith(live_server.url + "/login/")
+    connections.close_all()
