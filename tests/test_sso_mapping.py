@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.sso.backend import username_for
+from controlplane.sso.backend import id_token_problem, username_for
 from controlplane.sso.config import sign_in_problem
 from controlplane.sso.mapping import (
     GroupRole,
@@ -160,4 +160,23 @@ PROBLEMS = [
 @pytest.mark.parametrize("issuer, client, local, problem", PROBLEMS)
 def test_checks_the_sign_in_settings_together(issuer, client, local, problem):
     found = sign_in_problem(issuer, client, local)
+    assert (found is None) if problem is None else (problem in found)
+
+
+ISSUER, CLIENT = "https://id.example.com", "wharf"
+ID_TOKENS = [
+    ({"iss": ISSUER, "aud": CLIENT}, None),
+    ({"iss": ISSUER + "/", "aud": [CLIENT]}, None),
+    ({"iss": ISSUER, "aud": [CLIENT, "other"], "azp": CLIENT}, None),
+    ({"iss": "https://evil.example.com", "aud": CLIENT}, "issuer"),
+    ({"aud": CLIENT}, "issuer"),
+    ({"iss": ISSUER, "aud": "other"}, "not this client"),
+    ({"iss": ISSUER}, "not this client"),
+    ({"iss": ISSUER, "aud": [CLIENT, "other"]}, "azp"),
+]
+
+
+@pytest.mark.parametrize("payload, problem", ID_TOKENS)
+def test_an_id_token_must_be_from_the_issuer_and_for_this_client(payload, problem):
+    found = id_token_problem(payload, ISSUER, CLIENT)
     assert (found is None) if problem is None else (problem in found)

@@ -58,6 +58,20 @@ def username_for(claims: Mapping[str, object], taken: Callable[[str], bool]) -> 
     return name
 
 
+def id_token_problem(payload: Mapping[str, object], issuer: str, client_id: str) -> str | None:
+    """What OpenID Connect Core 3.1.3.7 refuses in a (signed) ID token's claims that
+    mozilla-django-oidc does not check: another issuer, or not meant for this client."""
+    if str(payload.get("iss", "")).rstrip("/") != issuer:
+        return f"the ID token's issuer {payload.get('iss')!r} is not {issuer!r}"
+    audience = payload.get("aud")
+    audiences = audience if isinstance(audience, list) else [audience]
+    if client_id not in audiences:
+        return f"the ID token is for {audience!r}, not this client {client_id!r}"
+    if len(audiences) > 1 and payload.get("azp") != client_id:
+        return f"the ID token names several audiences but its azp is not {client_id!r}"
+    return None
+
+
 class SsoBackend(OIDCAuthenticationBackend):
     get_settings = staticmethod(oidc_setting)
 
@@ -76,6 +90,13 @@ class SsoBackend(OIDCAuthenticationBackend):
             log.warning("single sign-on unavailable: %s", exc)
             return None
         return super().authenticate(request, **kwargs)
+
+    def verify_token(self, token, **kwargs):
+        payload = super().verify_token(token, **kwargs)
+        problem = id_token_problem(payload, settings.WHARF_OIDC_ISSUER, self.OIDC_RP_CLIENT_ID)
+        if problem:
+            raise SuspiciousOperation(problem)
+        return payload
 
     def get_userinfo(self, access_token, id_token, payload):
         claims = super().get_userinfo(access_token, id_token, payload)
