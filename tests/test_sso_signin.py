@@ -17,7 +17,7 @@ from controlplane.audit.models import AuditEntry
 from controlplane.sso import discovery
 from controlplane.sso.mapping import parse_group_roles
 from controlplane.sso.memberships import apply_group_roles
-from controlplane.sso.models import MappedMembership
+from controlplane.sso.models import Identity, MappedMembership
 from controlplane.workspaces.members import ensure_member
 from controlplane.workspaces.models import Membership, Workspace
 from launcher.stack import ROOT
@@ -41,7 +41,7 @@ def sso_on(settings):
     settings.WHARF_OIDC_CLIENT_ID = settings.OIDC_RP_CLIENT_ID = "wharf-console"
     settings.WHARF_OIDC_LABEL = "Example ID"
     settings.AUTHENTICATION_BACKENDS = [PASSWORD_BACKEND, SSO_BACKEND]
-    discovery._kept.clear()
+    discovery.forget()
     return settings
 
 
@@ -137,3 +137,16 @@ def test_bad_sign_in_settings_stop_start_up(tmp_path, variables, message):
         [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert check.returncode != 0 and message in check.stderr
+
+
+def test_the_admin_lists_who_signed_in_and_what_the_mapping_gave(settings, db):
+    settings.WHARF_OIDC_GROUP_ROLES = parse_group_roles("ml=ml:developer")
+    ada = get_user_model().objects.create_user("ada")
+    Identity.objects.create(user=ada, issuer="https://id.example.com", subject="sub-ada")
+    apply_group_roles(ada, {"ml"})
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("root"))
+    identities = client.get("/admin/sso/identity/").content.decode()
+    assert "sub-ada" in identities
+    mapped = client.get("/admin/sso/mappedmembership/").content.decode()
+    assert "ada" in mapped and "developer" in mapped

@@ -48,6 +48,11 @@ def provider_metadata(issuer: str) -> dict:
     return document
 
 
+def forget() -> None:
+    """Drop the kept documents (a provider that moved; tests)."""
+    _kept.clear()
+
+
 def oidc_setting(attr: str, *default):
     """mozilla-django-oidc's settings, its OIDC_OP_* endpoints from the discovery document."""
     if attr in ENDPOINTS:

@@ -27,7 +27,7 @@ def provider(monkeypatch) -> Iterator[str]:
     monkeypatch.setenv("AUTHLIB_INSECURE_TRANSPORT", "1")  # plain HTTP on loopback
     with run_server_in_thread() as server:
         yield f"http://localhost:{server.server_port}"
-    discovery._kept.clear()
+    discovery.forget()
 
 
 @pytest.fixture
