@@ -137,6 +137,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Probes and scrapes by pod IP, before the host check and any redirect.
     "controlplane.machine_endpoints.MachineEndpoints",
+    # The database or Redis down: a 503 naming it (not a 500), from any layer below.
+    "controlplane.outages.Outages",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
