@@ -7,7 +7,7 @@ from contracts import spec_facts
 from contracts.hub_refs import is_hub_ref
 from contracts.spec import GPU_ENGINES, PD_ENGINES, ROLES, Llm, ServiceSpec
 from contracts.spec_probes import probe_conflicts
-from contracts.spec_queue import queue_rules
+from contracts.spec_queue import is_async, queue_rules
 from contracts.spec_scaling import Autoscaler
 from contracts.spec_sidecars import sidecar_rules
 
@@ -76,7 +76,13 @@ def _scaling_checks(spec: ServiceSpec) -> dict[str, list[str]]:
                 f"({source})"
             ]
         for i, strategy in enumerate(scaler.scaleStrategies):
-            if strategy.metricName in ("queue", "kv_cache") and not reads_metrics:
+            # An Async service's queue is its own input queue (contracts.spec_queue).
+            from_queue = strategy.metricName == "queue" and is_async(spec)
+            if (
+                strategy.metricName in ("queue", "kv_cache")
+                and not reads_metrics
+                and not from_queue
+            ):
                 errors[f"{source}.scaleStrategies[{i}].metricName"] = [
                     f"{strategy.metricName} is read from the engine's metrics; engine {engine} "
                     "has none Wharf reads: use qps or concurrency"

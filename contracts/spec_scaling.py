@@ -20,7 +20,8 @@ from contracts.spec_fleet import MAX_INSTANCES, _Strict
 
 # What a scale strategy can follow, each per instance of the service (or of its role):
 # qps: requests per second through the gateways; concurrency: requests in flight;
-# queue: requests waiting in the engine; kv_cache: the engine's KV-cache usage, in percent;
+# queue: requests waiting in the engine (an Async service: the items waiting in its input queue
+# or in work, contracts.spec_queue); kv_cache: the engine's KV-cache usage, in percent;
 # cpu: CPU in use, in percent of metadata.cpu (of one core when unset); gpu (EAS also writes
 # gpu[util]): its cards' utilisation, in percent (contracts.instance_usage).
 METRICS = ("qps", "concurrency", "queue", "kv_cache", "cpu", "gpu", "gpu[util]")
@@ -32,7 +33,8 @@ class ScaleStrategy(_Strict):
     metricName: Literal[  # noqa: N815
         "qps", "concurrency", "queue", "kv_cache", "cpu", "gpu", "gpu[util]"
     ] = Field(
-        description="qps, concurrency and queue per instance; kv_cache in percent of the "
+        description="qps, concurrency and queue per instance (an Async service's queue: "
+        "items waiting or in work); kv_cache in percent of the "
         "engine's KV cache; cpu in percent of metadata.cpu (one core when unset); gpu (or "
         "gpu[util]) in percent of its cards' utilisation."
     )

@@ -19,6 +19,8 @@ from contracts.env import envbool, envfloat, envint, envrange, envstr, secret
 from contracts.hub_refs import ENDPOINTS
 from contracts.instance_types import SHIPPED, Flavour, operator_table, use_table
 from contracts.version import VERSION
+from controlplane.sso.config import sign_in_problem
+from controlplane.sso.mapping import parse_group_roles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 WHARF_HOME = Path(envstr("WHARF_HOME", str(BASE_DIR / ".wharf"))).resolve()
@@ -127,6 +129,7 @@ INSTALLED_APPS = [
     "controlplane.benchmarks",
     "controlplane.eas_api",
     "controlplane.queues",
+    "controlplane.sso",
     "frontend",
     "launcher",
 ]
@@ -134,6 +137,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Probes and scrapes by pod IP, before the host check and any redirect.
     "controlplane.machine_endpoints.MachineEndpoints",
+    # The database or Redis down: a 503 naming it (not a 500), from any layer below.
+    "controlplane.outages.Outages",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -176,6 +181,34 @@ WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
+
+# Single sign-on with OpenID Connect (controlplane.sso), on when an issuer and a client are
+# given: the provider's endpoints come from its discovery document at sign-in; users are made
+# at their first sign-in and given workspace roles from their groups (WHARF_OIDC_GROUP_ROLES,
+# GROUP=WORKSPACE:ROLE,...; controlplane.sso.mapping). WHARF_LOCAL_LOGIN=false refuses every
+# password sign-in (the console's and the admin's); API tokens are not affected.
+WHARF_OIDC_ISSUER = envstr("WHARF_OIDC_ISSUER", "").strip().rstrip("/")
+WHARF_OIDC_CLIENT_ID = envstr("WHARF_OIDC_CLIENT_ID", "").strip()
+WHARF_OIDC_GROUPS_CLAIM = envstr("WHARF_OIDC_GROUPS_CLAIM", "groups")
+WHARF_OIDC_GROUP_ROLES = parse_group_roles(envstr("WHARF_OIDC_GROUP_ROLES", ""))
+WHARF_OIDC_LABEL = envstr("WHARF_OIDC_LABEL", "single sign-on")
+WHARF_LOCAL_LOGIN = envbool("WHARF_LOCAL_LOGIN", True)
+_SIGN_IN_PROBLEM = sign_in_problem(WHARF_OIDC_ISSUER, WHARF_OIDC_CLIENT_ID, WHARF_LOCAL_LOGIN)
+if _SIGN_IN_PROBLEM:
+    raise ValueError(_SIGN_IN_PROBLEM)
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if WHARF_LOCAL_LOGIN else []),
+    *(["controlplane.sso.backend.SsoBackend"] if WHARF_OIDC_ISSUER else []),
+]
+# mozilla-django-oidc's own settings (its OIDC_OP_* endpoints: controlplane.sso.discovery).
+OIDC_RP_CLIENT_ID = WHARF_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = secret("WHARF_OIDC_CLIENT_SECRET")
+OIDC_RP_SCOPES = envstr("WHARF_OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = envstr("WHARF_OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATE_CLASS = "controlplane.sso.views.SignInRequest"
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

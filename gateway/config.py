@@ -9,6 +9,7 @@ from contracts import env
 from contracts.call_figures import PREFIX as FIGURES_PREFIX
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
 from contracts.usage import USAGE_PREFIX
+from gateway.limit_rules import ON_DOWN, ON_DOWN_LOCAL
 
 # A request body is held whole before it is forwarded (and a generation call's parsed), so
 # larger ones are refused with 413: four times a 1M-token prompt, room for inline images.
@@ -106,6 +107,8 @@ class Settings:
     # How long an Async service's item stays with this gateway's instance without renewal: a
     # gateway that dies gives its items back to the others after this (renewed every third).
     queue_lease: float = 30.0
+    # Limited calls while Redis is unreachable: counted per process, admitted, or refused.
+    limits_on_redis_down: str = ON_DOWN_LOCAL
     # An OTLP/HTTP collector's base address for the gateway's traces ("": no traces).
     otlp_endpoint: str = ""
     # Where services that ask for a request log have it written (gateway.request_log).
@@ -162,6 +165,7 @@ def load_settings() -> Settings:
         metrics_listen=_metrics_listen(),
         api_url=_api_url(),
         queue_lease=_queue_lease(),
+        limits_on_redis_down=_limits_on_redis_down(),
         otlp_endpoint=otlp_endpoint(),
         request_log_dir=env.envstr("WHARF_GATEWAY_REQUEST_LOG_DIR")
         or str(Path(env.envstr("WHARF_HOME") or DEFAULT_HOME) / "request_logs"),
@@ -178,6 +182,17 @@ def otlp_endpoint() -> str:
             f"address (http://collector:4318), not {url!r}."
         )
     return url
+
+
+def _limits_on_redis_down() -> str:
+    mode = env.envstr("WHARF_LIMITS_ON_REDIS_DOWN", ON_DOWN_LOCAL).strip().lower()
+    if mode not in ON_DOWN:
+        raise ConfigError(
+            "WHARF_LIMITS_ON_REDIS_DOWN must be local (each gateway counts the limits on its "
+            "own), open (limited calls admitted uncounted) or closed (refused with 503) — "
+            f"not {mode!r}."
+        )
+    return mode
 
 
 def _queue_lease() -> float:

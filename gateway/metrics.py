@@ -29,6 +29,7 @@ REASON_KEY_TPM = "key_tpm"
 REASON_KEY_CONCURRENCY = "key_concurrency"
 REASON_SERVICE_CONCURRENCY = "service_concurrency"  # networking.gateway_policy
 REASON_INSTANCE_QUEUE = "instance_queue"
+REASON_LIMITS_DOWN = "limits_unavailable"  # Redis down, WHARF_LIMITS_ON_REDIS_DOWN=closed
 REASON_KEY_EXPIRED = "key_expired"
 REASON_KEY_SCOPE = "key_scope"
 REASON_INVALID_TOKEN = "invalid_token"
@@ -131,6 +132,22 @@ class Metrics:
             "wharf_gateway_usage_unflushed_age_seconds",
             "Seconds the oldest token usage count not yet written to Redis has waited (0: all "
             "written); it grows while the usage flush falls behind.",
+            registry=self.registry,
+        )
+        self.queue_items = Counter(
+            "wharf_gateway_queue_items",
+            "Async services' items this gateway fed to instances, by outcome: answered (its "
+            "answer, whatever its status, went to the sink), given_back (its instance failed; "
+            "it goes again or fails at max_delivery) or dropped (its lease had lapsed: another "
+            "gateway's delivery counts).",
+            ["service", "outcome"],
+            registry=self.registry,
+        )
+        self.queue_latency = Histogram(
+            "wharf_gateway_queue_item_seconds",
+            "Time from an item's put to its answer, for the items this gateway answered.",
+            ["service"],
+            buckets=(*_LATENCY_BUCKETS, 1800.0, 3600.0, 14400.0),
             registry=self.registry,
         )
         self.snapshot_version = Gauge(

@@ -188,7 +188,7 @@ class ProxyResponse(Response):
     async def _refuse(self, refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> int:
         """A limit refused the request: 429, or EAS's 450 for a full instance queue."""
         call = self.call
-        status = 429
+        status = refusal.status
         if call.form == EAS_FORM and refusal.reason == metrics.REASON_INSTANCE_QUEUE:
             status = errors.EAS_QUEUE_FULL
         self.plane.metrics.reject(call.service.name, refusal.reason, status)

@@ -105,7 +105,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         nudge=inflight.nudge,
     )
     inflight.held_by(activator.held)
-    queues = Queues(settings, engine_keys, balancer)
+    queues = Queues(settings, engine_keys, balancer, counters)
     figures = EngineFiguresReader(
         client, balancer, health, interval=settings.engine_figures_interval
     )
@@ -140,6 +140,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         second_s=settings.second_s,
         minute_s=settings.minute_s,
         lease_ttl=settings.lease_ttl,
+        on_down=settings.limits_on_redis_down,
     )
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from click.testing import CliRunner
+from django.contrib.auth import get_user_model
 from django.db import connection
 from eas_prediction import QueueClient
 
@@ -25,7 +27,10 @@ from controlplane.queues.models import QueueItem
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
+from controlplane.tokens.models import ApiToken
+from tests.api_support import member
 from tests.test_eas_sdk import _free_port, _GatewayProcess
+from wharfcli.main import cli
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -34,6 +39,7 @@ pytestmark = [
     pytest.mark.skipif(connection.vendor == "sqlite", reason="needs PostgreSQL (see above)"),
 ]
 ROOT = Path(__file__).resolve().parents[1]
+METRICS_TOKEN = "queue-test-metrics-token"
 SPEC = {
     "metadata": {"name": "sd", "instance": 2, "type": "Async", "rpc.worker_threads": 2},
     "queue": {"max_delivery": 2, "cpu": 1, "memory": 4000},
@@ -68,10 +74,16 @@ class _Engine:
 def _gateway(live_server, redis_url, settings, tmp_path, name: str) -> _GatewayProcess:
     os.environ["WHARF_API_URL"] = live_server.url
     os.environ["WHARF_GATEWAY_QUEUE_LEASE"] = "3"
+    os.environ["WHARF_GATEWAY_METRICS_TOKEN"] = METRICS_TOKEN
     try:
         return _GatewayProcess(redis_url, settings.WHARF_TOKEN_KEY, tmp_path / f"{name}.log")
     finally:
-        del os.environ["WHARF_API_URL"], os.environ["WHARF_GATEWAY_QUEUE_LEASE"]
+        for variable in (
+            "WHARF_API_URL",
+            "WHARF_GATEWAY_QUEUE_LEASE",
+            "WHARF_GATEWAY_METRICS_TOKEN",
+        ):
+            del os.environ[variable]
 
 
 @pytest.fixture
@@ -257,6 +269,11 @@ def test_an_item_whose_instance_is_killed_goes_to_another(stack):
     (answer,) = _sink_items()
     assert answer.tags["lastCode"] == "200" and answer.tags["deliveries"] == "2"
     assert json.loads(bytes(answer.data))["pid"] != doomed.process.pid
+    metrics = httpx.get(f"http://{stack['gateway'].address}/metrics",
+                        headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).text  # fmt: skip
+    assert 'wharf_gateway_queue_items_total{outcome="given_back",service="sd"} 1.0' in metrics
+    assert 'wharf_gateway_queue_items_total{outcome="answered",service="sd"} 1.0' in metrics
+    assert 'wharf_gateway_queue_item_seconds_count{service="sd"} 1.0' in metrics
 
 
 def test_with_max_delivery_spent_the_sink_holds_the_failure(stack, api):
@@ -284,3 +301,30 @@ def test_a_gateway_killed_mid_item_loses_nothing(stack, live_server, redis_url, 
     (answer,) = _sink_items()
     assert answer.tags["lastCode"] == "200"
     assert answer.tags["deliveries"] == "2"  # handed out again after the lease lapsed
+
+
+def test_the_cli_puts_an_item_gets_its_answer_and_shows_the_queue(
+    stack, settings, live_server, tmp_path
+):
+    settings.WHARF_GATEWAY_URL = f"http://{stack['gateway'].address}"
+    alice = get_user_model().objects.get(username="alice")
+    env = {"WHARF_API": live_server.url, "WHARF_TOKEN": ApiToken.issue(alice, member(alice), "cli"),
+           "WHARF_CONFIG_DIR": str(tmp_path / "wharf")}  # fmt: skip
+    token = ["--token", stack["token"]]
+
+    def wharf(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["queue", *args], env=env)
+        return result.exit_code, result.output
+
+    code, out = wharf("put", "sd", '{"n": 7}', "--tag", "job=cli", *token, "-o", "json")
+    assert code == 0, out
+    request_id = json.loads(out)["request_id"]
+    code, out = wharf("get", "sd", request_id, "--wait", "20", *token, "-o", "json")
+    assert code == 0, out
+    answer = json.loads(out)
+    assert answer["status"] == "200" and answer["tags"]["job"] == "cli"
+    assert json.loads(json.loads(answer["data"])["body"]) == {"n": 7}
+    code, out = wharf("show", "sd", "-o", "json")
+    assert code == 0 and json.loads(out)["sink"]["length"] == 1, out  # kept: no --take
+    code, out = wharf("get", "sd", "no-such-id", *token)
+    assert code == 4 and "no answer" in out

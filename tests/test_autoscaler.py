@@ -101,6 +101,21 @@ def test_an_idle_service_with_min_zero_stops_after_the_grace_and_wakes_on_a_held
     assert decision.state.last_traffic == 501.0
 
 
+def test_an_async_service_stays_up_while_its_queue_holds_items_and_wakes_for_one():
+    rules = scaler(min_=0, down=0, grace=30)
+    state = State(replicas=1, last_traffic=0.0)
+    # No request through the gateways, but items wait in its queue: not idle.
+    decision = decide(rules, state, Signals(ready=1, qps=0.0, queue=4.0, backlog=4), now=100.0)
+    assert decision.replicas == 1 and decision.state.last_traffic == 100.0
+    decision = decide(rules, decision.state, Signals(ready=1, queue=0.0), now=130.0)
+    assert decision.replicas == 0  # the queue emptied 30 s ago
+    decision = decide(rules, decision.state, Signals(ready=0, queue=1.0, backlog=1), now=131.0)
+    assert (decision.replicas, decision.reason) == (
+        1,
+        "1 item(s) in its queue while no instance runs; waking",
+    )
+
+
 def test_min_one_never_goes_to_zero_and_traffic_resets_the_idle_clock():
     rules = scaler(min_=1, down=0, grace=0)
     decision = decide(rules, State(replicas=2, last_traffic=0.0), Signals(ready=2, qps=0.0), 99.0)

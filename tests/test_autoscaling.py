@@ -14,6 +14,8 @@ import redis
 from contracts import engine_load
 from contracts.inflight import encode_report, report_key
 from contracts.routing import SNAPSHOT_KEY
+from controlplane.queues import store as queue_store
+from controlplane.queues.models import QueueItem
 from controlplane.services.models import Event, Service
 from tests.fleet_support import Fleet
 from tests.test_fleet import custom, deploy, update
@@ -127,6 +129,31 @@ def test_an_idle_min_zero_service_stops_and_a_held_request_wakes_it(fleet, gatew
     assert reasons == ["ScaledToZero", "ScaledFromZero"]
     assert (
         events("idle")[1][1] == "instances: 0 → 1: 2 request(s) held while no instance runs; waking"
+    )
+
+
+def test_an_async_service_scales_on_its_queue_to_zero_and_back(fleet, gateway):
+    """Its `queue` metric is its backlog per instance: items waiting or in work."""
+    spec = scaled("sd", min_=0, max_=3, grace=0,
+                  strategies=[{"metricName": "queue", "threshold": 2}])  # fmt: skip
+    spec["metadata"]["type"] = "Async"
+    service = deploy(spec)
+    fleet.settle()
+    queue = queue_store.queue_of(service, "input")
+    for _ in range(6):
+        queue_store.put(queue, b"{}", tags={})
+    report(gateway)  # nothing through the gateways: the queue is the load
+    assert autoscale_all(gateway) == {"sd"}
+    fleet.settle()
+    assert len(fleet.rows("sd")) == 3  # 6 items, 2 per instance
+    QueueItem.objects.all().delete()  # answered and taken
+    assert autoscale_all(gateway) == {"sd"}
+    fleet.settle()
+    assert fleet.rows("sd") == []
+    queue_store.put(queue, b"{}", tags={})
+    assert autoscale_all(gateway) == {"sd"}
+    assert events("sd")[-1][1] == (
+        "instances: 0 → 1: 1 item(s) in its queue while no instance runs; waking"
     )
 
 

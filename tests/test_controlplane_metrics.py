@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from contracts.spec import parse_spec
 from controlplane.metrics.figures import node_states, quota_figures, service_figures
 from controlplane.nodes.models import Node
+from controlplane.queues import store as queue_store
+from controlplane.queues.models import QueueItem
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
@@ -128,6 +130,37 @@ def test_metrics_show_ready_against_desired_instances_and_a_paused_rollout(setti
         assert found[("wharf_service_instances_ready", labels)] == ready
         assert found[("wharf_service_rollout_paused", labels)] == paused
     assert not [key for key in found if ("service", "gone") in key[1]]
+
+
+@pytest.mark.django_db
+def test_metrics_show_each_async_services_queues(settings):
+    spec = {"name": "sd", "metadata": {"type": "Async", "rpc": {"worker_threads": 1}},
+            "containers": [{"image": "i", "command": "serve", "port": 8000}]}  # fmt: skip
+    sd = Service.objects.create(workspace=default_workspace(), name="sd", spec=spec)
+    Service.objects.create(workspace=default_workspace(), name="quiet",
+                           spec={**spec, "name": "quiet"})  # fmt: skip
+    queue = queue_store.queue_of(sd, "input")
+    first = queue_store.put(queue, b"1", tags={})
+    queue_store.put(queue, b"2", tags={})
+    queue_store.lease(sd, "gw", ["sd-0"], 30)
+    QueueItem.objects.filter(queue="input", state="pending").update(
+        created_at=timezone.now() - timedelta(seconds=90))  # fmt: skip
+    queue_store.finish(first.id, "gw", 200, b"ok", "")
+    found = scrape(settings)
+
+    def items(service: str, queue: str, state: str) -> float:
+        labels = (("queue", queue), ("service", service), ("state", state),
+                  ("workspace", "default"))  # fmt: skip
+        return found[("wharf_queue_items", labels)]
+
+    assert (items("sd", "input", "pending"), items("sd", "input", "working"),
+            items("sd", "sink", "pending")) == (1, 0, 1)  # fmt: skip
+    assert items("quiet", "input", "pending") == 0  # every Async service, items or not
+    oldest = found[("wharf_queue_oldest_pending_seconds",
+                    (("service", "sd"), ("workspace", "default")))]  # fmt: skip
+    assert 89 <= oldest <= 120
+    assert not [key for key in found if key[0] == "wharf_queue_items" and
+                ("service", "chat") in key[1]]  # fmt: skip
 
 
 @pytest.mark.django_db

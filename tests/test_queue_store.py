@@ -96,6 +96,15 @@ def test_an_item_given_back_goes_again_until_max_delivery_then_fails_in_the_sink
     assert "sd-1 failed" in failed.tags["lastMessage"]
 
 
+def test_an_item_never_sent_goes_again_without_counting_a_delivery():
+    service = _service({"max_delivery": 1})
+    (item,) = _put(service, 1)
+    store.lease(service, "gw", ["sd-0"], 30)
+    assert store.give_back(item.id, "gw", "its instance failed before it was sent", False)
+    (again,) = store.lease(service, "gw", ["sd-1"], 30)
+    assert again.deliveries == 1  # its one delivery is still to come
+
+
 def test_a_lapsed_lease_goes_to_the_next_gateway_and_the_late_answer_is_dropped():
     service = _service({"max_delivery": 3})
     (item,) = _put(service, 1)
@@ -145,3 +154,23 @@ def test_search_says_where_an_item_stands():
     assert attributes["stream.length"] == "3" and attributes["stream.working"] == "1"
     assert attributes["stream.lastEntry"] == str(items[2].id)
     assert store.backlog(service) == {"pending": 2, "working": 1, "sink": 0}
+
+
+def test_the_api_shows_an_async_services_queues(api):
+    service = _service({"max_delivery": 3}, threads=1)
+    items = _put(service, 3)
+    store.lease(service, "gw", ["sd-0"], 30)
+    store.give_back(items[0].id, "gw", "instance sd-0 failed: ConnectError")
+    answer = api.get("/api/v1/services/sd/queue")
+    assert answer.status_code == 200, answer.json()
+    figures = answer.json()
+    assert (figures["window"], figures["max_delivery"]) == (1, 3)
+    assert figures["input"] | {"oldest_pending_s": 0} == {
+        "pending": 3, "working": 0, "oldest_pending_s": 0, "redelivering": 1,
+        "max_length": 10_000, "max_payload_size_kb": 1024}  # fmt: skip
+    assert figures["sink"]["length"] == 0
+    Service.objects.create(name="chat", workspace=default_workspace(),
+                           spec={"name": "chat", "containers": [
+                               {"image": "i", "command": "c", "port": 8000}]})  # fmt: skip
+    assert api.get("/api/v1/services/chat/queue").status_code == 404
+    assert api.get("/api/v1/services/nope/queue").status_code == 404

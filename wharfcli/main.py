@@ -12,6 +12,7 @@ from wharfcli.client import EXIT_CODES
 from wharfcli.fleet import keys, nodes, usage
 from wharfcli.groups import groups
 from wharfcli.output import output_option
+from wharfcli.queues import queue
 from wharfcli.services import create, delete, describe, list_services, services, start, stop, update
 from wharfcli.tools import call, estimate, login, preview
 from wharfcli.workspaces import audit, members, workspaces
@@ -31,7 +32,7 @@ def cli() -> None:
 
 
 COMMANDS = (login, services, adapters, keys, usage, nodes, preview, estimate, call, bench,
-            workspaces, members, audit, access_keys, groups)  # fmt: skip
+            workspaces, members, audit, access_keys, groups, queue)  # fmt: skip
 for command in COMMANDS:
     cli.add_command(command)
 for alias, command in VERB_ALIASES.items():

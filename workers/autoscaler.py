@@ -37,10 +37,11 @@ class Signals:
     held: int = 0  # requests the gateways hold for it while none runs
     cpu: float | None = None  # mean CPU in use, percent of what each asked for
     gpu: float | None = None  # mean utilisation of their cards, percent
+    backlog: int = 0  # an Async service's items waiting in its input queue or in work
 
     @property
     def traffic(self) -> bool:
-        return bool(self.qps) or self.in_flight > 0 or self.held > 0
+        return bool(self.qps) or self.in_flight > 0 or self.held > 0 or self.backlog > 0
 
     def per_instance(self, metric: str) -> float | None:
         """The metric as a strategy compares it: per ready instance; kv_cache, cpu and gpu as
@@ -166,6 +167,8 @@ def _traffic(signals: Signals) -> str:
         parts.append(f"{signals.qps:.2f} requests/s")
     if signals.in_flight:
         parts.append(f"{signals.in_flight} in flight")
+    if signals.backlog:
+        parts.append(f"{signals.backlog} item(s) in its queue")
     return ", ".join(parts)
 
 

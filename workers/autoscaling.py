@@ -20,6 +20,8 @@ from contracts import engine_load, inflight, instance_usage, spec_facts, spec_sc
 from contracts.spec import SpecError
 from contracts.spec_cron import latest_fire
 from contracts.spec_fleet import MAX_INSTANCES
+from contracts.spec_queue import is_async
+from controlplane.queues import store as queue_store
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Service
@@ -88,6 +90,10 @@ def _autoscale(service: Service, spec, load: _Load, redis_client, now: float) ->
                 scaler = scaler.model_copy(update={"min": max(scaler.min, floor)})
             mine = [i.name for i in ready if i.role == role]
             signals = _signals(mine, load, redis_client, now, spec.metadata.cpu)
+            if is_async(spec):  # its queue is its load: the items waiting and in work
+                backlog = queue_store.backlog(service)
+                items = backlog["pending"] + backlog["working"]
+                signals = replace(signals, queue=float(items), backlog=items)
             decision = decide(scaler, state, signals, now)
             state, why = decision.state, decision.reason or why
         decided[role] = state.to_json()

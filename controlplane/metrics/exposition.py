@@ -13,15 +13,19 @@ import hmac
 from collections.abc import Iterator
 
 from django.conf import settings
+from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from contracts.spec import SpecError
+from contracts.spec_queue import ASYNC
 from controlplane.metrics.figures import node_states, quota_figures, service_figures
 from controlplane.nodes.models import Node
+from controlplane.queues.models import ItemState, QueueItem, QueueName
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
@@ -35,6 +39,7 @@ class ControlPlaneCollector(Collector):
         yield from self._services()
         yield self._nodes()
         yield from self._quotas()
+        yield from self._queues()
 
     def _services(self) -> Iterator[GaugeMetricFamily]:
         labels = ["workspace", "service"]
@@ -103,6 +108,44 @@ class ControlPlaneCollector(Collector):
                 used.add_metric([figure.workspace, figure.resource], figure.used)
                 limit.add_metric([figure.workspace, figure.resource], figure.limit)
         yield from (used, limit)
+
+    def _queues(self) -> Iterator[GaugeMetricFamily]:
+        """Async services' queues (controlplane.queues): items by queue and state, and how
+        long the oldest waiting item has waited; zeros for a queue with none."""
+        items = GaugeMetricFamily(
+            "wharf_queue_items",
+            "Items in an Async service's queue: input pending (waiting for an instance) or "
+            "working (at one), and sink pending (answers waiting to be taken).",
+            labels=["workspace", "service", "queue", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "wharf_queue_oldest_pending_seconds",
+            "How long the oldest item waiting in an Async service's input queue has waited.",
+            labels=["workspace", "service"],
+        )
+        services = dict(Service.objects.exclude(desired_state=DesiredState.DELETED)
+                        .filter(spec__metadata__type=ASYNC)
+                        .values_list("name", "workspace__name"))  # fmt: skip
+        counts = {(s, q, st): n for s, q, st, n in QueueItem.objects.filter(
+            service__name__in=services).values_list("service__name", "queue", "state")
+            .annotate(n=Count("id"))}  # fmt: skip
+        firsts = dict(QueueItem.objects.filter(
+            service__name__in=services, queue=QueueName.INPUT, state=ItemState.PENDING)
+            .values_list("service__name").annotate(first=Min("created_at")))  # fmt: skip
+        now = timezone.now()
+        for name, workspace in sorted(services.items()):
+            for queue, state in QUEUE_STATES:
+                items.add_metric(
+                    [workspace, name, queue, state], counts.get((name, queue, state), 0)
+                )
+            first = firsts.get(name)
+            oldest.add_metric([workspace, name], (now - first).total_seconds() if first else 0.0)
+        yield from (items, oldest)
+
+
+# The queue and state pairs an item can be in (sink items are never worked on).
+QUEUE_STATES = ((QueueName.INPUT, ItemState.PENDING), (QueueName.INPUT, ItemState.WORKING),
+                (QueueName.SINK, ItemState.PENDING))  # fmt: skip
 
 
 def _registry() -> CollectorRegistry:

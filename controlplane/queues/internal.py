@@ -18,6 +18,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from contracts.plane_link import CALLER_KEY, HEADER, is_plane_key
@@ -196,6 +197,7 @@ async def lease(request: HttpRequest) -> HttpResponse:
         return _refused(400, str(exc))
     except store.QueueRefusal as exc:
         return _refused(exc.status, exc.message)
+    now = timezone.now()
     return JsonResponse(
         {
             "items": [
@@ -205,6 +207,7 @@ async def lease(request: HttpRequest) -> HttpResponse:
                     "path": item.path,
                     "content_type": item.content_type,
                     "key_id": item.key_id,
+                    "age_s": (now - item.created_at).total_seconds(),
                 }
                 for item in items
             ]
@@ -223,7 +226,10 @@ async def finish(request: HttpRequest) -> HttpResponse:
         index = int(data["index"])
         if data.get("status") is None:
             taken = await sync_to_async(store.give_back)(
-                index, data["holder"], str(data.get("reason", ""))
+                index,
+                data["holder"],
+                str(data.get("reason", "")),
+                data.get("delivered") is not False,
             )
         else:
             taken = await sync_to_async(store.finish)(

@@ -220,7 +220,7 @@ def _return(item: QueueItem, reason: str) -> None:
         _answer(item, FAILED_DELIVERY, reason.encode(), "text/plain", message=reason)
         return
     item.state, item.holder, item.instance, item.lease_until = ItemState.PENDING, "", "", None
-    item.save(update_fields=["state", "holder", "instance", "lease_until"])
+    item.save(update_fields=["state", "holder", "instance", "lease_until", "deliveries"])
 
 
 def _answer(
@@ -316,12 +316,16 @@ def finish(index: int, holder: str, status: int, data: bytes, content_type: str)
         return True
 
 
-def give_back(index: int, holder: str, reason: str) -> bool:
-    """Item `index`, which its instance could not finish: to another, or failed for good."""
+def give_back(index: int, holder: str, reason: str, delivered: bool = True) -> bool:
+    """Item `index`, which its instance could not finish: to another, or failed for good.
+    Not `delivered` (the gateway never sent it: its instance had failed since the lease), the
+    delivery does not count."""
     with transaction.atomic():
         item = _held(index, holder)
         if item is None:
             return False
+        if not delivered:
+            item.deliveries = max(item.deliveries - 1, 0)
         _return(item, reason[:500])
         return True
 
@@ -341,3 +345,24 @@ def backlog(service: Service) -> dict[str, int]:
         sink=Count("id", filter=Q(queue=QueueName.SINK)),
     )
     return dict(figures)
+
+
+def figures(service: Service) -> dict[str, object]:
+    """What the console, the CLI and the metrics show of an Async service's queues."""
+    inputs, sink = queue_of(service, QueueName.INPUT), queue_of(service, QueueName.SINK)
+    now = timezone.now()
+    counted = backlog(service)
+    oldest = (inputs.items.filter(state=ItemState.PENDING).order_by("created_at")
+              .values_list("created_at", flat=True).first())  # fmt: skip
+    redelivered = inputs.items.filter(state=ItemState.PENDING, deliveries__gt=0).count()
+    failed = sink.items.filter(status=FAILED_DELIVERY, tags__has_key="lastMessage").count()
+    return {
+        "window": inputs.window,
+        "max_delivery": inputs.settings.max_delivery,
+        "input": {"pending": counted["pending"], "working": counted["working"],
+                  "oldest_pending_s": round((now - oldest).total_seconds(), 1) if oldest else 0,
+                  "redelivering": redelivered, "max_length": inputs.max_length,
+                  "max_payload_size_kb": inputs.max_bytes // 1024},
+        "sink": {"length": counted["sink"], "failed": failed, "max_length": sink.max_length,
+                 "max_payload_size_kb": sink.max_bytes // 1024},
+    }  # fmt: skip

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,6 +31,7 @@ from contracts.routing import RoutedInstance, RoutedService, Snapshot
 from gateway.balancer import Balancer
 from gateway.config import Settings
 from gateway.engine_auth import EngineKeys
+from gateway.metrics import Metrics
 from gateway.queues.plane_client import PlaneClient, PlaneError
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0  # between passes when nothing wakes the feeder
 LEASE_S = 30.0  # a lease not renewed lapses after this; renewed every third of it
 FINISH_TRIES = 5
+ANSWERED, GIVEN_BACK, DROPPED = "answered", "given_back", "dropped"  # an item's outcomes
 
 
 def holder_name() -> str:
@@ -50,6 +53,7 @@ class QueueFeeder:
         plane: PlaneClient,
         engine_keys: EngineKeys,
         balancer: Balancer,
+        metrics: Metrics,
         timeout: float,
         poll_s: float = POLL_S,
         lease_s: float = LEASE_S,
@@ -57,6 +61,7 @@ class QueueFeeder:
         self._plane = plane
         self._keys = engine_keys
         self._balancer = balancer
+        self._metrics = metrics
         self._timeout = timeout
         self._poll_s = poll_s
         self._lease_s = lease_s
@@ -122,9 +127,14 @@ class QueueFeeder:
         for item in items:
             instance = instances.get(str(item.get("instance")))
             index = int(item["index"])
-            if instance is None:  # gone since: let another take it
+            # Its instance failed (or left) while the lease was asked for: not sent, so the
+            # delivery does not count, and another instance takes it.
+            if instance is None or self._balancer.cooling(instance.url):
                 with contextlib.suppress(PlaneError):
-                    await self._plane.give_back(index, self.holder, "its instance left routing")
+                    await self._plane.give_back(
+                        index, self.holder, "its instance failed before it was sent",
+                        delivered=False,
+                    )  # fmt: skip
                 continue
             task = asyncio.create_task(self._work(service, instance, item))
             self._working[index] = task
@@ -133,15 +143,21 @@ class QueueFeeder:
         self, service: RoutedService, instance: RoutedInstance, item: dict[str, Any]
     ) -> None:
         index = int(item["index"])
+        started = time.monotonic()
         try:
             answer = await self._call(service, instance, item)
             if isinstance(answer, str):
                 await self._settle(lambda: self._plane.give_back(index, self.holder, answer))
-            else:
-                status, body, kind = answer
-                await self._settle(
-                    lambda: self._plane.finish(index, self.holder, status, body, kind)
-                )
+                self._metrics.queue_items.labels(service.name, GIVEN_BACK).inc()
+                return
+            status, body, kind = answer
+            taken = await self._settle(
+                lambda: self._plane.finish(index, self.holder, status, body, kind)
+            )
+            self._metrics.queue_items.labels(service.name, ANSWERED if taken else DROPPED).inc()
+            if taken:
+                waited = float(item.get("age_s", 0)) + time.monotonic() - started
+                self._metrics.queue_latency.labels(service.name).observe(waited)
         finally:
             self._working.pop(index, None)
             self.nudge()
@@ -172,17 +188,17 @@ class QueueFeeder:
             return f"instance {instance.name} failed: {type(exc).__name__}"
         return answer.status_code, answer.content, answer.headers.get("content-type", "")
 
-    async def _settle(self, call: Callable[[], Awaitable[bool]]) -> None:
+    async def _settle(self, call: Callable[[], Awaitable[bool]]) -> bool:
         """Tell the store, retrying while it cannot be reached: the lease covers the wait,
         and if it lapses first the item goes to another instance (its answer here is then
-        not recorded: the store takes an item's answer once)."""
+        not recorded: the store takes an item's answer once). Whether the store took it."""
         for attempt in range(FINISH_TRIES):
             try:
-                await call()
-                return
+                return await call()
             except PlaneError as exc:
                 log.warning("queue: could not record an item's end: %s", exc)
                 await asyncio.sleep(0.5 * 2**attempt)
+        return False
 
     async def _renew(self) -> None:
         while True:
@@ -195,12 +211,15 @@ class QueueFeeder:
 class Queues:
     """A gateway's part in the queues: its client of the store and its feeder."""
 
-    def __init__(self, settings: Settings, engine_keys: EngineKeys, balancer: Balancer) -> None:
+    def __init__(
+        self, settings: Settings, engine_keys: EngineKeys, balancer: Balancer, metrics: Metrics
+    ) -> None:
         self.plane = PlaneClient(settings.api_url, settings.secret_key)
         self.feeder = QueueFeeder(
             self.plane,
             engine_keys,
             balancer,
+            metrics,
             settings.upstream_timeout,
             lease_s=settings.queue_lease,
         )

@@ -101,12 +101,14 @@ class PlaneClient:
         )
         return bool(data.get("taken"))
 
-    async def give_back(self, index: int, holder: str, reason: str) -> bool:
+    async def give_back(self, index: int, holder: str, reason: str, delivered: bool = True) -> bool:
+        """An item its instance could not finish (`delivered` False: never sent to it)."""
         data = await self._json(
             "POST",
             "/internal/queues/finish",
-            json={"index": index, "holder": holder, "status": None, "reason": reason},
-        )
+            json={"index": index, "holder": holder, "status": None, "reason": reason,
+                  "delivered": delivered},
+        )  # fmt: skip
         return bool(data.get("taken"))
 
     async def renew(self, holder: str, indexes: list[int], lease_s: float) -> None:

@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 
 from contracts import engine_load
 from contracts.spec import parse_spec
+from controlplane.queues import store as queue_store
 from controlplane.services.models import Instance, Service
 from tests.api_support import default_workspace, member
 from tests.browser.chromium import require_browser, signed_in
@@ -123,3 +124,22 @@ def test_the_overview_names_the_autoscaler_and_the_routing_policy(page, live_ser
     page.goto(f"{live_server.url}/services/tiny/")
     page.locator("#svc-summary dd:has-text('least_outstanding')").wait_for()
     assert "Autoscaler\noff" in page.locator("#svc-summary").inner_text()
+
+
+def test_an_async_services_overview_shows_its_queue(page, live_server):
+    """The Queue card as a viewer sees it; none for a service without queues."""
+    spec = {"name": "sd", "metadata": {"type": "Async", "rpc": {"worker_threads": 1}},
+            "containers": [{"image": "i", "command": "serve", "port": 8000}]}  # fmt: skip
+    service = Service.objects.create(workspace=default_workspace(), name="sd", spec=spec)
+    queue = queue_store.queue_of(service, "input")
+    for n in range(3):
+        queue_store.put(queue, b"{}", tags={"n": str(n)})
+    queue_store.lease(service, "gw", ["sd-0"], 30)
+    page.goto(f"{live_server.url}/services/sd/")
+    figures = page.locator("#queue-figures")
+    figures.locator("dd:has-text('2 of at most 10000')").wait_for()
+    assert "1 (each instance takes 1 at once)" in figures.inner_text()
+    page.goto(f"{live_server.url}/services/tiny/")
+    page.locator("#svc-summary dd").first.wait_for()
+    page.wait_for_timeout(500)  # the card's first read
+    assert page.locator("#queue-card").is_hidden()

@@ -7,6 +7,7 @@ from rest_framework import serializers
 from contracts.service_groups import MAX_WEIGHT, TRAFFIC_STATES
 from contracts.spec import ServiceSpec, SpecError, typed_spec
 from contracts.spec_facts import model_name, replicas
+from contracts.spec_queue import is_async
 from controlplane.services.models import Event, Instance, Service, ServiceVersion
 from controlplane.services.secrets import redact
 from controlplane.services.versions import current_number
@@ -89,11 +90,15 @@ class ServiceSerializer(serializers.ModelSerializer):
 
     def get_endpoints(self, service: Service) -> dict[str, str]:
         gateway = settings.WHARF_GATEWAY_URL.rstrip("/")
-        return {
+        spec = _typed(service)
+        found = {
             "eas": f"{gateway}/api/predict/{service.name}",
             "openai": f"{gateway}/v1",
-            "model": model_name(spec) if (spec := _typed(service)) else service.name,
+            "model": model_name(spec) if spec else service.name,
         }
+        if spec is not None and is_async(spec):  # EAS's input queue is "eas"; its answers:
+            found["sink"] = f"{gateway}/api/predict/{service.name}/sink"
+        return found
 
 
 class VersionSerializer(serializers.ModelSerializer):

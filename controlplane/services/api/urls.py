@@ -1,5 +1,6 @@
 from django.urls import path
 
+from controlplane.queues.api import ServiceQueue
 from controlplane.services.api import adapters, canary, groups, mirror, versions, views, webapp
 from controlplane.services.api.estimate import Estimate
 from controlplane.services.api.instances import ServiceInstance
@@ -25,6 +26,7 @@ urlpatterns = [
     path("services/<str:name>/web-ticket", webapp.WebTicket.as_view()),
     path("services/<str:name>/release", groups.ServiceRelease.as_view()),
     path("services/<str:name>/mirror", mirror.ServiceMirror.as_view()),
+    path("services/<str:name>/queue", ServiceQueue.as_view()),
     path("services/<str:name>/canary", canary.ServiceCanary.as_view()),
     path("services/<str:name>/canary/<str:action>", canary.CanaryAction.as_view()),
     path("groups", groups.GroupList.as_view()),
