@@ -1,4 +1,7 @@
-"""`python -m gateway --host 127.0.0.1 --port 9000`: serve the gateway with uvicorn."""
+"""`python -m gateway --host 127.0.0.1 --port 9000`: serve the gateway with uvicorn.
+
+HTTPS when WHARF_TLS_CERT and WHARF_TLS_KEY name a certificate and its key (PEM files), the
+files read again at the first handshake after they change (contracts.serving_tls)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 import uvicorn
 
 from contracts.log_format import LEVELS, LogConfigError, log_format, log_level, logging_config
+from contracts.serving_tls import TlsConfigError, serving_tls
 
 
 def log_config(level: str) -> dict[str, Any]:
@@ -44,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         level = args.log_level or log_level()
         config = log_config(level)
-    except LogConfigError as error:
+        tls = serving_tls()
+    except (LogConfigError, TlsConfigError) as error:
         parser.error(str(error))
     logging.captureWarnings(True)  # Python's warnings as log lines, in the format
     uvicorn.run(
@@ -63,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         # Streams can be long; a graceful stop should not cut them instantly, nor wait forever.
         timeout_graceful_shutdown=30,
         server_header=False,
+        ssl_context_factory=tls,
     )
 
 
