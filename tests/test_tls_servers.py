@@ -59,10 +59,12 @@ def plain_env(home: Path, redis_url: str) -> dict[str, str]:
             "WHARF_TOKEN_KEY": "tls-test-token-key"}  # fmt: skip
 
 
-def start(started: list, module: str, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+def start(
+    started: list, module: str, env: dict[str, str], *flags: str
+) -> tuple[subprocess.Popen, int]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port), *flags],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True,
     )  # fmt: skip
@@ -106,6 +108,41 @@ def test_the_gateway_serves_https_and_a_replaced_certificate_without_a_restart(
     assert served_name(port, ca) == "second"
     assert httpx.get(f"https://127.0.0.1:{port}/healthz", verify=verify).status_code == 200
     assert gateway.poll() is None  # the same process throughout
+
+
+def negotiated(port: int, ca: Authority) -> tuple[str | None, bytes]:
+    """The protocol ALPN settles on when a client offers h2 first, and the first frame
+    header the server sends after the client's HTTP/2 preface (its SETTINGS, for HTTP/2)."""
+    context = ssl.create_default_context(cafile=ca.cert)
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        protocol = tls.selected_alpn_protocol()
+        if protocol != "h2":
+            return protocol, b""
+        # The preface and an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+        tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        return protocol, tls.recv(9)
+
+
+@pytest.mark.timeout(60)
+def test_the_gateway_serves_http2_when_asked_and_http_1_1_still(started, tls_env, ca):
+    gateway, port = start(started, "gateway", tls_env, "--http2")
+    verify = ssl.create_default_context(cafile=ca.cert)
+    answer = wait_answer(gateway, f"https://127.0.0.1:{port}/healthz", verify)
+    assert answer.status_code == 200 and answer.http_version == "HTTP/1.1"
+    protocol, frame = negotiated(port, ca)
+    assert protocol == "h2"
+    assert frame[3] == 0x4  # the server's SETTINGS: it speaks HTTP/2
+
+
+@pytest.mark.timeout(60)
+def test_the_gateway_serves_http_1_1_only_by_default(started, tls_env, ca):
+    gateway, port = start(started, "gateway", tls_env)
+    wait_answer(
+        gateway, f"https://127.0.0.1:{port}/healthz", ssl.create_default_context(cafile=ca.cert)
+    )
+    assert negotiated(port, ca)[0] in (None, "http/1.1")
 
 
 @pytest.mark.timeout(60)
