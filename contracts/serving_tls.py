@@ -70,32 +70,38 @@ class ServingTls:
         return ReloadingCertificate(self.cert, self.key, alpn).context
 
 
-def serving_tls(environ: dict[str, str] | None = None) -> ServingTls | None:
-    """HTTPS from WHARF_TLS_CERT and WHARF_TLS_KEY, None (plain HTTP) when neither is set.
+def serving_tls(
+    environ: dict[str, str] | None = None,
+    *,
+    cert_variable: str = CERT_VARIABLE,
+    key_variable: str = KEY_VARIABLE,
+) -> ServingTls | None:
+    """HTTPS from WHARF_TLS_CERT and WHARF_TLS_KEY (or the two variables named), None (plain
+    HTTP) when neither is set.
 
     Both or neither; each must name a readable file. The pair itself is loaded once here so
     that a wrong one stops the start with a message, rather than failing every handshake.
     """
     cert, key = (
         (envstr(name) if environ is None else environ.get(name, "")).strip()
-        for name in (CERT_VARIABLE, KEY_VARIABLE)
+        for name in (cert_variable, key_variable)
     )
     if not cert and not key:
         return None
     if not (cert and key):
-        missing = KEY_VARIABLE if cert else CERT_VARIABLE
+        missing = key_variable if cert else cert_variable
         raise TlsConfigError(
-            f"{CERT_VARIABLE} and {KEY_VARIABLE} go together: set {missing} too (a PEM file), "
+            f"{cert_variable} and {key_variable} go together: set {missing} too (a PEM file), "
             "or neither for plain HTTP"
         )
-    for name, value in ((CERT_VARIABLE, cert), (KEY_VARIABLE, key)):
+    for name, value in ((cert_variable, cert), (key_variable, key)):
         if not os.access(value, os.R_OK):
             raise TlsConfigError(f"{name}={value}: no readable file there")
     try:
         server_context(Path(cert), Path(key))
     except (ssl.SSLError, OSError) as error:
         raise TlsConfigError(
-            f"{CERT_VARIABLE}={cert} and {KEY_VARIABLE}={key} do not load as a certificate "
+            f"{cert_variable}={cert} and {key_variable}={key} do not load as a certificate "
             f"chain and its private key (PEM): {error}"
         ) from error
     return ServingTls(Path(cert), Path(key))
