@@ -110,6 +110,15 @@ WHARF_SECRETS_KEY_PREVIOUS = [
 DEBUG = envbool("WHARF_DEBUG", False)
 ALLOWED_HOSTS = [h.strip() for h in envstr("WHARF_ALLOWED_HOSTS", "*").split(",") if h.strip()]
 
+# HTTPS (python -m controlplane with WHARF_TLS_CERT and WHARF_TLS_KEY, contracts.serving_tls):
+# browsers are told to come back only over HTTPS (HSTS, on HTTPS answers only: Django's
+# SecurityMiddleware) and the session and CSRF cookies are never sent in clear. The probes
+# and /metrics (controlplane.machine_endpoints) answer before that middleware, unchanged.
+# Without TLS (`make run`, http://127.0.0.1) none of it: a Secure cookie would not come back.
+WHARF_TLS = bool(envstr("WHARF_TLS_CERT").strip())
+SECURE_HSTS_SECONDS = envint("WHARF_HSTS_SECONDS", 31536000, minimum=0) if WHARF_TLS else 0
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = WHARF_TLS
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
