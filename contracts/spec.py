@@ -354,6 +354,7 @@ class ServiceSpec(
             "warm_up_data_path",  # replayed to a new instance: it shapes none
             "networking", "token", "generate_token", "labels",  # the gateway's and the API's
             "queue",  # the queues' bounds: the API's and the gateways'; they shape no instance
+            "request_log",  # the gateways' (contracts.spec_request_log): it shapes no instance
             *CLOUD_TOP,  # EAS's cloud-only fields (contracts.spec_cloud): they shape nothing
         })  # fmt: skip
         if data.get("llm"):  # only staging uses it: a new token is used by the next staging

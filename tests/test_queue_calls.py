@@ -155,3 +155,5 @@ def test_the_queue_sub_services_sizes_are_warned_and_shape_no_instance():
     warned = [w["field"] for w in cloud_only_warnings(sized.model_dump(mode="json"))]
     assert warned == ["queue.cpu", "queue.memory"]  # an empty resource is no resource
     assert plain.spec_hash() == sized.spec_hash()  # a queue's bounds restart no instance
+    logged = _spec(metadata={"type": "Async"}, request_log={"enabled": True, "keep_days": 3})
+    assert logged.spec_hash() == plain.spec_hash()  # nor does the gateways' request log
