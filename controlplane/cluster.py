@@ -34,6 +34,8 @@ def kube_settings() -> names.KubeSettings:
         platform_images=platform_images(),
         metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN,
         otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
+        engine_tls_secret=settings.WHARF_K8S_ENGINE_TLS_SECRET,
+        cluster_domain=settings.WHARF_K8S_CLUSTER_DOMAIN,
     )  # fmt: skip
 
 

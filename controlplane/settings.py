@@ -302,6 +302,8 @@ WHARF_K8S_PRESTOP_SECONDS = envint("WHARF_K8S_PRESTOP_SECONDS", 5)
 WHARF_K8S_PROGRESS_DEADLINE = envint("WHARF_K8S_PROGRESS_DEADLINE", 600)
 WHARF_K8S_KV_CLAIM = envstr("WHARF_K8S_KV_CLAIM", "")
 WHARF_K8S_STORAGE_SECRET = envstr("WHARF_K8S_STORAGE_SECRET", "")
+WHARF_K8S_ENGINE_TLS_SECRET = envstr("WHARF_K8S_ENGINE_TLS_SECRET", "")
+WHARF_K8S_CLUSTER_DOMAIN = envstr("WHARF_K8S_CLUSTER_DOMAIN", "cluster.local")
 WHARF_MODEL_DIR = Path(envstr("WHARF_MODEL_DIR", str(WHARF_HOME / "models"))).resolve()
 WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
 # Object-storage models staged on this node (keyed by endpoint, bucket and prefix), and hub

@@ -58,13 +58,18 @@ def authority(folder: Path, common_name: str = "Wharf test CA") -> Authority:
     return Authority(path, key, name)
 
 
-def server_pair(ca: Authority, cert: Path, key: Path, common_name: str) -> None:
-    """Write a server certificate for 127.0.0.1 and localhost, signed by `ca`, and its key.
+def server_pair(
+    ca: Authority, cert: Path, key: Path, common_name: str, dns_names: tuple[str, ...] = ()
+) -> None:
+    """Write a server certificate for 127.0.0.1 and localhost (or for `dns_names` only, where
+    given), signed by `ca`, and its key.
 
     Each file is written beside and renamed over, as a certificate manager replaces them."""
     private = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names] or [
+        x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
+    ]  # fmt: skip
     leaf = (
         _builder(subject, ca.name, private.public_key())
         .add_extension(x509.SubjectAlternativeName(names), critical=False)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from contracts.engines import render as render_plan
 from contracts.grants import registry_host
 from contracts.kube import names, rank_tables
-from contracts.kube.front import METRICS_TOKEN
+from contracts.kube.front import ANNOTATION_TLS_DOMAIN, METRICS_TOKEN, tls_domain
 from contracts.kube.names import KubeSettings
 from contracts.kube.pod_template import (
     HUB_TOKEN,
@@ -264,7 +264,10 @@ def _deployment(
     if not surge and not unavailable:  # no pods: Kubernetes refuses a strategy of 0 and 0
         surge = 1
     labels = names.labels(service, role, spec_hash, track)
-    template_meta = {"labels": dict(labels), "annotations": {names.ANNOTATION_SERVICE: service}}
+    annotations = {names.ANNOTATION_SERVICE: service}
+    if domain := tls_domain(meta.settings):  # its pods' fronts serve TLS: their name
+        annotations[ANNOTATION_TLS_DOMAIN] = domain
+    template_meta = {"labels": dict(labels), "annotations": annotations}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -140,3 +140,8 @@ class KubeSettings:
     metrics_token: str = field(default="", repr=False)  # WHARF_ENGINE_METRICS_TOKEN
     # The OTLP/HTTP collector engines send their traces to ("": none).
     otlp_endpoint: str = ""  # WHARF_ENGINE_OTLP_ENDPOINT, else WHARF_OTLP_ENDPOINT
+    # A Secret of the namespace of type kubernetes.io/tls whose certificate names
+    # `*.<namespace>.pod.<cluster_domain>`: every engine pod's front serves it, and its
+    # instances' URLs are https:// (contracts.kube.front); "": plain HTTP.
+    engine_tls_secret: str = ""  # WHARF_K8S_ENGINE_TLS_SECRET
+    cluster_domain: str = "cluster.local"  # WHARF_K8S_CLUSTER_DOMAIN

@@ -25,7 +25,7 @@ from contracts.engines.vllm_ascend import DRIVER_FILES
 from contracts.grants import own_image
 from contracts.hub_refs import is_hub_ref
 from contracts.kube import rank_tables
-from contracts.kube.front import ENGINE_PORT, front_container
+from contracts.kube.front import ENGINE_PORT, front_container, tls_volume
 from contracts.kube.names import KubeSettings
 from contracts.kube.probes import probes
 from contracts.limits import TenantLimits, granted_capabilities
@@ -420,7 +420,7 @@ def pod_spec(
     front = front_container(plan, settings, refs.secret, refs.key, restricted())
     pod: dict = {
         "containers": [serving, front],
-        "volumes": list(found.volumes.values()),
+        "volumes": [*found.volumes.values(), *filter(None, [tls_volume(settings)])],
         # The spec's grace covers in-flight requests; the preStop wait comes before it.
         "terminationGracePeriodSeconds": (
             spec.metadata.termination_grace_period + settings.pre_stop_s

@@ -2,7 +2,9 @@
 
 A pod of Wharf's Deployments is an instance: its name, role, spec hash and track (a canary
 release's pods: contracts.kube.names) from its labels, its node, the URL the gateway calls (pod
-IP and the container's `http` port), and a state from its phase, conditions and container
+IP and the container's `http` port; `https://<IP dashed>.<domain>:<port>` where the pod's
+annotation `wharf.io/engine-tls-domain` says its front serves the operator's certificate for
+that DNS name, contracts.kube.front), and a state from its phase, conditions and container
 statuses:
 
 | the pod | instance state |
@@ -21,7 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contracts.engine_tls import instance_url
 from contracts.kube import names
+from contracts.kube.front import ANNOTATION_TLS_DOMAIN
 
 # Container waiting reasons a restart does not cure: the spec (image, config) must change.
 FATAL_WAITING = frozenset({
@@ -76,6 +80,16 @@ def _port(pod: dict) -> int | None:
     return None
 
 
+def url(meta: dict, ip: str, port: int) -> str:
+    """Where the gateways call the pod: its IP, or over TLS the DNS name its certificate
+    covers, `10-1-2-3.<namespace>.pod.<cluster domain>` (IPv6: each `:` a `-`), which the
+    cluster's DNS answers with that IP."""
+    domain = (meta.get("annotations") or {}).get(ANNOTATION_TLS_DOMAIN, "")
+    if not domain:
+        return instance_url(f"[{ip}]" if ":" in ip else ip, port, tls=False)
+    return instance_url(f"{ip.replace('.', '-').replace(':', '-')}.{domain}", port, tls=True)
+
+
 def _exit(status: dict) -> str:
     last = (status.get("lastState") or {}).get("terminated") or {}
     if not last:
@@ -92,12 +106,12 @@ def instance(pod: dict, was_ready: bool = False) -> PodInstance:
     containers = status.get("containerStatuses") or []
     restarts = sum(int(c.get("restartCount") or 0) for c in containers)
     ip, port = status.get("podIP"), _port(pod)
-    url = f"http://{ip}:{port}" if ip and port else ""
     state, message = _state(meta, status, containers, was_ready)
     return PodInstance(
         name=meta.get("name", ""), role=labels.get(names.LABEL_ROLE, ""),
         spec_hash=labels.get(names.LABEL_SPEC_HASH, ""),
-        node=(pod.get("spec") or {}).get("nodeName") or "", url=url, state=state,
+        node=(pod.get("spec") or {}).get("nodeName") or "",
+        url=url(meta, ip, port) if ip and port else "", state=state,
         restarts=restarts, message=message, track=labels.get(names.LABEL_TRACK, ""),
     )  # fmt: skip
 
