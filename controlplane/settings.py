@@ -127,6 +127,7 @@ INSTALLED_APPS = [
     "controlplane.benchmarks",
     "controlplane.eas_api",
     "controlplane.queues",
+    "controlplane.batches",
     "frontend",
     "launcher",
 ]
@@ -337,3 +338,12 @@ WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")
 # EAS's management API (/api/v2/): the region its answers name; any ClusterId is this Wharf.
 WHARF_EAS_REGION = envstr("WHARF_EAS_REGION", "local")
+
+# OpenAI's Batch API (controlplane.batches): where files are kept, and its bounds.
+WHARF_BATCH_DIR = Path(envstr("WHARF_BATCH_DIR", str(WHARF_HOME / "files"))).resolve()
+WHARF_BATCH_FILE_MAX_BYTES = envint("WHARF_BATCH_FILE_MAX_BYTES", 200 * 1024 * 1024)
+WHARF_BATCH_MAX_LINES = envint("WHARF_BATCH_MAX_LINES", 50_000)
+WHARF_BATCH_MAX_IN_FLIGHT = envint("WHARF_BATCH_MAX_IN_FLIGHT", 10)
+# Requests of batches an instance of a Standard service works on at once, at most (its
+# metadata.rpc.worker_threads when set).
+WHARF_BATCH_WINDOW = envint("WHARF_BATCH_WINDOW", 4)

@@ -101,7 +101,6 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         nudge=inflight.nudge,
     )
     inflight.held_by(activator.held)
-    queues = Queues(settings, engine_keys, balancer, counters)
     figures = EngineFiguresReader(
         client, balancer, health, interval=settings.engine_figures_interval
     )
@@ -137,6 +136,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
+    queues = Queues(settings, engine_keys, balancer, counters, usage)
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
     call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
     plane = Plane(

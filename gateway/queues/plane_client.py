@@ -4,6 +4,7 @@ the plane key (contracts.plane_link)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -50,6 +51,27 @@ class PlaneClient:
         except httpx.HTTPError as exc:
             raise PlaneError(f"the control plane did not answer: {exc!r}") from exc
 
+    async def openai(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        body: AsyncIterator[bytes],
+        headers: dict[str, str],
+        key_id: str,
+        timeout: float,
+    ) -> httpx.Response:
+        """A caller's /v1/files or /v1/batches call, streamed both ways (the caller closes
+        the answer)."""
+        url = f"/internal{path}" + (f"?{query}" if query else "")
+        request = self._client.build_request(
+            method, url, content=body, headers={**headers, CALLER_KEY: key_id}, timeout=timeout
+        )
+        try:
+            return await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise PlaneError(f"the control plane did not answer: {exc!r}") from exc
+
     async def _json(
         self, method: str, url: str, timeout: float = TIMEOUT_S, **kwargs: Any
     ) -> dict[str, Any]:
@@ -76,13 +98,20 @@ class PlaneClient:
         )
 
     async def lease(
-        self, service: str, holder: str, instances: list[str], lease_s: float
+        self,
+        service: str,
+        holder: str,
+        instances: list[str],
+        lease_s: float,
+        room: dict[str, int] | None = None,
     ) -> list[dict[str, Any]]:
+        """Items for `instances`; `room`: how many more each may take now (None: its window)."""
         data = await self._json(
             "POST",
             "/internal/queues/lease",
-            json={"service": service, "holder": holder, "instances": instances, "lease_s": lease_s},
-        )
+            json={"service": service, "holder": holder, "instances": instances,
+                  "lease_s": lease_s, "room": room},
+        )  # fmt: skip
         return list(data.get("items", []))
 
     async def finish(
