@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from django.conf import settings as django_settings
 from django.db import transaction
-from django.db.models import Count, F, Min, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q
 from django.utils import timezone
 
 from contracts.queue_calls import Get
@@ -31,7 +31,11 @@ FAILED_DELIVERY = 502  # a sink item's code when no instance could finish its it
 BATCH_MAX_DELIVERY = 3  # deliveries of a batch's request (a Standard service has no queue spec)
 # Which pending item goes first: Async items (no batch; EAS's _priority_ 1 before 0), then
 # batches' requests, the oldest batch first. Online calls never queue here: they go before all.
-LEASE_ORDER = (F("batch_id").asc(nulls_first=True), "-priority", "id")
+LEASE_ORDER = (
+    ExpressionWrapper(Q(batch__isnull=True), output_field=BooleanField()).desc(),
+    "-priority",
+    "id",  # a batch's requests were all put at once: the oldest batch's go first
+)
 
 
 class QueueRefusal(Exception):  # noqa: N818 (a refusal, answered as a 4xx)
