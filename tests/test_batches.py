@@ -150,18 +150,20 @@ def test_the_openai_sdk_runs_a_batch_with_per_line_errors(stack):
     assert QueueItem.objects.count() == 0  # answers are in the output file
     # The answered requests' tokens count on the key, as online calls' do.
     key_id = stack["key"]["id"]
-    completion = 0
+    counted: dict[str, int] = {}
     for _ in range(30):
-        completion = sum(
-            int(value) for name in usage.keys("wharf:usage:*")
-            for field, value in usage.hgetall(name).items()
-            if field.decode().startswith("chat|") and field.decode().endswith("|completion")
-            and f"|{key_id}|" in field.decode()
-        )  # fmt: skip
-        if completion:
+        counted = {}
+        for name in usage.keys("wharf:usage:*"):
+            for field, value in usage.hgetall(name).items():
+                service, key, kind = field.decode().split("|")
+                if (service, key) == ("chat", key_id):
+                    counted[kind] = counted.get(kind, 0) + int(value)
+        if counted:
             break
         time.sleep(0.2)
-    assert completion == 15  # a, b and c: 5 each; a 400 counts nothing
+    # a, b and c: 5 completion tokens each; a 400 counts nothing; said to be a batch's
+    assert counted["completion"] == counted["batch_completion"] == 15
+    assert counted["requests"] == counted["batch_requests"] == 3
     # Bounds: the window OpenAI takes, and files of batches only.
     uploaded = client.files.create(file=("x.jsonl", _line("x").encode()), purpose="batch")
     with pytest.raises(openai.BadRequestError, match="completion_window"):

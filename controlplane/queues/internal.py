@@ -220,6 +220,7 @@ async def lease(request: HttpRequest) -> HttpResponse:
                     "path": item.path,
                     "content_type": item.content_type,
                     "key_id": item.key_id,
+                    "batch": item.batch_id or "",
                     "age_s": (now - item.created_at).total_seconds(),
                 }
                 for item in items

@@ -179,7 +179,9 @@ class QueueFeeder:
             if taken and status < 400 and self._usage is not None:
                 prompt, completion = usage_of(body)  # a batch's tokens count on its key
                 key_id = str(item.get("key_id") or "") or SERVICE_TOKEN_ID
-                self._usage.add(service.name, key_id, prompt, completion)
+                self._usage.add(
+                    service.name, key_id, prompt, completion, batch=bool(item.get("batch"))
+                )
             if taken:
                 waited = float(item.get("age_s", 0)) + time.monotonic() - started
                 self._metrics.queue_latency.labels(service.name).observe(waited)
