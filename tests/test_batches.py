@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 import redis
+from click.testing import CliRunner
 from django.db import connection
 
 from controlplane.queues.models import QueueItem
@@ -23,6 +24,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from tests.api_support import client_for
 from tests.test_async_queues import ROOT, _Engine, _gateway, _wait
+from wharfcli.main import cli
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -217,3 +219,32 @@ def test_online_calls_go_first(stack):
     # None started while an online call was in flight (a margin for one already handed out).
     overlapping = [s for s in queued for a, b in calls if a + 0.15 < s < b]
     assert overlapping == []
+
+
+def test_the_cli_runs_a_batch_and_prints_its_output(stack, tmp_path):
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("\n".join([_line("one"), _line("two", model="nobody")]))
+    env = {
+        "WHARF_GATEWAY_URL": f"http://{stack['gateway'].address}",
+        "WHARF_API_KEY": stack["key"]["key"],
+        "WHARF_CONFIG_DIR": str(tmp_path / "wharf"),
+    }
+
+    def wharf(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["batch", *args], env=env)
+        return result.exit_code, result.output
+
+    code, out = wharf("create", str(requests), "-o", "json")
+    assert code == 0, out
+    batch_id = json.loads(out)["id"]
+    _until(stack["client"], batch_id, "completed")
+    code, out = wharf("show", batch_id)
+    assert code == 0 and "completed" in out and "failed:" in out, out
+    code, out = wharf("output", batch_id)
+    assert code == 0 and json.loads(out)["custom_id"] == "one", out
+    code, out = wharf("output", batch_id, "--errors")
+    assert code == 0 and json.loads(out)["error"]["code"] == "model_not_found", out
+    code, out = wharf("list")
+    assert code == 0 and batch_id in out, out
+    code, out = wharf("show", "batch_nope")
+    assert code == 4 and "404" in out, out
