@@ -28,6 +28,7 @@ from gateway.mirror import Mirrors
 from gateway.pipelined import PipelinedRedis
 from gateway.plane import Plane
 from gateway.queues.feeder import Queues
+from gateway.queues.online import OnlineElsewhere
 from gateway.request_rates import RequestRates
 from gateway.signing import SigningTokens
 from gateway.snapshot import SnapshotWatcher
@@ -136,7 +137,8 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
-    queues = Queues(settings, engine_keys, balancer, counters, usage)
+    elsewhere = OnlineElsewhere(client, inflight.key)
+    queues = Queues(settings, engine_keys, balancer, counters, usage, elsewhere)
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
     call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
     plane = Plane(

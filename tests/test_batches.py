@@ -187,10 +187,20 @@ def test_cancel_drops_waiting_requests_and_lets_running_ones_finish(stack):
     assert QueueItem.objects.count() == 0
 
 
-def test_online_calls_go_first(stack):
-    """While online calls are in flight, no queued request starts; they run once online
-    traffic stops."""
+def test_online_calls_go_first(stack, live_server, redis_url, settings, tmp_path):
+    """While online calls are in flight, no queued request starts, at this gateway or at
+    another that feeds the same service; they run once online traffic stops."""
     client, engine = stack["client"], stack["engine"]
+    other = _gateway(live_server, redis_url, settings, tmp_path, "other")
+    try:
+        second = openai.OpenAI(base_url=f"http://{other.address}/v1", api_key=stack["key"]["key"])
+        _wait(lambda: _serves(second))
+        _online_first(client, engine)
+    finally:
+        other.stop()
+
+
+def _online_first(client: openai.OpenAI, engine: _EchoEngine) -> None:
     online_until = time.monotonic() + 3.0
     online_errors: list[int] = []
 
@@ -204,9 +214,10 @@ def test_online_calls_go_first(stack):
                 online_errors.append(answer.http_response.status_code)
 
     callers = [threading.Thread(target=online) for _ in range(2)]
-    for caller in callers:
+    for caller in callers:  # staggered: one is always in flight
         caller.start()
-    time.sleep(0.5)
+        time.sleep(0.15)
+    time.sleep(1.0)  # the other gateway has read this one's in-flight report
     batch = _run(client, [_line(f"q{i}", hold=0.2, tag="batch") for i in range(6)])
     for caller in callers:
         caller.join()

@@ -35,6 +35,7 @@ from gateway.balancer import Balancer
 from gateway.config import Settings
 from gateway.engine_auth import EngineKeys
 from gateway.metrics import Metrics
+from gateway.queues.online import OnlineElsewhere
 from gateway.queues.plane_client import PlaneClient, PlaneError
 from gateway.usage import UsageRecorder
 
@@ -64,6 +65,7 @@ class QueueFeeder:
         lease_s: float = LEASE_S,
         usage: UsageRecorder | None = None,
         batch_window: int = BATCH_WINDOW,
+        elsewhere: OnlineElsewhere | None = None,
     ) -> None:
         self._plane = plane
         self._keys = engine_keys
@@ -74,6 +76,7 @@ class QueueFeeder:
         self._lease_s = lease_s
         self.holder = holder_name()
         self._usage = usage
+        self._elsewhere = elsewhere
         self._batch_window = batch_window
         self._instance_of: dict[int, str] = {}  # item index -> the instance working on it
         self._services: dict[str, RoutedService] = {}
@@ -127,9 +130,13 @@ class QueueFeeder:
         instances = {i.name: i for i in service.instances if not self._balancer.cooling(i.url)}
         if not instances:
             return
-        # Online calls first: while this gateway has one in flight at the service, no new
-        # queued item starts (contracts.sharing).
-        online = {name: self._balancer.in_flight(i.url) for name, i in instances.items()}
+        # Online calls first: while this gateway (or, as their reports say, another) has one
+        # in flight at the service, no new queued item starts (contracts.sharing).
+        elsewhere = await self._elsewhere.counts() if self._elsewhere else {}
+        online = {
+            name: self._balancer.in_flight(i.url) + elsewhere.get(name, 0)
+            for name, i in instances.items()
+        }
         queued: dict[str, int] = {}
         for name in self._instance_of.values():
             queued[name] = queued.get(name, 0) + 1
@@ -246,6 +253,7 @@ class Queues:
         balancer: Balancer,
         metrics: Metrics,
         usage: UsageRecorder | None = None,
+        elsewhere: OnlineElsewhere | None = None,
     ) -> None:
         self.plane = PlaneClient(settings.api_url, settings.secret_key)
         self.feeder = QueueFeeder(
@@ -256,6 +264,7 @@ class Queues:
             settings.upstream_timeout,
             lease_s=settings.queue_lease,
             usage=usage,
+            elsewhere=elsewhere,
         )
 
     def start(self) -> None:

@@ -29,8 +29,18 @@ class PlaneClient:
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=32),
         )
 
+        # Streamed files and batches calls: a fresh connection each (they are few), as a
+        # streamed body cannot be sent again on a kept-alive connection the server closed.
+        self._streams = httpx.AsyncClient(
+            base_url=api_url.rstrip("/"),
+            timeout=TIMEOUT_S,
+            headers={HEADER: plane_key(secret_key)},
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=0),
+        )
+
     async def close(self) -> None:
         await self._client.aclose()
+        await self._streams.aclose()
 
     async def relay(
         self,
@@ -64,11 +74,11 @@ class PlaneClient:
         """A caller's /v1/files or /v1/batches call, streamed both ways (the caller closes
         the answer)."""
         url = f"/internal{path}" + (f"?{query}" if query else "")
-        request = self._client.build_request(
+        request = self._streams.build_request(
             method, url, content=body, headers={**headers, CALLER_KEY: key_id}, timeout=timeout
         )
         try:
-            return await self._client.send(request, stream=True)
+            return await self._streams.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise PlaneError(f"the control plane did not answer: {exc!r}") from exc
 
