@@ -149,6 +149,10 @@ def test_the_openai_sdk_runs_a_batch_with_per_line_errors(stack):
         stack["stranger"].files.content(done.output_file_id)
     assert stack["stranger"].batches.list().data == []
     assert [b.id for b in client.batches.list().data] == [batch.id]
+    files = client.files.list(limit=2)  # the input, the output and the error file
+    assert len(files.data) == 2 and files.has_more
+    rest = client.files.list(limit=2, after=files.data[-1].id)
+    assert len(rest.data) == 1 and not rest.has_more
     assert QueueItem.objects.count() == 0  # answers are in the output file
     # The answered requests' tokens count on the key, as online calls' do.
     key_id = stack["key"]["id"]

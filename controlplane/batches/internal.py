@@ -59,11 +59,17 @@ def batch_object(batch: Batch) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _page(request: HttpRequest, objects: list[dict[str, Any]]) -> JsonResponse:
+def _page(
+    request: HttpRequest, queryset: Any, shape: Callable[[Any], dict[str, Any]]
+) -> JsonResponse:
+    """One page of OpenAI's list: `limit` (20) after the id `after`, newest first."""
+    limit = _limit(request)
+    found = list(_after(queryset, request)[: limit + 1])
+    objects = [shape(row) for row in found[:limit]]
     return JsonResponse({"object": "list", "data": objects,
                          "first_id": objects[0]["id"] if objects else None,
                          "last_id": objects[-1]["id"] if objects else None,
-                         "has_more": False})  # fmt: skip
+                         "has_more": len(found) > limit})  # fmt: skip
 
 
 def _relayed(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -112,7 +118,7 @@ def files(request: HttpRequest, key: ApiKey) -> HttpResponse:
     found = File.objects.filter(workspace=key.workspace)
     if request.GET.get("purpose"):
         found = found.filter(purpose=request.GET["purpose"])
-    return _page(request, [file_object(f) for f in _after(found, request)[: _limit(request)]])
+    return _page(request, found, file_object)
 
 
 @_relayed
@@ -145,8 +151,7 @@ def batches(request: HttpRequest, key: ApiKey) -> HttpResponse:
             key, data["input_file_id"], endpoint, window, data.get("metadata")
         )
         return JsonResponse(batch_object(batch))
-    found = _after(Batch.objects.filter(workspace=key.workspace), request)
-    return _page(request, [batch_object(b) for b in found[: _limit(request)]])
+    return _page(request, Batch.objects.filter(workspace=key.workspace), batch_object)
 
 
 def _batch(key: ApiKey, batch_id: str) -> Batch:
