@@ -124,3 +124,15 @@ def test_a_batch_past_its_window_expires():
     queues.finish(item.id, "g", 200, b'{"ok": 1}', "application/json")
     store.settle(batch.id)
     assert not Batch.objects.get(pk=batch.pk).output_file_id  # one still works
+
+
+def test_a_batch_whose_service_went_is_settled_with_what_it_has():
+    key, chat = _key(), _chat()
+    batch = _batch(key, 2)
+    (item, _) = queues.lease(chat, "g", ["chat-0"], 30)
+    queues.finish(item.id, "g", 200, b'{"ok": 1}', "application/json")
+    QueueItem.objects.filter(batch=batch, queue="input").delete()  # as deleting chat does
+    store.settle_orphans()
+    done = Batch.objects.get(pk=batch.pk)
+    assert done.status == contract.COMPLETED and (done.total, done.completed) == (2, 1)
+    assert done.output_file_id

@@ -224,6 +224,14 @@ def expire_due() -> None:
         settle(batch.id)
 
 
+def settle_orphans() -> None:
+    """Batches whose requests all went without an answer that settles them (their service was
+    deleted, which deletes its queue items): settled with what they have."""
+    running = Batch.objects.filter(status__in=(contract.IN_PROGRESS, contract.CANCELLING))
+    for batch in running.exclude(items__queue=QueueName.INPUT).distinct():
+        settle(batch.id)
+
+
 def settle(batch_id: str) -> None:
     """Once none of its requests waits or runs: its output and error files, its end status."""
     with transaction.atomic():
