@@ -124,6 +124,13 @@ def test_a_batch_past_its_window_expires():
     queues.finish(item.id, "g", 200, b'{"ok": 1}', "application/json")
     store.settle(batch.id)
     assert not Batch.objects.get(pk=batch.pk).output_file_id  # one still works
+    (other,) = QueueItem.objects.filter(batch=batch, queue="input")
+    queues.finish(other.id, "g", 200, b'{"ok": 2}', "application/json")
+    store.settle(batch.id)
+    done = Batch.objects.get(pk=batch.pk)
+    assert done.status == contract.EXPIRED and (done.completed, done.failed) == (2, 1)
+    error = json.loads(store.path_of(File.objects.get(pk=done.error_file_id)).read_text())
+    assert error["error"]["code"] == "batch_expired"
 
 
 def test_a_batch_whose_service_went_is_settled_with_what_it_has():

@@ -4,8 +4,8 @@ name (controlplane.queues.store leases them to the gateways after Async items); 
 settles it: the output and error files are written and its items go.
 
 Expiry: a batch still running 24 h after it was created expires when anything next looks at
-its workspace's batches or a gateway leases work (`expire_due`): its waiting requests go, those
-that ran are in its output file.
+its workspace's batches, a gateway leases work or the workers' beat comes (`expire_due`): its
+waiting requests go to its error file (`batch_expired`), those that ran are in its output file.
 """
 
 from __future__ import annotations
@@ -215,12 +215,17 @@ def expire_due() -> None:
     """Batches past their window: waiting requests go, and they end expired."""
     due = Batch.objects.filter(status=contract.IN_PROGRESS, expires_at__lt=timezone.now())
     for batch in due:
-        QueueItem.objects.filter(
-            batch=batch, queue=QueueName.INPUT, state=ItemState.PENDING
-        ).delete()
-        Batch.objects.filter(pk=batch.pk, status=contract.IN_PROGRESS).update(
-            status=contract.EXPIRED, expired_at=timezone.now()
-        )
+        with transaction.atomic():
+            waiting = QueueItem.objects.filter(
+                batch=batch, queue=QueueName.INPUT, state=ItemState.PENDING
+            )
+            why = "the batch expired before this request ran"
+            lost = [contract.error_line(c, "batch_expired", why)
+                    for c in waiting.values_list("custom_id", flat=True)]  # fmt: skip
+            waiting.delete()
+            Batch.objects.filter(pk=batch.pk, status=contract.IN_PROGRESS).update(
+                status=contract.EXPIRED, expired_at=timezone.now(), rejected=batch.rejected + lost
+            )
         settle(batch.id)
 
 
