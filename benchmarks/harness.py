@@ -172,13 +172,19 @@ def start_upstream(procs: Processes, name: str = "upstream", event_delay: float 
 GATEWAY_ROOT = Path(os.environ.get("WHARF_BENCH_GATEWAY_ROOT", REPO))
 
 
-def start_gateway(procs: Processes, redis_url: str, name: str = "gateway") -> str:
-    """`python -m gateway` on a free port, with access logs off when the CLI allows it."""
+def start_gateway(
+    procs: Processes, redis_url: str, name: str = "gateway", env: dict[str, str] | None = None
+) -> str:
+    """`python -m gateway` on a free port, with access logs off when the CLI allows it;
+    `env`: more settings (WHARF_OTLP_ENDPOINT...)."""
     port = free_port()
     argv = [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port)]
     if "--log-level" in _gateway_help():
         argv += ["--log-level", "warning"]
-    env = {"REDIS_URL": redis_url, "WHARF_SECRET_KEY": SECRET_KEY, "PYTHONPATH": str(GATEWAY_ROOT)}
+    env = {
+        "REDIS_URL": redis_url, "WHARF_SECRET_KEY": SECRET_KEY,
+        "PYTHONPATH": str(GATEWAY_ROOT), **(env or {}),
+    }  # fmt: skip
     procs.start(name, argv, env=env, cwd=GATEWAY_ROOT)
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/healthz", procs, 30)

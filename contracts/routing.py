@@ -112,6 +112,14 @@ class PdRouting:
     hints: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RequestLogRouting:
+    """A service's request log as the gateways keep it (contracts.spec_request_log)."""
+
+    keep_days: int
+    max_body_bytes: int
+
+
 DEFAULT_RATE_LIMIT = 100  # requests/s per service, as ModelArts defaults
 DEFAULT_SESSION_HEADER = "x-session-id"
 
@@ -156,6 +164,8 @@ class RoutedService:
     # A Standard service with requests of OpenAI batches waiting or running: the gateways
     # feed them to its instances as they feed an Async service's queue (gateway.queues).
     fed: bool = False
+    # `request_log` enabled: the gateways keep its calls' requests and answers.
+    request_log: RequestLogRouting | None = None
 
     def answers_to(self, model: str) -> bool:
         """Whether `model` names its base model: its own name or a served one."""
@@ -345,6 +355,8 @@ def _service_json(svc: RoutedService) -> dict:
         out["mirror"] = {"targets": list(svc.mirror_targets), "ratio": svc.mirror_ratio}
     if svc.canary_weight:
         out["canary_weight"] = svc.canary_weight
+    if svc.request_log is not None:
+        out["request_log"] = asdict(svc.request_log)
     return out
 
 
@@ -399,6 +411,16 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         queued=isinstance(entry.get("queue"), dict),
         queue_window=_number((entry.get("queue") or {}).get("window", 0), int, optional=False),
         fed=entry.get("fed", False) is True,
+        request_log=_request_log(entry.get("request_log")),
+    )
+
+
+def _request_log(entry: dict | None) -> RequestLogRouting | None:
+    if not isinstance(entry, dict):
+        return None
+    return RequestLogRouting(
+        keep_days=_number(entry["keep_days"], int, optional=False),
+        max_body_bytes=_number(entry["max_body_bytes"], int, optional=False),
     )
 
 

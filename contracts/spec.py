@@ -50,6 +50,7 @@ from contracts.spec_models import (  # noqa: F401 (re-exported for the spec's us
 from contracts.spec_prepare import Prepared, drop_unset_prepare
 from contracts.spec_probes import ContainerProbes, drop_unset_probes
 from contracts.spec_queue import Queued
+from contracts.spec_request_log import RequestLogged
 from contracts.spec_scaling import HEADER, ROUTING, Autoscaler, RoutingPolicy
 from contracts.spec_storage import (  # noqa: F401 (re-exported for the spec's users)
     K8S_NAME,
@@ -290,7 +291,9 @@ class Llm(_Strict):
         return None if value is None else model_reference(value)
 
 
-class ServiceSpec(CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp, Queued):
+class ServiceSpec(
+    CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp, Queued, RequestLogged
+):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
         description="Starts with a letter; up to 63 letters, digits, '-' and '_'.",

@@ -26,7 +26,8 @@ TOP = {
     "Alibaba Cloud's; here the nodes' own cards and the spec's metadata.cpu, memory and gpu "
     "decide, which an instance type it names fills in where unset (see the answer's notes)",
     "features": "EAS feature gates switch its own cloud services",
-    "sinker": "EAS keeps requests in MaxCompute or SLS; Wharf's usage and logs are its own",
+    "sinker": "EAS keeps requests in MaxCompute or SLS; Wharf keeps them, when asked, with "
+    "`request_log` (enabled, keep_days)",
     "confidential": "confidential inference uses Alibaba Cloud's Trustee key service",
     "options": "these options switch EAS's cloud services (RAM roles, its caches)",
     "aimaster": "EAS's fault tolerance for Lingjun clusters",

@@ -33,6 +33,7 @@ def kube_settings() -> names.KubeSettings:
         limits=tenant_limits(),
         platform_images=platform_images(),
         metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN,
+        otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
     )  # fmt: skip
 
 

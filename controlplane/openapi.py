@@ -16,6 +16,7 @@ from rest_framework import serializers
 from contracts import beat
 from contracts.grants import Grants
 from contracts.spec import ServiceSpec
+from controlplane import paging
 from controlplane.audit import views as audit
 from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.eas_api.openapi import describe_access_key_views
@@ -38,8 +39,10 @@ from controlplane.services.api.serializers import (
     ServiceSerializer,
     VersionSerializer,
 )
+from controlplane.tokens.api import validation as key_checks
 from controlplane.tokens.api import views as keys
 from controlplane.tokens.api.serializers import ApiKeySerializer
+from controlplane.tokens.api.values import MAX_INT
 from controlplane.usage.api import views as usage
 from controlplane.workspaces.api.openapi import describe_workspace_views
 
@@ -116,21 +119,38 @@ class KeyCreated(ApiKeySerializer):
         fields = [*ApiKeySerializer.Meta.fields, "key"]
 
 
+LIMIT = {"type": "integer", "minimum": 1, "maximum": MAX_INT}
 KEY_REQUEST = {"application/json": {"type": "object", "additionalProperties": False,
     "required": ["name"], "properties": {
-        "name": {"type": "string"},
+        "name": {"type": "string", "maxLength": key_checks.MAX_NAME,
+                 "description": "what the key is for"},
         "services": {"type": ["array", "null"], "items": {"type": "string"},
-                     "description": "services the key may call; null for all"},
-        "expires_at": {"type": "string", "format": "date-time"},
-        "expires_in": {"type": "integer", "minimum": 1, "description": "seconds"},
-        "rpm": {"type": "integer"}, "tpm": {"type": "integer"},
-        "max_concurrency": {"type": "integer"}}}}  # fmt: skip
+                     "maxItems": key_checks.MAX_SERVICES,
+                     "description": "services (or service:adapter, or groups) the key may "
+                                    "call; null for all"},
+        "expires_at": {"type": "string", "format": "date-time",
+                       "description": "when it stops working; none: never"},
+        "expires_in": {**LIMIT, "description": "or: seconds from now"},
+        "rpm": {**LIMIT, "description": "requests per minute"},
+        "tpm": {**LIMIT, "description": "tokens per minute"},
+        "max_concurrency": {**LIMIT, "description": "requests at once"}}}}  # fmt: skip
+
+
+# A long list's page (controlplane.paging): the answer's Link header names the next one.
+PAGE = [
+    OpenApiParameter("limit", int, description=f"rows per page, 1 to {paging.MAX_LIMIT} "
+                     f"(default {paging.DEFAULT_LIMIT})"),
+    OpenApiParameter("after", str, description="the last name of the page before; the "
+                     "answer's Link header (rel=next) gives the next page's URL"),
+]  # fmt: skip
 
 
 def describe_views() -> None:
     V = extend_schema_view  # noqa: N806
-    V(get=_op("services_list", "Every service", responses={200: ServiceSerializer(many=True)},
-              parameters=[OpenApiParameter("phase", str, description="only this phase")]),
+    V(get=_op("services_list", "The services, a page at a time (controlplane.paging)",
+              responses={200: ServiceSerializer(many=True)},
+              parameters=[OpenApiParameter("phase", str, description="only this phase"),
+                          OpenApiParameter("label", str, many=True), *PAGE]),
       post=_op("services_create", "Create a service from its spec", request=SPEC_BODY,
                responses={201: ServiceCreated, 409: ERRORS}))(views.ServiceList)  # fmt: skip
     V(get=_op("services_get", "A service", responses={200: ServiceSerializer}),
@@ -218,8 +238,9 @@ def describe_views() -> None:
     V(get=_op("usage", "Requests and tokens used", parameters=[
         OpenApiParameter(p, str) for p in ("since", "until", "group", "service", "key")
     ]))(usage.Usage)  # fmt: skip
-    V(get=_op("nodes_list", "Every node", responses={200: NodeSerializer(many=True)},
-              parameters=[OpenApiParameter("state", str)]))(nodes.NodeList)  # fmt: skip
+    V(get=_op("nodes_list", "The nodes, a page at a time (controlplane.paging)",
+              responses={200: NodeSerializer(many=True)},
+              parameters=[OpenApiParameter("state", str), *PAGE]))(nodes.NodeList)  # fmt: skip
     V(get=_op("nodes_get", "A node", responses={200: NodeSerializer}))(nodes.NodeDetail)
     V(get=_op("beat_leader", "Which worker host leads beat",
               responses={200: BEAT, 503: ERRORS}))(nodes.BeatLeader)  # fmt: skip

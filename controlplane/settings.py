@@ -19,6 +19,8 @@ from contracts.env import envbool, envfloat, envint, envrange, envstr, secret
 from contracts.hub_refs import ENDPOINTS
 from contracts.instance_types import SHIPPED, Flavour, operator_table, use_table
 from contracts.version import VERSION
+from controlplane.sso.config import sign_in_problem
+from controlplane.sso.mapping import parse_group_roles
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 WHARF_HOME = Path(envstr("WHARF_HOME", str(BASE_DIR / ".wharf"))).resolve()
@@ -108,6 +110,15 @@ WHARF_SECRETS_KEY_PREVIOUS = [
 DEBUG = envbool("WHARF_DEBUG", False)
 ALLOWED_HOSTS = [h.strip() for h in envstr("WHARF_ALLOWED_HOSTS", "*").split(",") if h.strip()]
 
+# HTTPS (python -m controlplane with WHARF_TLS_CERT and WHARF_TLS_KEY, contracts.serving_tls):
+# browsers are told to come back only over HTTPS (HSTS, on HTTPS answers only: Django's
+# SecurityMiddleware) and the session and CSRF cookies are never sent in clear. The probes
+# and /metrics (controlplane.machine_endpoints) answer before that middleware, unchanged.
+# Without TLS (`make run`, http://127.0.0.1) none of it: a Secure cookie would not come back.
+WHARF_TLS = bool(envstr("WHARF_TLS_CERT").strip())
+SECURE_HSTS_SECONDS = envint("WHARF_HSTS_SECONDS", 31536000, minimum=0) if WHARF_TLS else 0
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = WHARF_TLS
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -128,6 +139,7 @@ INSTALLED_APPS = [
     "controlplane.eas_api",
     "controlplane.queues",
     "controlplane.batches",
+    "controlplane.sso",
     "frontend",
     "launcher",
 ]
@@ -135,6 +147,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Probes and scrapes by pod IP, before the host check and any redirect.
     "controlplane.machine_endpoints.MachineEndpoints",
+    # The database or Redis down: a 503 naming it (not a 500), from any layer below.
+    "controlplane.outages.Outages",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -177,6 +191,34 @@ WHITENOISE_USE_FINDERS = True  # serve app static files without a collectstatic 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
+
+# Single sign-on with OpenID Connect (controlplane.sso), on when an issuer and a client are
+# given: the provider's endpoints come from its discovery document at sign-in; users are made
+# at their first sign-in and given workspace roles from their groups (WHARF_OIDC_GROUP_ROLES,
+# GROUP=WORKSPACE:ROLE,...; controlplane.sso.mapping). WHARF_LOCAL_LOGIN=false refuses every
+# password sign-in (the console's and the admin's); API tokens are not affected.
+WHARF_OIDC_ISSUER = envstr("WHARF_OIDC_ISSUER", "").strip().rstrip("/")
+WHARF_OIDC_CLIENT_ID = envstr("WHARF_OIDC_CLIENT_ID", "").strip()
+WHARF_OIDC_GROUPS_CLAIM = envstr("WHARF_OIDC_GROUPS_CLAIM", "groups")
+WHARF_OIDC_GROUP_ROLES = parse_group_roles(envstr("WHARF_OIDC_GROUP_ROLES", ""))
+WHARF_OIDC_LABEL = envstr("WHARF_OIDC_LABEL", "single sign-on")
+WHARF_LOCAL_LOGIN = envbool("WHARF_LOCAL_LOGIN", True)
+_SIGN_IN_PROBLEM = sign_in_problem(WHARF_OIDC_ISSUER, WHARF_OIDC_CLIENT_ID, WHARF_LOCAL_LOGIN)
+if _SIGN_IN_PROBLEM:
+    raise ValueError(_SIGN_IN_PROBLEM)
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if WHARF_LOCAL_LOGIN else []),
+    *(["controlplane.sso.backend.SsoBackend"] if WHARF_OIDC_ISSUER else []),
+]
+# mozilla-django-oidc's own settings (its OIDC_OP_* endpoints: controlplane.sso.discovery).
+OIDC_RP_CLIENT_ID = WHARF_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = secret("WHARF_OIDC_CLIENT_SECRET")
+OIDC_RP_SCOPES = envstr("WHARF_OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = envstr("WHARF_OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATE_CLASS = "controlplane.sso.views.SignInRequest"
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -336,6 +378,11 @@ WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
 WHARF_BEAT_LEASE_S = envfloat("WHARF_BEAT_LEASE_S", 8.0, minimum=1.0)
 WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")
+# Traces (gateway.tracing): the OTLP/HTTP collector the gateway sends its spans to, and the
+# address the engines reach it at, which vLLM's --otlp-traces-endpoint is rendered with
+# (contracts.engines.vllm); "" : engines trace nothing.
+WHARF_OTLP_ENDPOINT = envstr("WHARF_OTLP_ENDPOINT") or envstr("OTEL_EXPORTER_OTLP_ENDPOINT")
+WHARF_ENGINE_OTLP_ENDPOINT = envstr("WHARF_ENGINE_OTLP_ENDPOINT") or WHARF_OTLP_ENDPOINT
 # EAS's management API (/api/v2/): the region its answers name; any ClusterId is this Wharf.
 WHARF_EAS_REGION = envstr("WHARF_EAS_REGION", "local")
 

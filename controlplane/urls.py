@@ -25,5 +25,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", SignIn.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Single sign-on: oidc/authenticate/ sends to the provider, oidc/callback/ comes back.
+    path("oidc/", include("mozilla_django_oidc.urls")),
     path("", include("frontend.urls")),
 ]

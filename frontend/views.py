@@ -23,7 +23,7 @@ from controlplane.services.api.webapp import NotAWebApp, web_ticket
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.access import SESSION_KEY, access, in_workspace, workspaces_of
-from controlplane.workspaces.roles import KEYS, OWNER, RIGHTS
+from controlplane.workspaces.roles import KEYS, MANAGE, OWNER, RIGHTS, refusal
 
 # Monaco's AMD build, put here by `npm ci` in frontend/ (install_vendor.mjs); not in git.
 MONACO = "frontend/vendor/monaco/vs"
@@ -63,11 +63,17 @@ def form_fields(serializer: type[serializers.Serializer]) -> dict[str, dict]:
     return offered
 
 
-def _page(request: HttpRequest, template: str, nav: str, **extra) -> HttpResponse:
+def _page(
+    request: HttpRequest, template: str, nav: str, needs: str | None = None, **extra
+) -> HttpResponse:
+    """A console page; `needs`: the right its changes take, whose refusal the page shows in
+    place of the controls a user without it is not offered."""
     try:
         acting = access(request)
     except PermissionDenied as exc:
         return render(request, "frontend/no_workspace.html", {"reason": exc.detail}, status=403)
+    if needs and not acting.can(needs):
+        extra["refusal"] = refusal(acting.role, needs, acting.workspace.name)
     config = {
         "api": "/api/v1",
         "gateway": settings.WHARF_GATEWAY_URL.rstrip("/"),
@@ -107,6 +113,30 @@ def deploy(request: HttpRequest) -> HttpResponse:
 @login_required
 def nodes(request: HttpRequest) -> HttpResponse:
     return _page(request, "frontend/nodes.html", "nodes")
+
+
+@login_required
+def keys(request: HttpRequest) -> HttpResponse:
+    """The workspace's API keys; the create form is generated from the API schema (keys.js)."""
+    return _page(request, "frontend/keys.html", "keys", needs=KEYS)
+
+
+@login_required
+def workspace(request: HttpRequest) -> HttpResponse:
+    """The acting workspace's members and roles, its quotas and what is used of them."""
+    return _page(request, "frontend/workspace.html", "workspace", needs=MANAGE)
+
+
+@login_required
+def usage(request: HttpRequest) -> HttpResponse:
+    """Usage across the workspace's services and keys: charts and a CSV export (usage.js)."""
+    return _page(request, "frontend/usage.html", "usage")
+
+
+@login_required
+def audit(request: HttpRequest) -> HttpResponse:
+    """The audit trail with its filters (audit.js)."""
+    return _page(request, "frontend/audit.html", "audit")
 
 
 @login_required

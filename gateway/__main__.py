@@ -1,14 +1,23 @@
-"""`python -m gateway --host 127.0.0.1 --port 9000`: serve the gateway with uvicorn."""
+"""`python -m gateway --host 127.0.0.1 --port 9000`: serve the gateway with uvicorn.
+
+HTTPS when WHARF_TLS_CERT and WHARF_TLS_KEY name a certificate and its key (PEM files), the
+files read again at the first handshake after they change (contracts.serving_tls).
+
+HTTP/2 with `--http2`: uvicorn's zttp protocol (`pip install zttp`, not in Wharf's runtime
+set) in place of httptools, the parser the gateway's overhead was measured with. Over TLS the
+client chooses by ALPN (h2 or http/1.1); in clear, HTTP/2 with prior knowledge or HTTP/1.1."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 from typing import Any
 
 import uvicorn
 
 from contracts.log_format import LEVELS, LogConfigError, log_format, log_level, logging_config
+from contracts.serving_tls import TlsConfigError, serving_tls
 
 
 def log_config(level: str) -> dict[str, Any]:
@@ -40,11 +49,20 @@ def main(argv: list[str] | None = None) -> None:
         help="log every request (off by default: at hundreds of requests a second the log "
         "line is a noticeable share of a request's cost; /metrics counts them instead)",
     )
+    parser.add_argument(
+        "--http2",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="serve HTTP/2 too, with uvicorn's zttp protocol (pip install zttp)",
+    )
     args = parser.parse_args(argv)
+    if args.http2 and importlib.util.find_spec("zttp") is None:
+        parser.error("--http2 needs uvicorn's zttp protocol: pip install zttp (or leave it off)")
     try:
         level = args.log_level or log_level()
         config = log_config(level)
-    except LogConfigError as error:
+        tls = serving_tls()
+    except (LogConfigError, TlsConfigError) as error:
         parser.error(str(error))
     logging.captureWarnings(True)  # Python's warnings as log lines, in the format
     uvicorn.run(
@@ -57,12 +75,14 @@ def main(argv: list[str] | None = None) -> None:
         # Lines without query strings (they may carry keys), with the request's x-request-id.
         access_log=args.access_log,
         # The fast event loop and HTTP parser (uvicorn[standard]); the gateway's overhead
-        # per request roughly halves against asyncio's loop and h11.
+        # per request roughly halves against asyncio's loop and h11. HTTP/2 only with zttp.
         loop="uvloop",
-        http="httptools",
+        http="zttp" if args.http2 else "httptools",
+        http2=args.http2,
         # Streams can be long; a graceful stop should not cut them instantly, nor wait forever.
         timeout_graceful_shutdown=30,
         server_header=False,
+        ssl_context_factory=tls,
     )
 
 

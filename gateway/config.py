@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from contracts import env
 from contracts.call_figures import PREFIX as FIGURES_PREFIX
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
 from contracts.usage import USAGE_PREFIX
+from gateway.limit_rules import ON_DOWN, ON_DOWN_LOCAL
 
 # A request body is held whole before it is forwarded (and a generation call's parsed), so
 # larger ones are refused with 413: four times a 1M-token prompt, room for inline images.
@@ -21,6 +23,8 @@ JSON_TAP_BYTES = 1024 * 1024
 MAX_PREFILL_ANSWER_BYTES = 4 * 1024 * 1024
 
 
+# WHARF_HOME's default, as the control plane's settings have it: .wharf in the checkout.
+DEFAULT_HOME = Path(__file__).resolve().parents[1] / ".wharf"
 UPSTREAM_KEEPALIVE_S = 4.0
 # Scale from zero (gateway.activation): requests held per service while its first instance
 # starts, and for how long. A vLLM engine loading a 7B model takes a minute or two, a
@@ -103,6 +107,12 @@ class Settings:
     # How long an Async service's item stays with this gateway's instance without renewal: a
     # gateway that dies gives its items back to the others after this (renewed every third).
     queue_lease: float = 30.0
+    # Limited calls while Redis is unreachable: counted per process, admitted, or refused.
+    limits_on_redis_down: str = ON_DOWN_LOCAL
+    # An OTLP/HTTP collector's base address for the gateway's traces ("": no traces).
+    otlp_endpoint: str = ""
+    # Where services that ask for a request log have it written (gateway.request_log).
+    request_log_dir: str = str(DEFAULT_HOME / "request_logs")
 
 
 def load_settings() -> Settings:
@@ -155,7 +165,34 @@ def load_settings() -> Settings:
         metrics_listen=_metrics_listen(),
         api_url=_api_url(),
         queue_lease=_queue_lease(),
+        limits_on_redis_down=_limits_on_redis_down(),
+        otlp_endpoint=otlp_endpoint(),
+        request_log_dir=env.envstr("WHARF_GATEWAY_REQUEST_LOG_DIR")
+        or str(Path(env.envstr("WHARF_HOME") or DEFAULT_HOME) / "request_logs"),
     )
+
+
+def otlp_endpoint() -> str:
+    """WHARF_OTLP_ENDPOINT, else OpenTelemetry's own OTEL_EXPORTER_OTLP_ENDPOINT: an http(s)
+    collector address for traces over OTLP/HTTP; "" (the default) turns traces off."""
+    url = (env.envstr("WHARF_OTLP_ENDPOINT") or env.envstr("OTEL_EXPORTER_OTLP_ENDPOINT")).strip()
+    if url and not url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"WHARF_OTLP_ENDPOINT must be an OTLP/HTTP collector's http:// or https:// "
+            f"address (http://collector:4318), not {url!r}."
+        )
+    return url
+
+
+def _limits_on_redis_down() -> str:
+    mode = env.envstr("WHARF_LIMITS_ON_REDIS_DOWN", ON_DOWN_LOCAL).strip().lower()
+    if mode not in ON_DOWN:
+        raise ConfigError(
+            "WHARF_LIMITS_ON_REDIS_DOWN must be local (each gateway counts the limits on its "
+            "own), open (limited calls admitted uncounted) or closed (refused with 503) — "
+            f"not {mode!r}."
+        )
+    return mode
 
 
 def _queue_lease() -> float:

@@ -30,7 +30,9 @@ It runs in the Wharf image beside a container, or as the parent of a local engin
         [-- engine command ...]
 
 The key comes in WHARF_FRONT_KEY (and the metrics token in WHARF_FRONT_METRICS_TOKEN),
-never on the command line; an engine it starts gets neither.
+never on the command line; an engine it starts gets neither. With WHARF_ENGINE_TLS_CERT and
+WHARF_ENGINE_TLS_KEY (the node's certificate and key, contracts.engine_tls) it serves TLS
+only, the files read again at the first handshake after they change.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ import signal
 import sys
 from urllib.parse import parse_qs, urlsplit
 
+from contracts import engine_tls
 from contracts.engine_front import KEY_ENV, METRICS_TOKEN_ENV, PROBE_PATH, READY_PATH
+from contracts.serving_tls import ReloadingCertificate, ServingTls, TlsConfigError
 
 MAX_HEAD = 64 * 1024  # bytes of a request's line and headers
 HEAD_TIMEOUT = 30.0  # seconds a caller has to send them
@@ -239,19 +243,25 @@ def probe_ports(given: list[str]) -> dict[int, int]:
     return ports
 
 
-async def serve(args: argparse.Namespace, key: str, metrics_token: str) -> int:
+async def serve(
+    args: argparse.Namespace, key: str, metrics_token: str, tls: ServingTls | None = None
+) -> int:
     front = Front(_address(args.upstream), key, args.metrics_path, metrics_token,
                   probe_ports(args.probe_port))  # fmt: skip
     host, port = _address(args.listen)
-    server = await asyncio.start_server(front.handle, host, port, limit=MAX_HEAD)
+    context = ReloadingCertificate(tls.cert, tls.key).context if tls else None
+    server = await asyncio.start_server(front.handle, host, port, limit=MAX_HEAD, ssl=context)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"front: {args.listen} -> {args.upstream}, engine key required", file=sys.stderr)
+    over = "TLS" if tls else "plain HTTP"
+    print(f"front: {args.listen} ({over}) -> {args.upstream}, engine key required",
+          file=sys.stderr)  # fmt: skip
     child = None
     if args.command:
-        env = {k: v for k, v in os.environ.items() if k not in (KEY_ENV, METRICS_TOKEN_ENV)}
+        kept = (KEY_ENV, METRICS_TOKEN_ENV, engine_tls.CERT_ENV, engine_tls.KEY_ENV)
+        env = {k: v for k, v in os.environ.items() if k not in kept}
         # Its own process group is the front's (the runtime signals the whole group).
         child = await asyncio.create_subprocess_exec(*args.command, env=env, cwd=args.cwd)
         ended = asyncio.ensure_future(child.wait())
@@ -286,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ.get(KEY_ENV, "")
     if not key:
         parser.error(f"{KEY_ENV} is not set: the front lets no one in without a key")
-    return asyncio.run(serve(args, key, os.environ.get(METRICS_TOKEN_ENV, "")))
+    try:
+        tls = engine_tls.node_tls()
+    except TlsConfigError as error:
+        parser.error(str(error))
+    return asyncio.run(serve(args, key, os.environ.get(METRICS_TOKEN_ENV, ""), tls))
 
 
 if __name__ == "__main__":

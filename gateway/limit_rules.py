@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway import metrics
 
 # Verdict codes shared by the script and LocalLimits.
 ADMITTED, OVER_RPS, OVER_RPM, OVER_TPM, TOO_LARGE, OVER_CONCURRENCY, QUEUE_FULL = range(7)
 OVER_SERVICE_CONCURRENCY = 7
+LIMITS_DOWN = 8  # Redis unreachable and WHARF_LIMITS_ON_REDIS_DOWN=closed: never from the script
+
+# What a gateway does with limited calls while Redis is unreachable (WHARF_LIMITS_ON_REDIS_DOWN):
+# count them in this process (each gateway enforcing every limit on its own), admit them
+# uncounted, or refuse them (503) until Redis is back. Calls no limit applies to are served.
+ON_DOWN_LOCAL, ON_DOWN_OPEN, ON_DOWN_CLOSED = "local", "open", "closed"
+ON_DOWN = (ON_DOWN_LOCAL, ON_DOWN_OPEN, ON_DOWN_CLOSED)
+RETRY_WHILE_DOWN_MS = 5000
 
 # The limits' Redis keys, in the order the script and LocalLimits read them (0-based): the
 # service's requests/s log, the key's requests and tokens per minute (a log, and the amounts
@@ -34,6 +42,7 @@ REASONS = {
     OVER_CONCURRENCY: metrics.REASON_KEY_CONCURRENCY,
     QUEUE_FULL: metrics.REASON_INSTANCE_QUEUE,
     OVER_SERVICE_CONCURRENCY: metrics.REASON_SERVICE_CONCURRENCY,
+    LIMITS_DOWN: metrics.REASON_LIMITS_DOWN,
 }
 
 # The OpenAI SDKs honour retry-after up to 120 s; longer waits would make them give up.
@@ -56,6 +65,16 @@ class Demand:
     adapter: str = ""  # the LoRA adapter called: rpm and tpm count per adapter
     service_concurrency: int = 0  # the service's requests in the gateways at once
     workers: int = 0  # requests one instance works on at once; with queue_size only
+
+    @property
+    def tenant_limited(self) -> bool:
+        """Whether a tenant's limit applies to it (an instance's queue is capacity, not one)."""
+        return bool(self.rate_limit or self.rpm or self.tpm or self.max_concurrency
+                    or self.service_concurrency)  # fmt: skip
+
+    def unlimited(self) -> Demand:
+        """The same call with no tenant's limit: what open admits while Redis is down."""
+        return replace(self, rate_limit=0, rpm=0, tpm=0, max_concurrency=0, service_concurrency=0)
 
     @property
     def limited(self) -> bool:
@@ -95,6 +114,7 @@ class Refusal:
     message: str
     headers: dict[str, str]
     retryable: bool = True
+    status: int = 429
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,13 @@ def refusal(demand: Demand, verdict: Verdict) -> Refusal:
             "Lower max_tokens or shorten the prompt."
         )
         return Refusal(REASONS[code], "tokens", message, headers, retryable=False)
+    if code == LIMITS_DOWN:
+        message = (
+            f"Service '{demand.service}''s limits cannot be checked now: the gateways' Redis "
+            f"is unreachable and this gateway refuses limited calls until it is back "
+            f"(WHARF_LIMITS_ON_REDIS_DOWN=closed). {after}"
+        )
+        return Refusal(REASONS[code], "requests", message, headers, status=503)
     if code == OVER_CONCURRENCY:
         message = (
             f"{key}: concurrent requests limit of {demand.max_concurrency} reached. Retry when "

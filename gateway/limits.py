@@ -34,7 +34,10 @@ come from Redis (TIME), so gateways' clocks do not matter.
 
 Without Redis (unreachable), the same algorithms run in-process (gateway.local_limits): each
 gateway process then enforces every limit on its own, so N processes admit up to N times
-a limit until Redis is back. That keeps the data plane serving through an outage.
+a limit until Redis is back. That keeps the data plane serving through an outage. An operator
+may choose otherwise (WHARF_LIMITS_ON_REDIS_DOWN): `open` admits limited calls uncounted,
+`closed` refuses them with a 503 until Redis is back; calls no limit applies to are served
+either way.
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ from gateway.limit_rules import (
     KEY_LEASES,
     KEY_TPM,
     KEY_TPM_AMOUNTS,
+    LIMITS_DOWN,
+    ON_DOWN_CLOSED,
+    ON_DOWN_LOCAL,
+    ON_DOWN_OPEN,
+    RETRY_WHILE_DOWN_MS,
     SERVICE_LEASES,
     Demand,
     Refusal,
@@ -121,7 +129,9 @@ class Limiter:
         second_s: float = 1.0,
         minute_s: float = 60.0,
         lease_ttl: float = 60.0,
+        on_down: str = ON_DOWN_LOCAL,
     ) -> None:
+        self._on_down = on_down
         self._client = client
         self._pipe = pipe  # the per-request calls; `client` loads the scripts
         self._health = health
@@ -284,6 +294,10 @@ class Limiter:
         verdict = await self._remote(demand, keys, admission.id)
         if verdict is not None:
             return verdict
+        if demand.tenant_limited and self._on_down == ON_DOWN_CLOSED:
+            return Verdict(LIMITS_DOWN, RETRY_WHILE_DOWN_MS)
+        if self._on_down == ON_DOWN_OPEN:
+            demand = demand.unlimited()  # only the instances' queues still count, here
         admission.local = True
         return self._local.admit(demand, keys, admission.id, time.monotonic())
 

@@ -29,6 +29,7 @@ REASON_KEY_TPM = "key_tpm"
 REASON_KEY_CONCURRENCY = "key_concurrency"
 REASON_SERVICE_CONCURRENCY = "service_concurrency"  # networking.gateway_policy
 REASON_INSTANCE_QUEUE = "instance_queue"
+REASON_LIMITS_DOWN = "limits_unavailable"  # Redis down, WHARF_LIMITS_ON_REDIS_DOWN=closed
 REASON_KEY_EXPIRED = "key_expired"
 REASON_KEY_SCOPE = "key_scope"
 REASON_INVALID_TOKEN = "invalid_token"

@@ -16,6 +16,8 @@ from gateway.limits import Demand, Limiter
 from gateway.metrics import Metrics
 from gateway.pd import PrefillLeg
 from gateway.policies import RoutingKey
+from gateway.request_log import RequestLog
+from gateway.tracing import Tracing
 from gateway.upstream import Upstream
 from gateway.usage import UsageRecorder
 
@@ -36,6 +38,8 @@ class Plane:
     engine_keys: EngineKeys
     caps: AnswerCaps = field(default_factory=AnswerCaps)  # what one answer may make it hold
     figures: FiguresRecorder | None = None  # each call's errors, TTFT and inter-token latency
+    tracing: Tracing | None = None  # OpenTelemetry traces (gateway.tracing); None: off
+    request_log: RequestLog | None = None  # services' request logs (gateway.request_log)
 
     def instance_failed(
         self, service: str, instance: RoutedInstance, kind: str, why: BaseException | str

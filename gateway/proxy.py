@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 from starlette.responses import Response
@@ -31,7 +32,9 @@ from gateway.limit_rules import Refusal
 from gateway.limits import Admission, Demand
 from gateway.plane import EAS_FORM, OPENAI_FORM, Call, Plane
 from gateway.prefill import run_prefill
+from gateway.request_log import call_entry, keep_head
 from gateway.taps import EventTooLargeError, JsonTap, SseTap
+from gateway.tracing import Span, SpanKind, operation
 from gateway.upstream import (
     Answer,
     ConnectFailedError,
@@ -48,6 +51,7 @@ __all__ = ["EAS_FORM", "OPENAI_FORM", "Call", "Plane", "ProxyResponse"]
 _CLIENT_LEFT, _EXPIRED = "client_left", "expired"
 # An engine's 404 for a route it lacks is read whole, up to this, to see whose it is.
 _MISSING_ROUTE_READ = 64 * 1024
+_UNTRACED: AbstractContextManager = nullcontext()  # a step's span when tracing is off
 
 
 @dataclass
@@ -63,6 +67,7 @@ class _Outcome:
     last_byte: float = 0.0  # ... and to its last read
     reads: int = 0  # network reads of a streamed answer (about one per token)
     broken: bool = False  # the stream was cut short
+    kept: bytearray | None = None  # the answer's head, for a service's request log
 
 
 class ProxyResponse(Response):
@@ -76,22 +81,38 @@ class ProxyResponse(Response):
         self.status_code = 0  # known once the engine answers
         self.background = None
         self.on_admitted = on_admitted  # told once the limits took the call (gateway.mirror)
+        self.span: Span | None = None  # the call's span, when tracing is on (gateway.tracing)
+        self.asked = call.body  # the request as the caller sent it, for the request log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plane, call = self.plane, self.call
-        ranked = plane.balancer.ranked(
-            call.service.name, call.service.instances, policy=call.policy, key=call.routing_key
-        )
+        if plane.tracing is not None:
+            model = usage_model(call.service.name, call.adapter)
+            self.span = plane.tracing.call_span(f"{call.method} {call.path}", call.headers, {
+                "gen_ai.request.model": model, "gen_ai.operation.name": operation(call.path),
+                "wharf.service": call.service.name,
+            })  # fmt: skip
+        with self._step("routing"):
+            ranked = plane.balancer.ranked(
+                call.service.name, call.service.instances, policy=call.policy,
+                key=call.routing_key,
+            )  # fmt: skip
         demand = call.demand
         if demand.queue_size:
             demand = replace(demand, instances=tuple(i.url for i in ranked))
-        admission = await plane.limiter.admit(demand)
+        with self._step("admission"):
+            admission = await plane.limiter.admit(demand)
         if admission.refusal is not None:
-            await self._refuse(admission.refusal, scope, receive, send)
+            status = await self._refuse(admission.refusal, scope, receive, send)
+            if self.span is not None and plane.tracing is not None:
+                self.span.set_attribute("wharf.refused", admission.refusal.reason)
+                plane.tracing.finish(self.span, status, None)
             return
         if self.on_admitted is not None:
             self.on_admitted(call)
         outcome = _Outcome()
+        if call.service.request_log is not None:
+            outcome.kept = bytearray()
         task = asyncio.current_task()
         assert task is not None
         watcher = asyncio.ensure_future(_disconnected(receive))
@@ -122,12 +143,16 @@ class ProxyResponse(Response):
             ):
                 return
             if call.prefill is not None:
-                decode_body = await run_prefill(plane, call, call.prefill)
+                with self._step("prefill", SpanKind.CLIENT) as leg:
+                    decode_body = await run_prefill(plane, self._traced(leg), call.prefill)
                 if isinstance(decode_body, Response):
                     await self._error(decode_body, outcome, scope, receive, send)
                     return
                 self.call = replace(call, body=decode_body)
-            await self._relay(ranked, demand, admission, outcome, scope, receive, send)
+            name = "engine" if call.prefill is None else "decode"
+            with self._step(name, SpanKind.CLIENT) as engine:
+                self.call = self._traced(engine)
+                await self._relay(ranked, demand, admission, outcome, scope, receive, send)
         except asyncio.CancelledError:
             if not outcome.stopped:
                 raise
@@ -143,11 +168,27 @@ class ProxyResponse(Response):
             watcher.remove_done_callback(client_left)
             watcher.cancel()
             self._finish(admission, outcome)
+            if self.span is not None and plane.tracing is not None:
+                plane.tracing.finish(self.span, outcome.status or CLIENT_CLOSED, outcome.counts)
 
-    async def _refuse(self, refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+    def _step(self, name: str, kind: SpanKind = SpanKind.INTERNAL) -> AbstractContextManager:
+        """A span for one step of the call, under the call's; nothing when tracing is off."""
+        tracing, span = self.plane.tracing, self.span
+        if tracing is None or span is None:
+            return _UNTRACED
+        return tracing.step(name, span, kind)
+
+    def _traced(self, leg: Span | None) -> Call:
+        """The call with `leg`'s trace context in its headers, which the engine joins."""
+        tracing = self.plane.tracing
+        if leg is None or tracing is None:
+            return self.call
+        return replace(self.call, headers=tracing.headers_for(leg, self.call.headers))
+
+    async def _refuse(self, refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> int:
         """A limit refused the request: 429, or EAS's 450 for a full instance queue."""
         call = self.call
-        status = 429
+        status = refusal.status
         if call.form == EAS_FORM and refusal.reason == metrics.REASON_INSTANCE_QUEUE:
             status = errors.EAS_QUEUE_FULL
         self.plane.metrics.reject(call.service.name, refusal.reason, status)
@@ -156,6 +197,7 @@ class ProxyResponse(Response):
             retryable=refusal.retryable, status=status,
         )  # fmt: skip
         await response(scope, receive, send)
+        return status
 
     def _expired(self) -> Response:
         """The answer to a request past its service's keepalive: EAS's 408, OpenAI's 504."""
@@ -291,6 +333,8 @@ class ProxyResponse(Response):
         send: Send,
     ) -> None:
         call = self.call
+        if self.plane.tracing is not None:
+            self.plane.tracing.mark_instance(instance.name, instance.url)
         sse, json_tap = _taps(answer, call.strip_usage, self.plane.caps)
         headers = client_response_headers(
             answer.headers, instance, sse is not None and call.strip_usage, answer.status
@@ -327,6 +371,8 @@ class ProxyResponse(Response):
                 if answer.at_eof:
                     break  # the last read: it goes out with the end of the body, in one write
                 if chunk:
+                    if outcome.kept is not None:
+                        keep_head(outcome.kept, chunk, call.service.request_log)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except UpstreamError as exc:
             # Too late for an error status. Returning without finishing the body makes the
@@ -350,6 +396,8 @@ class ProxyResponse(Response):
             chunk += sse.finish()
             outcome.counts = sse.counts
         outcome.ended = True
+        if outcome.kept is not None:
+            keep_head(outcome.kept, chunk, call.service.request_log)
         await send({"type": "http.response.body", "body": chunk, "more_body": False})
         outcome.complete = True
         if json_tap is not None:
@@ -384,6 +432,9 @@ class ProxyResponse(Response):
             gaps = outcome.reads - 1
             itl = (outcome.last_byte - outcome.first_byte) / gaps if gaps > 0 else None
             plane.figures.add(name, call.track, status, outcome.broken, first, itl)
+        if outcome.kept is not None and plane.request_log is not None:
+            entry = call_entry(call, self.asked, status, latency, counts, bytes(outcome.kept))
+            plane.request_log.add(name, entry)
 
     def _token_counts(self, outcome: _Outcome) -> tuple[int, int] | None:
         """Tokens the request used: as reported, else estimated; None: unknown (keep the hold)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -29,9 +31,11 @@ from gateway.pipelined import PipelinedRedis
 from gateway.plane import Plane
 from gateway.queues.feeder import Queues
 from gateway.queues.online import OnlineElsewhere
+from gateway.request_log import RequestLog
 from gateway.request_rates import RequestRates
 from gateway.signing import SigningTokens
 from gateway.snapshot import SnapshotWatcher
+from gateway.tracing import Tracing
 from gateway.upstream import Upstream
 from gateway.usage import UsageRecorder
 
@@ -106,7 +110,10 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         client, balancer, health, interval=settings.engine_figures_interval
     )
 
+    request_log = RequestLog(Path(settings.request_log_dir))
+
     def loaded(snapshot: Snapshot) -> None:
+        request_log.seen(snapshot)
         engine_keys.load(snapshot)
         signing.load(snapshot)
         inflight.seen(snapshot)
@@ -133,6 +140,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         second_s=settings.second_s,
         minute_s=settings.minute_s,
         lease_ttl=settings.lease_ttl,
+        on_down=settings.limits_on_redis_down,
     )
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
@@ -141,9 +149,10 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     queues = Queues(settings, engine_keys, balancer, counters, usage, elsewhere)
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
     call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
+    tracing = Tracing.to_endpoint(settings.otlp_endpoint)
     plane = Plane(
         upstream, balancer, limiter, usage, counters, engine_keys, settings.answer_caps,
-        call_figures,
+        call_figures, tracing, request_log,
     )  # fmt: skip
     counters.watch(lambda: health.up, watcher.age, lambda: watcher.current.version)
     counters.watch_usage(usage.unflushed_age)
@@ -156,6 +165,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     inflight.start()
     figures.start()
     queues.start()
+    request_log.start()
     try:
         if listener is not None:
             await listener.start()
@@ -166,6 +176,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         if listener is not None:
             await listener.stop()
         await queues.stop()
+        await request_log.stop()
         await figures.stop()
         await mirrors.stop()
         await inflight.stop()
@@ -177,3 +188,5 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         await plane.upstream.close()
         await pipe.close()
         await client.aclose()
+        if tracing is not None:
+            await asyncio.to_thread(tracing.shutdown)  # sends the spans still queued

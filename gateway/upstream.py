@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from contracts import engine_tls
 from gateway import reuse
 
 
@@ -449,7 +450,8 @@ class Upstream:
         loop = asyncio.get_running_loop()
         context = None
         if where.scheme == "https":
-            context = self._ssl = self._ssl or ssl.create_default_context()
+            # A node's engine fronts with TLS: verified against WHARF_ENGINE_TLS_CA.
+            context = self._ssl = self._ssl or engine_tls.client_context()
         try:
             _, connection = await asyncio.wait_for(
                 loop.create_connection(

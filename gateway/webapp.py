@@ -26,7 +26,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
-from contracts import webapp
+from contracts import engine_tls, webapp
 from contracts.routing import RoutedInstance, RoutedService
 from gateway import errors, metrics
 from gateway.forwarding import runtime_of
@@ -52,7 +52,10 @@ class WebClient:
         # the gateway's log (which has no line per call either) with what browsers asked.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=10.0), follow_redirects=False, trust_env=False
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            follow_redirects=False,
+            trust_env=False,
+            verify=engine_tls.client_context(),  # https:// fronts (contracts.engine_tls)
         )
 
     async def close(self) -> None:

@@ -19,6 +19,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.typing import Subprotocol
 
+from contracts import engine_tls
 from gateway.webapp import app_headers, app_path, pass_of, pick_instance, web_service
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ async def web_socket(websocket: WebSocket) -> None:
         upstream = await connect(
             url, additional_headers=headers, subprotocols=protocols, max_size=MAX_MESSAGE,
             open_timeout=OPEN_TIMEOUT, compression=None,
+            # An https:// front (contracts.engine_tls): wss://, verified by its CA.
+            ssl=engine_tls.client_context() if url.startswith("wss://") else None,
         )  # fmt: skip
     except (OSError, TimeoutError, InvalidHandshake) as exc:
         log.warning("web socket to %s (%s) refused: %r", instance.name, instance.url, exc)

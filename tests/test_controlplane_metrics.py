@@ -6,29 +6,58 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
+import redis
 from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from contracts.spec import parse_spec
-from controlplane.metrics.figures import node_states, quota_figures, service_figures
+from contracts.usage import USAGE_PREFIX, flushing_key, usage_field, usage_key
+from controlplane.metrics import exposition, usage_backlog
+from controlplane.metrics.figures import (
+    node_states,
+    quota_figures,
+    service_figures,
+    unflushed_age,
+)
 from controlplane.nodes.models import Node
 from controlplane.queues import store as queue_store
 from controlplane.queues.models import QueueItem
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
+from controlplane.usage.flush import flush_usage
+from controlplane.usage.models import UsageRecord
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.quotas import Footprint, Quotas
 from tests.api_support import default_workspace
 from workers import planning
 
 TOKEN = "scrape-token-6b1f0c"
+BACKLOG = "wharf_usage_unflushed_age_seconds"
+NOWHERE = "redis://127.0.0.1:1/0"  # nothing listens there
 CHAT = {"name": "chat", "metadata": {"instance": 3, "gpu": 1},
         "llm": {"engine": "vllm", "model": "qwen"}}  # fmt: skip
 PD = {"name": "pd", "llm": {"engine": "vllm", "model": "qwen", "pd": {
     "prefill": {"instance": 1, "gpu": 1}, "decode": {"instance": 2, "gpu": 1}}}}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def usage_store(settings, redis_url):
+    """The Redis the page reads the usage backlog from (the test's own), with no usage keys."""
+    settings.REDIS_URL = redis_url
+    client = redis.Redis.from_url(redis_url)
+    _clear_usage(client)
+    yield client
+    _clear_usage(client)
+    client.close()
+
+
+def _clear_usage(client: redis.Redis) -> None:
+    for key in client.scan_iter(match=f"{USAGE_PREFIX}*"):
+        client.delete(key)
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -87,6 +116,20 @@ def test_quota_figures_only_for_resources_with_a_quota():
     assert [(f.resource, f.used, f.limit) for f in figures] == [
         ("instances", 5, 8), ("cards.gpu", 4, 4),
     ]  # fmt: skip
+
+
+MINUTE = 29_000_000  # an epoch minute in 2025
+
+
+@pytest.mark.parametrize(("minutes", "now", "age"), [
+    ([], MINUTE * 60 + 30, 0.0),  # nothing in Redis
+    ([MINUTE], MINUTE * 60 + 30, 0.0),  # only the current minute: it still grows
+    ([MINUTE - 1, MINUTE], MINUTE * 60 + 10, 10.0),  # just over, the flush due any second
+    ([MINUTE, MINUTE - 7, MINUTE - 2], MINUTE * 60 + 5, 365.0),  # the oldest counts
+    ([MINUTE + 1], MINUTE * 60 + 59, 0.0),  # a gateway's clock ahead: not waiting yet
+])  # fmt: skip
+def test_the_usage_backlog_is_the_time_since_the_oldest_finished_minute_ended(minutes, now, age):
+    assert unflushed_age(minutes, now) == age
 
 
 # ---- the page, against the database ---------------------------------------------------------
@@ -202,12 +245,73 @@ def test_metrics_show_quota_used_against_limit_within_the_ceiling(settings):
                if name.startswith("wharf_quota_"))  # fmt: skip
 
 
+# ---- the usage backlog, against Redis -------------------------------------------------------
+
+
+def gateway_counts(client: redis.Redis, at: float, key: str | None = None) -> None:
+    """What a gateway's usage pipeline sends for one call at `at` (gateway.usage)."""
+    key = key or usage_key(at)
+    for kind, amount in (("requests", 1), ("prompt", 12), ("completion", 30)):
+        client.hincrby(key, usage_field("chat", "k1", kind), amount)
+
+
+@pytest.mark.django_db
+def test_metrics_show_how_long_usage_has_waited_in_redis_until_the_flush_takes_it(
+    settings, usage_store, monkeypatch
+):
+    now = MINUTE * 60 + 20.0  # the page's clock, held still (a minute may end mid-test)
+    monkeypatch.setattr(exposition, "time", SimpleNamespace(time=lambda: now))
+    assert scrape(settings)[(BACKLOG, ())] == 0  # nothing counted yet
+    gateway_counts(usage_store, now)  # the current minute: not due yet
+    assert scrape(settings)[(BACKLOG, ())] == 0
+    gateway_counts(usage_store, now - 180)  # a minute the workers have not flushed
+    assert scrape(settings)[(BACKLOG, ())] == 140  # ended 2 min 20 s ago
+    # A minute a crashed pass claimed and never wrote waits as much as an unclaimed one.
+    gateway_counts(usage_store, 0, key=flushing_key(usage_key(now - 600)))
+    assert scrape(settings)[(BACKLOG, ())] == 560
+
+    assert flush_usage(usage_store, now) == 2
+    assert scrape(settings)[(BACKLOG, ())] == 0
+    assert UsageRecord.objects.filter(service="chat", key_id="k1").count() == 2
+    assert usage_store.exists(usage_key(now))  # the current minute stays for a later pass
+
+
+def test_the_usage_backlog_reads_key_names_in_a_bounded_number_of_scans(usage_store, monkeypatch):
+    others = [f"flushalert-test:{i}" for i in range(60)]  # a Redis busy with other keys
+    usage_store.mset(dict.fromkeys(others, 1))
+    usage_store.hset(f"{USAGE_PREFIX}not-a-minute", "x", 1)  # ignored, as the flush does
+    gateway_counts(usage_store, MINUTE * 60)
+    calls = []
+    scan = usage_store.scan
+    monkeypatch.setattr(usage_store, "scan", lambda *a, **kw: calls.append(1) or scan(*a, **kw))
+    try:
+        assert usage_backlog.waiting_minutes(usage_store) == [MINUTE]  # every key read
+        monkeypatch.setattr(usage_backlog, "SCAN_BATCH", 2)
+        monkeypatch.setattr(usage_backlog, "SCAN_CALLS", 3)
+        calls.clear()
+        assert set(usage_backlog.waiting_minutes(usage_store) or ()) <= {MINUTE}  # in part
+        assert len(calls) == 3  # 62 keys, 2 at a time: stopped at the bound
+    finally:
+        usage_store.delete(*others)
+
+
+@pytest.mark.django_db
+def test_metrics_have_no_usage_backlog_sample_while_redis_does_not_answer(settings):
+    settings.REDIS_URL = NOWHERE
+    settings.WHARF_API_METRICS_TOKEN = TOKEN
+    response = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200  # the database's figures still come
+    text = response.content.decode()
+    assert f"# HELP {BACKLOG} " in text
+    assert not [key for key in samples(text) if key[0] == BACKLOG]
+
+
 # ---- probes ---------------------------------------------------------------------------------
 
 
 @pytest.mark.django_db
 def test_healthz_answers_while_the_process_serves(settings):
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing there: liveness does not care
+    settings.REDIS_URL = NOWHERE  # nothing there: liveness does not care
     response = Client().get("/healthz")
     assert response.status_code == 200 and response.json() == {"status": "ok"}
 
@@ -221,7 +325,7 @@ def test_readyz_is_ready_when_the_database_and_redis_answer(settings, redis_url)
 
 @pytest.mark.django_db
 def test_readyz_names_redis_when_it_does_not_answer(settings):
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    settings.REDIS_URL = NOWHERE
     response = Client().get("/readyz")
     assert response.status_code == 503
     (reason,) = response.json()["reasons"]

@@ -409,6 +409,17 @@ def test_each_services_model_and_adapter_is_a_row_and_a_filter(usage):
     assert bad.status_code == 400 and set(bad.json()["errors"]) == {"adapter"}
 
 
+def test_each_key_is_a_row(usage):
+    alice, _, staff, mine = usage
+    mine_only = alice.get("/api/v1/usage", RANGE).json()["keys"]
+    assert [(row["key_id"], row["requests"], row["total_tokens"]) for row in mine_only] == [
+        (mine, 4, 333)]  # fmt: skip
+    body = staff.get("/api/v1/usage", RANGE).json()
+    by_key = {row["key_id"]: row["requests"] for row in body["keys"]}
+    assert by_key[mine] == 4 and by_key[SERVICE_TOKEN_ID] == 1 and len(by_key) == 3
+    assert sum(by_key.values()) == body["totals"]["requests"]
+
+
 def test_other_workspaces_usage_is_invisible(usage):
     _, bob, _, mine = usage
     assert bob.get("/api/v1/usage", RANGE).json()["totals"]["requests"] == 1

@@ -16,6 +16,7 @@ EXIT_CODES = """Exit codes: 0 done; 1 refused or failed (the reason is printed);
 
 FAILED, USAGE, DENIED, NOT_FOUND, UNREACHABLE, TIMED_OUT = 1, 2, 3, 4, 5, 6
 TIMEOUT_S = 30.0
+MAX_PAGES = 1000  # pages of one list a command reads at most
 
 
 class CliError(click.ClickException):
@@ -71,8 +72,12 @@ class Client:
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         """The answer's JSON (None for an empty answer); CliError for anything but a 2xx."""
+        response = self._send(method, "/api/v1/" + path.lstrip("/"), **kwargs)
+        return response.json() if response.content else None
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self.http.request(method, "/api/v1/" + path.lstrip("/"), **kwargs)
+            response = self.http.request(method, url, **kwargs)
         except httpx.TimeoutException:
             raise CliError(f"{self.api} did not answer in {TIMEOUT_S:.0f} s", UNREACHABLE) from None
         except httpx.TransportError as exc:
@@ -83,10 +88,21 @@ class Client:
             raise CliError(f"{describe_refusal(response)}\n{self.login_hint}", DENIED)
         if not response.is_success:
             raise CliError(describe_refusal(response), exit_code_for(response.status_code))
-        return response.json() if response.content else None
+        return response
 
     def get(self, path: str, **params: Any) -> Any:
-        return self.call("GET", path, params={k: v for k, v in params.items() if v is not None})
+        """The answer's JSON; a list the API pages (Link: rel="next", controlplane.paging)
+        read to its end."""
+        wanted = {k: v for k, v in params.items() if v is not None}
+        response = self._send("GET", "/api/v1/" + path.lstrip("/"), params=wanted)
+        data = response.json() if response.content else None
+        for _ in range(MAX_PAGES):
+            following = response.links.get("next", {}).get("url")
+            if not isinstance(data, list) or not following:
+                break
+            response = self._send("GET", following)
+            data += response.json()
+        return data
 
     def post(self, path: str, body: Any = None) -> Any:
         return self.call("POST", path, json=body)

@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
+from contracts import engine_tls
 from contracts.engines.models import adapter_folder, locate_adapter
 from contracts.hub_refs import is_hub_ref
 from contracts.spec import RUNTIME_LORA_ENGINES, ServiceSpec
@@ -139,7 +140,7 @@ def sync(row: Instance, found: ObservedInstance, runtime: Runtime) -> set[str]:
     headers = {"Authorization": f"Bearer {row.engine_key()}"}
     failed: dict[str, str] = {}
     with httpx.Client(base_url=found.url, headers=headers, timeout=TIMEOUT_S,
-                      trust_env=False) as engine:  # fmt: skip
+                      trust_env=False, verify=engine_tls.client_context()) as engine:  # fmt: skip
         try:
             loaded = _loaded(engine)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:

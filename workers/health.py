@@ -5,6 +5,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from contracts import engine_tls
+
 
 def is_healthy(url: str, path: str, timeout: float = 2.0, key: str = "") -> bool:
     """Ready when the engine's health endpoint answers 2xx or 3xx, asked with its engine `key`
@@ -20,7 +22,8 @@ def is_healthy(url: str, path: str, timeout: float = 2.0, key: str = "") -> bool
             return False
     try:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        answer = httpx.get(url.rstrip("/") + path, timeout=timeout, headers=headers)
+        answer = httpx.get(url.rstrip("/") + path, timeout=timeout, headers=headers,
+                           verify=engine_tls.client_context())  # fmt: skip
         return 200 <= answer.status_code < 400
     except httpx.HTTPError:
         return False

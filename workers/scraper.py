@@ -20,7 +20,7 @@ import redis
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 
-from contracts import engine_load
+from contracts import engine_load, engine_tls
 from contracts.engine_metrics import MAX_TEXT, MetricsError, read
 from controlplane.metrics.targets import MetricsPaths, Target, ready_targets
 from controlplane.services.models import Instance
@@ -52,7 +52,8 @@ class Scraper(threading.Thread):
         self._logged: dict[str, float] = {}  # a trouble's key -> when it was last logged
         self._busy: set[str] = set()  # instances being read
         self._lock = threading.Lock()  # both are written from the pool's threads
-        self._http = httpx.Client(timeout=TIMEOUT, trust_env=False)
+        self._http = httpx.Client(timeout=TIMEOUT, trust_env=False,
+                                  verify=engine_tls.client_context())  # fmt: skip
         self._pool = ThreadPoolExecutor(POOL, thread_name_prefix="wharf-scrape")
 
     def run(self) -> None:

@@ -81,6 +81,7 @@ def start_instance(
             service=service.name, pd_index=row.pd_index,
             kv_dir=_kv_dir(service.name) if row.role else "",
             engine_key=engine_key(settings.WHARF_TOKEN_KEY.encode(), name),
+            otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
         )  # fmt: skip
         if row.role:
             placement = pd_placement(placement, row, spec)

@@ -14,6 +14,7 @@ from collections import Counter
 
 import httpx
 
+from contracts import engine_tls
 from contracts.warmup import MAX_BYTES, Replay, read_warm_up
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
@@ -63,7 +64,8 @@ def replay(url: str, key: str, requests: list[Replay], deadline: float) -> Count
     "5xx", "error" (no answer), "not sent" (past the deadline)."""
     outcome: Counter = Counter()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    with httpx.Client(base_url=url, headers=headers, trust_env=False) as client:
+    with httpx.Client(base_url=url, headers=headers, trust_env=False,
+                      verify=engine_tls.client_context()) as client:  # fmt: skip
         for i, request in enumerate(requests):
             left = deadline - time.monotonic()
             if left <= 0:

@@ -79,6 +79,9 @@ class Placement:
     # The operator's bounds for instances whose spec names none (contracts.limits); the
     # built-in defaults for the preview's and tests' placements.
     limits: TenantLimits = field(default_factory=TenantLimits)
+    # The OTLP/HTTP collector engines send their own traces to (WHARF_ENGINE_OTLP_ENDPOINT,
+    # else WHARF_OTLP_ENDPOINT, as the engines reach it); "": engines trace nothing.
+    otlp_endpoint: str = ""
 
     @property
     def models_root(self) -> str:

@@ -30,6 +30,7 @@ from contracts.engines.pd import (
     validate_pd,
 )
 from contracts.engines.plan import ContainerPlan, Placement
+from contracts.otlp import traces_url
 from contracts.spec import Llm, Lora, ServiceSpec, Speculative
 
 DEFAULT_PORT = 8000
@@ -150,7 +151,27 @@ def server_args(
     args += lora_args(llm.lora, models.adapters)
     if connector := pd_connector(spec, placement):
         args += pd_args(connector, placement, llm, port)
-    return args + option_args(llm.options)
+    return args + traces_args(llm, placement) + option_args(llm.options)
+
+
+def traces_args(llm: Llm, placement: Placement) -> list[str]:
+    """vLLM's own spans (its queue, prefill and decode times per request) to the platform's
+    collector, under the gateway's span of the call: vLLM joins the `traceparent` the gateway
+    sends (gateway.tracing). A flag of the user's own wins."""
+    given = "--otlp-traces-endpoint"
+    if not placement.otlp_endpoint or given in llm.options:
+        return []
+    if any(arg == given or arg.startswith(given + "=") for arg in llm.extra_args):
+        return []
+    return [given, traces_url(placement.otlp_endpoint)]
+
+
+def traces_env(spec: ServiceSpec, placement: Placement) -> dict[str, str]:
+    """With traces on: OTLP over HTTP (the gateway's protocol; vLLM's default is gRPC), and
+    the service's name on its spans. The spec's own env may change either."""
+    if not placement.otlp_endpoint:
+        return {}
+    return {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_SERVICE_NAME": spec.name}
 
 
 def engine_key_env(placement: Placement) -> dict[str, str]:
@@ -205,8 +226,8 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         quantization += ["--kv-cache-dtype", llm.kv_cache_dtype]
     args = server_args(spec, placement, port=port, models=models, quantization=quantization)
     kv_env, kv_mounts = pd_wiring(spec, placement, port)
-    env = {**OFFLINE_ENV, **kv_env, **lora_env(llm, placement), **user_env(spec),
-           **engine_key_env(placement)}  # fmt: skip
+    env = {**OFFLINE_ENV, **kv_env, **lora_env(llm, placement), **traces_env(spec, placement),
+           **user_env(spec), **engine_key_env(placement)}  # fmt: skip
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
         if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):

@@ -38,6 +38,7 @@ from contracts.engines.vllm import (
     lora_env,
     lora_errors,
     server_args,
+    traces_env,
 )
 from contracts.spec import Llm, ServiceSpec
 
@@ -172,6 +173,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         **kv_env,
         **table_env,
         **lora_env(llm, placement),
+        **traces_env(spec, placement),
     }
     env.update(user_env(spec))
     env.update(engine_key_env(placement))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from contracts.engines import render as render_plan
 from contracts.grants import registry_host
@@ -102,7 +102,10 @@ def render(
                             "canary of a spec with them cannot run on the cluster")  # fmt: skip
     staged = staged_sources(spec, hub_commits)
     placements = {
-        role: pod_placement(spec, role, staged, engine_keys[role], settings.limits)
+        role: replace(
+            pod_placement(spec, role, staged, engine_keys[role], settings.limits),
+            otlp_endpoint=settings.otlp_endpoint,
+        )
         for role in replicas
     }
     plans = {role: render_plan(spec, placement) for role, placement in placements.items()}

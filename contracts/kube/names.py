@@ -138,3 +138,5 @@ class KubeSettings:
     # The token with which Prometheus reads engines' metrics pages through their fronts (in
     # the service's Secret; "": only the engine key opens them).
     metrics_token: str = field(default="", repr=False)  # WHARF_ENGINE_METRICS_TOKEN
+    # The OTLP/HTTP collector engines send their traces to ("": none).
+    otlp_endpoint: str = ""  # WHARF_ENGINE_OTLP_ENDPOINT, else WHARF_OTLP_ENDPOINT

@@ -1,6 +1,8 @@
 """GET /metrics on the API: the control plane's figures (controlplane.metrics.figures) in
 Prometheus' text format, read from the database at scrape time by a custom collector, so no
-figure is ever stale or kept in a process.
+figure is ever stale or kept in a process. One figure comes from Redis rather than the
+database: the age of the oldest usage minute waiting there for the workers' flush
+(controlplane.metrics.usage_backlog).
 
 They name every workspace, service and node, so the page is closed like the gateway's
 (gateway/metrics_access.py): it answers only `Authorization: Bearer <WHARF_API_METRICS_TOKEN>`,
@@ -10,6 +12,7 @@ and with no token configured it answers no one (403).
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -23,7 +26,14 @@ from prometheus_client.registry import Collector
 
 from contracts.spec import SpecError
 from contracts.spec_queue import ASYNC
-from controlplane.metrics.figures import node_states, quota_figures, service_figures
+from controlplane.metrics.figures import (
+    node_states,
+    quota_figures,
+    service_figures,
+    unflushed_age,
+)
+from controlplane.metrics.samples import store
+from controlplane.metrics.usage_backlog import waiting_minutes
 from controlplane.nodes.models import Node
 from controlplane.queues.models import ItemState, QueueItem, QueueName
 from controlplane.services.choices import DesiredState, Phase
@@ -33,13 +43,15 @@ from controlplane.workspaces.quota_checks import held_by
 
 
 class ControlPlaneCollector(Collector):
-    """Services, nodes and quotas as gauges, from the rows as they are now."""
+    """Services, nodes, quotas and queues as gauges, from the rows as they are now, and the
+    usage flush's lag from Redis."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from self._services()
         yield self._nodes()
         yield from self._quotas()
         yield from self._queues()
+        yield self._usage_backlog()
 
     def _services(self) -> Iterator[GaugeMetricFamily]:
         labels = ["workspace", "service"]
@@ -141,6 +153,19 @@ class ControlPlaneCollector(Collector):
             first = firsts.get(name)
             oldest.add_metric([workspace, name], (now - first).total_seconds() if first else 0.0)
         yield from (items, oldest)
+
+    def _usage_backlog(self) -> GaugeMetricFamily:
+        """One sample (the same on every API replica), or none while Redis does not answer:
+        the gateways' own wharf_gateway_usage_unflushed_age_seconds tells that case."""
+        family = GaugeMetricFamily(
+            "wharf_usage_unflushed_age_seconds",
+            "Seconds since the oldest usage minute still in Redis ended: how long it has "
+            "waited for the workers' flush into the database (every 15 s); 0 when none waits.",
+        )
+        minutes = waiting_minutes(store())
+        if minutes is not None:
+            family.add_metric([], unflushed_age(minutes, time.time()))
+        return family
 
 
 # The queue and state pairs an item can be in (sink items are never worked on).

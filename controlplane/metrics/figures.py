@@ -1,10 +1,12 @@
 """The control plane's own figures for Prometheus, as pure functions of what the database says:
-services (ready against desired instances, a paused rollout), nodes (their state) and
-workspace quotas (used against limit). controlplane.metrics.exposition reads the rows at scrape
-time and serves these at GET /metrics; deploy/prometheus/alerts.yaml alerts on them."""
+services (ready against desired instances, a paused rollout), nodes (their state), workspace
+quotas (used against limit), and how far the usage flush lags (of what Redis holds).
+controlplane.metrics.exposition reads the rows at scrape time and serves these at GET /metrics;
+deploy/prometheus/alerts.yaml alerts on them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from contracts.spec import ServiceSpec
@@ -65,3 +67,13 @@ def quota_figures(workspace: str, quotas: Quotas, held: Footprint) -> list[Quota
         for resource, limit, used in pairs
         if limit is not None
     ]
+
+
+def unflushed_age(minutes: Iterable[int], now: float) -> float:
+    """Seconds since the oldest finished usage minute among `minutes` (epoch minutes of the
+    usage hashes in Redis, contracts.usage) ended: how long it has waited for the workers'
+    flush, which claims a minute once it is over. 0 when none waits; the current minute's
+    hash still grows, so it never counts."""
+    current = int(now) // 60
+    finished = [minute for minute in minutes if minute < current]
+    return max(0.0, now - (min(finished) + 1) * 60) if finished else 0.0

@@ -20,6 +20,7 @@ from contracts.routing import (
     SNAPSHOT_CHANNEL,
     SNAPSHOT_KEY,
     PdRouting,
+    RequestLogRouting,
     RoutedInstance,
     RoutedKey,
     RoutedService,
@@ -29,6 +30,7 @@ from contracts.spec import Pd, Rpc, ServiceSpec, typed_spec
 from contracts.spec_gateway_policy import policy_limit, service_rate_limit
 from contracts.spec_job import is_job
 from contracts.spec_queue import is_async, window
+from contracts.spec_request_log import logged
 from controlplane.queues.models import QueueItem, QueueName
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
@@ -117,7 +119,16 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         canary_weight=_canary_weight(service),
         queued=is_async(spec),
         queue_window=window(spec) if is_async(spec) else 0,
+        request_log=_request_log(spec),
     )
+
+
+def _request_log(spec: ServiceSpec) -> RequestLogRouting | None:
+    """The gateways' part of the spec's request_log, when it is enabled."""
+    settings = logged(spec)
+    if settings is None:
+        return None
+    return RequestLogRouting(settings.keep_days, settings.max_body_bytes)
 
 
 def _canary_weight(service: Service) -> int:

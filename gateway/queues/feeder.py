@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from contracts import engine_tls
 from contracts.batch import usage_of
 from contracts.routing import RoutedInstance, RoutedService, Snapshot
 from contracts.sharing import queued_slots
@@ -83,7 +84,10 @@ class QueueFeeder:
         self._working: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0))
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=5.0),
+            verify=engine_tls.client_context(),  # https:// fronts (contracts.engine_tls)
+        )
 
     def seen(self, snapshot: Snapshot) -> None:
         self._services = {name: s for name, s in snapshot.services.items() if s.queued or s.fed}

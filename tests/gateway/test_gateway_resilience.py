@@ -61,3 +61,43 @@ def test_redis_outage_falls_back_to_per_process_limits_and_keeps_usage(
     assert wait_until(lambda: metric(gateway.metrics(), "wharf_gateway_redis_up") == 1, 3)
     assert wait_until(lambda: gateway.usage().get((svc.name, key_id, "requests")) == 2, 3)
     assert "Redis reachable again" in caplog.text
+
+
+@pytest.mark.parametrize(("mode", "limited"), [("open", [200, 200, 200]),
+                                               ("closed", [503, 503, 503])])  # fmt: skip
+def test_the_operator_chooses_open_or_closed_limits_while_redis_is_down(
+    start_gateway: Callable[..., Gateway],
+    engines: list[Engine],
+    http: httpx.Client,
+    redis_process: RedisProcess,
+    mode: str,
+    limited: list[int],
+) -> None:
+    """WHARF_LIMITS_ON_REDIS_DOWN: a key with rpm 1 is admitted uncounted (open) or refused
+    with a 503 saying why (closed); a service token, under no limit, is served either way;
+    Redis back, the limits hold again."""
+    redis_process.start()
+    token, digest = make_key()
+    plain, plain_digest = make_key()
+    svc = service(unique("svc"), [engines[0].instance], [plain_digest], models=("m",))
+    routing = snapshot(1, svc, keys={digest: RoutedKey(unique("k"), rpm=1)})
+    gateway = start_gateway(routing, redis_url=redis_process.url, poll=0.1,
+                            limits_on_redis_down=mode)  # fmt: skip
+
+    def status(who: str) -> httpx.Response:
+        body = {"model": "m", "prompt": "x", "max_tokens": 1}
+        return http.post(gateway.url + "/v1/completions", json=body,
+                         headers={"Authorization": f"Bearer {who}"})  # fmt: skip
+
+    assert status(token).status_code == 200
+    redis_process.stop()
+    answers = [status(token) for _ in range(3)]
+    assert [a.status_code for a in answers] == limited
+    if mode == "closed":
+        error = answers[0].json()["error"]
+        assert "WHARF_LIMITS_ON_REDIS_DOWN=closed" in error["message"]
+        assert answers[0].headers["retry-after"] == "5"
+    assert status(plain).status_code == 200  # no limit applies: served either way
+    redis_process.start()
+    assert wait_until(lambda: metric(gateway.metrics(), "wharf_gateway_redis_up") == 1, 3)
+    assert wait_until(lambda: status(token).status_code == 429, 5)  # rpm 1, counted again

@@ -6,6 +6,7 @@ import functools
 
 from django.conf import settings
 
+from contracts import engine_tls
 from controlplane.limits import tenant_limits
 from workers.runtimes.base import InstanceError, InstanceRequest, ObservedInstance, Runtime
 
@@ -24,13 +25,14 @@ def get_runtime() -> Runtime:
             str(settings.WHARF_MODEL_DIR), settings.WHARF_NODE_ADDRESS,
             settings.WHARF_INSTANCE_LOG_DIR, node=settings.WHARF_NODE_NAME,
             limits=tenant_limits(), front_image=settings.WHARF_FRONT_IMAGE,
-            metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN,
+            metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN, tls=engine_tls.node_tls(),
         )  # fmt: skip
     if choice == "process":
         return ProcessRuntime(
             str(settings.WHARF_MODEL_DIR), settings.WHARF_INSTANCE_LOG_DIR,
             settings.WHARF_VLLM_VENV, node_address=settings.WHARF_NODE_ADDRESS,
             node=settings.WHARF_NODE_NAME, metrics_token=settings.WHARF_ENGINE_METRICS_TOKEN,
+            tls=engine_tls.node_tls(),
         )  # fmt: skip
     if choice == "kubernetes":  # no node runtime: workers.kube reconciles on the cluster
         raise ValueError("WHARF_RUNTIME=kubernetes runs no instance on this host")

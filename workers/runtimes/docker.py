@@ -20,6 +20,7 @@ from docker.types import Mount as DockerMount
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import find_npu_smi
 from contracts.limits import TenantLimits, filled, granted_capabilities
+from contracts.serving_tls import ServingTls
 from contracts.spec_storage import DATASET_MOUNT
 from contracts.version import VERSION
 from workers.runtimes import docker_sidecars as sidecars_
@@ -46,6 +47,7 @@ from workers.runtimes.docker_front import (
     front_name,
     front_options,
     fronted,
+    observed_url,
 )
 from workers.runtimes.exec_probe import exec_probe
 from workers.runtimes.pulls import pull
@@ -221,9 +223,11 @@ class DockerRuntime:
         limits: TenantLimits | None = None,
         front_image: str = f"wharf/wharf:{VERSION}",
         metrics_token: str = "",
+        tls: ServingTls | None = None,
     ):
         self.client = docker.from_env()
         self.front_image, self.metrics_token = front_image, metrics_token
+        self.tls = tls  # the node's certificate for its fronts (contracts.engine_tls)
         self.operator_limits = limits or TenantLimits()
         self.node = node  # lists and labels only this node's containers
         self.model_dir = model_dir.rstrip("/")
@@ -310,7 +314,7 @@ class DockerRuntime:
     def _start_front(self, request: InstanceRequest, engine) -> None:
         """The engine's front in its network namespace; without it, no engine either."""
         self._remove_container(front_name(request.name), timeout=1)  # a crash's leftover
-        options = front_options(request, engine.id, self.node, self.metrics_token)
+        options = front_options(request, engine.id, self.node, self.metrics_token, self.tls)
         try:
             self.client.containers.run(self.front_image, detach=True, **options)
         except (APIError, ImageNotFound) as exc:
@@ -382,13 +386,8 @@ class DockerRuntime:
         while its front runs too (`front_running`), and its sidecars (docker_sidecars)."""
         labels = container.labels
         sidecar_down = sidecars_.sidecars_down(container, list(sidecars))
-        port = labels.get(LABEL_PORT, "")
-        bindings = (container.attrs.get("NetworkSettings", {}).get("Ports") or {}).get(
-            f"{port}/tcp"
-        )
-        url = f"http://{self.node_address}:{bindings[0]['HostPort']}" if bindings else None
-        if container.attrs.get("HostConfig", {}).get("NetworkMode") == "host" and port:
-            url = f"http://{self.node_address}:{port}"
+        tls = self.tls if labels.get(LABEL_FRONTED) == "1" else None  # a front's port
+        url = observed_url(self.node_address, container.attrs, labels.get(LABEL_PORT, ""), tls)
         state = container.attrs.get("State", {})
         return ObservedInstance(
             service=labels[LABEL_SERVICE],

@@ -11,19 +11,37 @@ the pair (its back-off, its events). The front may restart alone: it rejoins the
 
 from __future__ import annotations
 
+from contracts import engine_tls
 from contracts.engine_front import KEY_ENV, METRICS_TOKEN_ENV, READY_PATH, front_port
+from contracts.serving_tls import ServingTls
 from workers.runtimes.base import LABEL_INSTANCE, LABEL_NODE, LABEL_SERVICE, InstanceRequest
 
 LABEL_FRONT = "wharf.front-of"  # on a front: the instance it guards
 LABEL_FRONTED = "wharf.fronted"  # on an engine: "1" when a front guards it
 FRONT_MEMORY = 256 * 1024 * 1024
 FRONT_PIDS = 64
+# Where a front container finds the folders of the node's certificate and key
+# (contracts.engine_tls): /run/wharf/engine-tls/0, and /1 when the key is in another folder.
+TLS_DIR = "/run/wharf/engine-tls"
 
 
 def fronted(request: InstanceRequest) -> bool:
     """Whether the engine gets a front: every one with a key, but those on the host network
     (granted, or the platform's own engine with vLLM's key: contracts.grants)."""
     return bool(request.engine_key) and not request.plan.host_network
+
+
+def observed_url(address: str, attrs: dict, port: str, tls: ServingTls | None) -> str | None:
+    """Where the gateways call an engine container (docker-py's `attrs`): the node's address
+    and what `port` (its front's, when it has one) is published at, https:// with the node's
+    `tls` pair (given for a fronted engine only); its own port on the host network."""
+    if attrs.get("HostConfig", {}).get("NetworkMode") == "host" and port:
+        return f"http://{address}:{port}"
+    ports = attrs.get("NetworkSettings", {}).get("Ports") or {}
+    bindings = ports.get(f"{port}/tcp")
+    if not bindings:
+        return None
+    return engine_tls.instance_url(address, int(bindings[0]["HostPort"]), tls is not None)
 
 
 def front_name(instance: str) -> str:
@@ -43,9 +61,17 @@ def engine_options(request: InstanceRequest, bind_address: str) -> dict:
     }
 
 
-def front_options(request: InstanceRequest, engine_id: str, node: str, metrics_token: str) -> dict:
+def front_options(
+    request: InstanceRequest,
+    engine_id: str,
+    node: str,
+    metrics_token: str,
+    tls: ServingTls | None = None,
+) -> dict:
     """docker-py's containers.run options of the front of `request`'s engine (container id
-    `engine_id`): the key in its environment only, small bounds, nothing it may write."""
+    `engine_id`): the key in its environment only, small bounds, nothing it may write; with
+    the node's `tls` pair, the folders of its two files mounted read-only (folders, not the
+    files: a file replaced by a rename on the host is seen through a folder mount only)."""
     plan = request.plan
     args = ["python", "-m", "gateway.front", "--listen", f"0.0.0.0:{front_port(plan.port)}",
             "--upstream", f"127.0.0.1:{plan.port}"]  # fmt: skip
@@ -56,7 +82,14 @@ def front_options(request: InstanceRequest, engine_id: str, node: str, metrics_t
     env = {KEY_ENV: request.engine_key}
     if metrics_token:
         env[METRICS_TOKEN_ENV] = metrics_token
+    binds: dict[str, str] = {}  # a folder of the node's -> where the front sees it
+    for variable, path in (
+        ((engine_tls.CERT_ENV, tls.cert), (engine_tls.KEY_ENV, tls.key)) if tls else ()
+    ):
+        inside = binds.setdefault(str(path.absolute().parent), f"{TLS_DIR}/{len(binds)}")
+        env[variable] = f"{inside}/{path.name}"
     return {
+        "volumes": {folder: {"bind": inside, "mode": "ro"} for folder, inside in binds.items()},
         "command": args,
         "name": front_name(request.name),
         "labels": {

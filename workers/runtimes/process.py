@@ -21,8 +21,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from contracts import engine_front as front
+from contracts import engine_tls
 from contracts.engines import prepare
 from contracts.engines.plan import ContainerPlan, Placement
+from contracts.serving_tls import ServingTls
 from workers.runtimes import process_groups
 from workers.runtimes.base import (
     InstanceError,
@@ -73,13 +75,17 @@ def inherited_env(worker_env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+# What a front is given and its engine never sees (gateway.front strips them too).
+FRONT_ONLY = (front.KEY_ENV, front.METRICS_TOKEN_ENV, engine_tls.CERT_ENV, engine_tls.KEY_ENV)
+
+
 def engine_environment(environ: bytes) -> dict[str, str]:
     """An engine's environment from its process's (a front's: with its secrets, which the
     engine it starts never gets)."""
     env = {}
     for entry in environ.split(b"\0"):
         name, equals, value = entry.decode(errors="replace").partition("=")
-        if equals and name not in (front.KEY_ENV, front.METRICS_TOKEN_ENV):
+        if equals and name not in FRONT_ONLY:
             env[name] = value
     return env
 
@@ -123,9 +129,12 @@ class ProcessRuntime:
         node_address: str = "127.0.0.1",
         node: str = "",
         metrics_token: str = "",
+        tls: ServingTls | None = None,
     ):
         self.node = node  # lists only this node's instances (nodes may share a state dir)
         self.metrics_token = metrics_token
+        # The node's certificate for its fronts (contracts.engine_tls): https:// instances.
+        self.tls = tls
         self.model_dir = model_dir.rstrip("/")
         self.state_dir = Path(state_dir)
         self.venv = venv
@@ -209,7 +218,11 @@ class ProcessRuntime:
             env[front.KEY_ENV] = request.engine_key
             if self.metrics_token:
                 env[front.METRICS_TOKEN_ENV] = self.metrics_token
-            url, health_path = f"http://{self.node_address}:{port}", health_path or front.READY_PATH
+            if self.tls:
+                env[engine_tls.CERT_ENV] = str(self.tls.cert)
+                env[engine_tls.KEY_ENV] = str(self.tls.key)
+            url = engine_tls.instance_url(self.node_address, port, tls=bool(self.tls))
+            health_path = health_path or front.READY_PATH
         with open(self._log_path(request.name), "ab") as log:
             try:
                 proc = subprocess.Popen(

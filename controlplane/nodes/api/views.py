@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from contracts.node_logs import CLUSTER
-from controlplane import intents
+from controlplane import intents, paging
 from controlplane.nodes.api.serializers import NodeSerializer
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import STATES
@@ -40,12 +40,16 @@ def _seen_by(request: Request) -> dict:
 
 class NodeList(APIView):
     def get(self, request: Request) -> Response:
-        nodes = list(Node.objects.all())
-        if state := request.query_params.get("state"):
+        wanted = paging.asked(request.query_params)
+        if state := request.query_params.get("state"):  # a node's state is read, not stored
             if state not in STATES:
                 raise ParseError({"state": [f"one of {', '.join(STATES)}"]})
-            nodes = [node for node in nodes if node.state == state]
-        return Response(NodeSerializer(nodes, many=True, context=_seen_by(request)).data)
+            chosen = [node for node in Node.objects.all() if node.state == state]
+            page = paging.page_of_list(chosen, wanted, key=lambda node: node.name)
+        else:
+            page = paging.page_of_rows(Node.objects.all(), wanted)
+        data = NodeSerializer(page.items, many=True, context=_seen_by(request)).data
+        return paging.paged(request, page, data)
 
 
 class NodeDetail(APIView):

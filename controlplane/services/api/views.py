@@ -24,7 +24,7 @@ from contracts.spec_instance import notes as instance_notes
 from contracts.spec_job import is_job
 from contracts.spec_labels import matches, parse_selector
 from contracts.spec_rules import runtime_checks
-from controlplane import intents
+from controlplane import intents, paging
 from controlplane.cluster import cluster_errors
 from controlplane.limits import tenant_limits
 from controlplane.services.api.errors import SpecInvalid
@@ -207,9 +207,13 @@ class ServiceList(APIView):
             selectors = [parse_selector(text) for text in request.query_params.getlist("label")]
         except ValueError as exc:
             raise ParseError({"label": [str(exc)]}) from None
+        wanted = paging.asked(request.query_params)
         if selectors:  # labels are in the (sealed) spec: selected here, not in SQL
-            services = [s for s in services if matches(s.spec.get("labels"), selectors)]
-        return Response(ServiceSerializer(services, many=True).data)
+            chosen = [s for s in services if matches(s.spec.get("labels"), selectors)]
+            page = paging.page_of_list(chosen, wanted, key=lambda s: s.name)
+        else:
+            page = paging.page_of_rows(services, wanted)
+        return paging.paged(request, page, ServiceSerializer(page.items, many=True).data)
 
     def post(self, request: Request) -> Response:
         return create_service(request, request.data)
@@ -352,6 +356,7 @@ class SpecPreview(APIView):
             placement = Placement(
                 model_store=str(settings.WHARF_MODEL_DIR), devices=tuple(range(cards)),
                 role=role, service=spec.name, limits=tenant_limits(),
+                otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
             )  # fmt: skip
             containers.append({"role": role, "instances": instances,
                                **render(spec, placement).preview()})  # fmt: skip

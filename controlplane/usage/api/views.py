@@ -60,6 +60,7 @@ class Usage(APIView):
             Q(adapter="" if query.adapter == BASE else query.adapter) if query.adapter else Q(),
         )
         models = records.order_by().values("service", "adapter").annotate(**SUMS)
+        keys = records.order_by().values("key_id").annotate(**SUMS).order_by("key_id")
         series = (
             records.order_by()
             .annotate(time=Trunc("minute", query.group, tzinfo=UTC))
@@ -73,5 +74,7 @@ class Usage(APIView):
             "totals": _with_total(records.aggregate(**SUMS)),
             # One row per service's model and per LoRA adapter (adapter "": the base model).
             "models": [_with_total(row) for row in models.order_by("service", "adapter")],
+            # One row per API key (key_id "-": the services' own tokens), for the console.
+            "keys": [_with_total(row) for row in keys],
             "series": [_with_total(row) for row in series],
         })  # fmt: skip

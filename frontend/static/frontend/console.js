@@ -13,7 +13,7 @@ const Wharf = (() => {
 
   // fetch() with the session cookie; writes carry X-CSRFToken, which DRF's
   // SessionAuthentication requires for unsafe methods.
-  async function request(method, url, body) {
+  async function request(method, url, body, pages) {
     const init = {method, credentials: "same-origin", headers: {Accept: "application/json"}};
     if (method !== "GET" && method !== "HEAD") init.headers["X-CSRFToken"] = csrfToken();
     if (body !== undefined) {
@@ -36,7 +36,19 @@ const Wharf = (() => {
     const text = await response.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch { data = {detail: text.slice(0, 300)}; }
+    // A long list comes in pages (Link: <…>; rel="next", controlplane/paging.py): read them all.
+    const next = nextPage(response.headers.get("Link"));
+    if (method === "GET" && response.ok && Array.isArray(data) && next && (pages || 0) < MAX_PAGES) {
+      const rest = await request("GET", next, undefined, (pages || 0) + 1);
+      return rest.ok ? {ok: true, status: response.status, data: data.concat(rest.data)} : rest;
+    }
     return {ok: response.ok, status: response.status, data};
+  }
+
+  const MAX_PAGES = 100;
+  function nextPage(link) {
+    const match = (link || "").match(/<([^>]+)>;\s*rel="next"/);
+    return match ? match[1] : null;
   }
 
   const api = (method, path, body) => request(method, config.api + path, body);

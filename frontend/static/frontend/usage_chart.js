@@ -13,8 +13,9 @@ const UsageChart = (() => {
     return [1, 2, 2.5, 5, 10].map((m) => m * step).find((m) => m >= v);
   }
 
-  // An inline SVG line chart: minutes on x, the value on y; null values leave gaps.
-  function svgChart(points, unit) {
+  // An inline SVG line chart: minutes on x, the value on y; null values leave gaps. `empty`
+  // is what it says when every value is 0 or missing.
+  function svgChart(points, unit, empty = "No data in the last hour") {
     const NS = "http://www.w3.org/2000/svg";
     const W = 600;
     const H = 180;
@@ -49,7 +50,7 @@ const UsageChart = (() => {
     }
     if (!values.some((v) => v > 0)) {
       add("text", {x: (L + W) / 2, y: H / 2, "text-anchor": "middle", class: "empty"},
-        "No data in the last hour");
+        empty);
       return svg;
     }
     // Runs of consecutive non-null points, each drawn as its own line and area.

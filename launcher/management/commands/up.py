@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from contracts import serving_tls
 from contracts.env import envstr
 from controlplane.admin_account import USERNAME, AdminPassword, ensure_admin
 from controlplane.services.tiny_model import write_tiny_model
@@ -204,6 +205,10 @@ class Command(BaseCommand):
         env.update(WHARF_HOME=str(settings.WHARF_HOME), WHARF_RUNTIME=runtime,
                    DJANGO_SETTINGS_MODULE="controlplane.settings")  # fmt: skip
         env.setdefault("WHARF_NODE_NAME", "local")  # the one node of `make run`
+        # `make run` serves plain HTTP on loopback: no HTTPS for its API and gateway, and no
+        # Secure cookies that a browser would not send back over http://127.0.0.1.
+        for name in (serving_tls.CERT_VARIABLE, serving_tls.KEY_VARIABLE):
+            env.pop(name, None)
         if not env.get("WHARF_SECRET_KEY"):
             env.setdefault("WHARF_SECRET_KEY_FILE", str(settings.WHARF_HOME / "secret_key"))
         # The keys this process made or read (controlplane.settings): the same in every child.

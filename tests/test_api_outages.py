@@ -1,0 +1,141 @@
+"""The API while PostgreSQL cannot be reached, then can again: a real API process (uvicorn, as
+`make run` and production start it) reaches the test database through a TCP forwarder the test
+stops and starts. Down, every call is a 503 that names the database, with retry-after (not a
+500); back, the API answers as before without a restart."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+from django.db import connection
+
+from tests.api_support import client_for
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="an outage of PostgreSQL"),
+    pytest.mark.timeout(90),
+]
+
+
+class Forwarder:
+    """127.0.0.1:<port> → the database's address, byte for byte, until stopped (every
+    connection cut, as a database that went away cuts them)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen()
+        self.port = listener.getsockname()[1]
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._serve, args=(listener,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _serve(self, listener: socket.socket) -> None:
+        chooser = selectors.DefaultSelector()
+        chooser.register(listener, selectors.EVENT_READ)
+        peers: dict[socket.socket, socket.socket] = {}
+        while not self._stop.is_set():
+            for key, _ in chooser.select(0.1):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is listener:
+                    client, _ = listener.accept()
+                    upstream = socket.create_connection(self.target)
+                    peers[client], peers[upstream] = upstream, client
+                    chooser.register(client, selectors.EVENT_READ)
+                    chooser.register(upstream, selectors.EVENT_READ)
+                    continue
+                data = sock.recv(65536)
+                if data:
+                    peers[sock].sendall(data)
+                    continue
+                for end in (sock, peers.pop(sock)):
+                    peers.pop(end, None)
+                    chooser.unregister(end)
+                    end.close()
+        for sock in [listener, *peers]:
+            sock.close()
+        chooser.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_api_answers_503_naming_the_database_while_it_is_down(redis_url, tmp_path):
+    token = client_for("alice")._credentials["HTTP_AUTHORIZATION"]
+    db = connection.settings_dict
+    forwarder = Forwarder((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
+    forwarder.start()
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url,
+           "DATABASE_URL": f"postgresql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:"
+                           f"{forwarder.port}/{db['NAME']}",
+           "WHARF_HOME": str(tmp_path), "WHARF_SECRET_KEY": django_settings.SECRET_KEY,
+           "WHARF_TOKEN_KEY": django_settings.WHARF_TOKEN_KEY}  # fmt: skip
+    api = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host",
+         "127.0.0.1", "--port", str(port), "--no-access-log"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/api/v1/services"
+    headers = {"Authorization": token}
+
+    def answer() -> httpx.Response | None:
+        try:
+            return httpx.get(url, headers=headers, timeout=10, trust_env=False)
+        except httpx.TransportError:
+            return None
+
+    def until(check, seconds: float = 30) -> httpx.Response:  # noqa: ANN001
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = answer()
+            if found is not None and check(found):
+                return found
+            assert api.poll() is None, "the API exited"
+            time.sleep(0.2)
+        raise AssertionError("timed out")
+
+    try:
+        until(lambda r: r.status_code == 200)
+        forwarder.stop()
+        down = until(lambda r: r.status_code != 200)
+        assert down.status_code == 503, down.text
+        assert down.json()["unavailable"] == "database"
+        assert "database cannot be reached now" in down.json()["detail"]
+        assert down.headers["retry-after"] == "5"
+        forwarder.start()  # back, on the same port
+        until(lambda r: r.status_code == 200)  # no restart needed
+    finally:
+        forwarder.stop()
+        os.killpg(api.pid, signal.SIGTERM)
+        api.wait(15)
