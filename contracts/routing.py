@@ -161,6 +161,9 @@ class RoutedService:
     # (gateway.queues); the gateways feed its instances `queue_window` items each at most.
     queued: bool = False
     queue_window: int = 0
+    # A Standard service with requests of OpenAI batches waiting or running: the gateways
+    # feed them to its instances as they feed an Async service's queue (gateway.queues).
+    fed: bool = False
     # `request_log` enabled: the gateways keep its calls' requests and answers.
     request_log: RequestLogRouting | None = None
 
@@ -346,6 +349,8 @@ def _service_json(svc: RoutedService) -> dict:
     }
     if svc.queued:
         out["queue"] = {"window": svc.queue_window}
+    if svc.fed:  # absent where unset: snapshots stay as they were
+        out["fed"] = True
     if svc.mirror_targets:  # absent where unset: snapshots stay as they were
         out["mirror"] = {"targets": list(svc.mirror_targets), "ratio": svc.mirror_ratio}
     if svc.canary_weight:
@@ -405,6 +410,7 @@ def _service_from(name: str, entry: dict) -> RoutedService:
         canary_weight=_number(entry.get("canary_weight", 0), int, optional=False),
         queued=isinstance(entry.get("queue"), dict),
         queue_window=_number((entry.get("queue") or {}).get("window", 0), int, optional=False),
+        fed=entry.get("fed", False) is True,
         request_log=_request_log(entry.get("request_log")),
     )
 

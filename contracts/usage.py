@@ -27,7 +27,10 @@ SERVICE_TOKEN_ID = "-"
 MIRROR_KEY_ID = "~mirror"
 # latency_ms and ttft_ms are sums over the minute's requests (averages = sum / requests),
 # so the console can chart latency and time to first token without a metrics store.
-KINDS = ("prompt", "completion", "requests", "latency_ms", "ttft_ms")
+# A request of an OpenAI batch (gateway.queues.feeder) counts in those like an online call, and
+# again in the batch_ kinds, so that usage can say which part of it came from batches.
+KINDS = ("prompt", "completion", "requests", "latency_ms", "ttft_ms",
+         "batch_prompt", "batch_completion", "batch_requests")  # fmt: skip
 
 # <minute>, <minute>:flushing (an older worker's claim) or <minute>:flushing:<hex>
 _KEY = re.compile(rf"([0-9]+)(?:{FLUSHING_SUFFIX}(?::[0-9a-f]+)?)?")

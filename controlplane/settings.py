@@ -138,6 +138,7 @@ INSTALLED_APPS = [
     "controlplane.benchmarks",
     "controlplane.eas_api",
     "controlplane.queues",
+    "controlplane.batches",
     "controlplane.sso",
     "frontend",
     "launcher",
@@ -386,3 +387,12 @@ WHARF_OTLP_ENDPOINT = envstr("WHARF_OTLP_ENDPOINT") or envstr("OTEL_EXPORTER_OTL
 WHARF_ENGINE_OTLP_ENDPOINT = envstr("WHARF_ENGINE_OTLP_ENDPOINT") or WHARF_OTLP_ENDPOINT
 # EAS's management API (/api/v2/): the region its answers name; any ClusterId is this Wharf.
 WHARF_EAS_REGION = envstr("WHARF_EAS_REGION", "local")
+
+# OpenAI's Batch API (controlplane.batches): where files are kept, and its bounds.
+WHARF_BATCH_DIR = Path(envstr("WHARF_BATCH_DIR", str(WHARF_HOME / "files"))).resolve()
+WHARF_BATCH_FILE_MAX_BYTES = envint("WHARF_BATCH_FILE_MAX_BYTES", 200 * 1024 * 1024)
+WHARF_BATCH_MAX_LINES = envint("WHARF_BATCH_MAX_LINES", 50_000)
+WHARF_BATCH_MAX_IN_FLIGHT = envint("WHARF_BATCH_MAX_IN_FLIGHT", 10)
+# Requests of batches an instance of a Standard service works on at once, at most (its
+# metadata.rpc.worker_threads when set).
+WHARF_BATCH_WINDOW = envint("WHARF_BATCH_WINDOW", 4)

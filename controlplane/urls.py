@@ -19,6 +19,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.eas_api.keys_urls")),
     path("api/v2/", include("controlplane.eas_api.urls")),
     path("internal/", include("controlplane.queues.urls")),  # the gateways' only
+    path("internal/", include("controlplane.batches.urls")),  # the gateways' only
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -7,6 +7,8 @@ Routes:
 - POST /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/responses  OpenAI form;
   the body's `model` names the service.
 - GET  /v1/models, /v1/models/{model}  the models the presented token may call.
+- /v1/files, /v1/batches  OpenAI's Batch API, relayed to the control plane
+  (gateway.queues.batches); the feeder runs the batches' requests.
 - GET  /healthz  liveness, with the routing snapshot's version.
 - GET  /readyz  readiness: 503 until a routing snapshot has been read.
 - GET  /metrics  Prometheus metrics (gateway.metrics), for the operator's scraper only
@@ -52,6 +54,7 @@ from gateway.forwarding import (
 )
 from gateway.metrics_access import metrics_response
 from gateway.plane import OPENAI_FORM
+from gateway.queues.batches import files_and_batches
 from gateway.queues.socket import queue_socket
 from gateway.runtime import Runtime, running
 from gateway.webapp import METHODS as WEB_METHODS
@@ -279,6 +282,12 @@ def create_app(settings: Settings | None = None) -> _FastPath:
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         *(Route(path, openai_route, methods=["POST"]) for path in _OPENAI_ROUTES),
+        Route("/v1/files", files_and_batches, methods=["GET", "POST"]),
+        Route("/v1/files/{file_id}", files_and_batches, methods=["GET", "DELETE"]),
+        Route("/v1/files/{file_id}/content", files_and_batches, methods=["GET"]),
+        Route("/v1/batches", files_and_batches, methods=["GET", "POST"]),
+        Route("/v1/batches/{batch_id}", files_and_batches, methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel", files_and_batches, methods=["POST"]),
         # GET routes take HEAD too.
         Route("/api/predict/{service}", predict, methods=PREDICT_METHODS),
         Route("/api/predict/{service}/{path:path}", predict, methods=PREDICT_METHODS),

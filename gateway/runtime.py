@@ -30,6 +30,7 @@ from gateway.mirror import Mirrors
 from gateway.pipelined import PipelinedRedis
 from gateway.plane import Plane
 from gateway.queues.feeder import Queues
+from gateway.queues.online import OnlineElsewhere
 from gateway.request_log import RequestLog
 from gateway.request_rates import RequestRates
 from gateway.signing import SigningTokens
@@ -105,7 +106,6 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         nudge=inflight.nudge,
     )
     inflight.held_by(activator.held)
-    queues = Queues(settings, engine_keys, balancer, counters)
     figures = EngineFiguresReader(
         client, balancer, health, interval=settings.engine_figures_interval
     )
@@ -145,6 +145,8 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     usage = UsageRecorder(
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
+    elsewhere = OnlineElsewhere(client, inflight.key)
+    queues = Queues(settings, engine_keys, balancer, counters, usage, elsewhere)
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
     call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
     tracing = Tracing.to_endpoint(settings.otlp_endpoint)

@@ -48,14 +48,19 @@ class UsageRecorder:
         completion: int,
         latency_ms: int = 0,
         ttft_ms: int = 0,
+        batch: bool = False,
     ) -> None:
         """Count one answered request, its tokens and its timings in the current minute (the
         timings as sums: the console divides by requests for averages)."""
         hash_key = self._prefix + usage_key(time.time()).removeprefix(USAGE_PREFIX)
-        amounts = (
+        amounts: tuple[tuple[str, int], ...] = (
             ("requests", 1), ("prompt", prompt), ("completion", completion),
             ("latency_ms", latency_ms), ("ttft_ms", ttft_ms),
         )  # fmt: skip
+        if batch:  # a request of an OpenAI batch: counted again apart (contracts.usage)
+            amounts += (
+                ("batch_requests", 1), ("batch_prompt", prompt), ("batch_completion", completion),
+            )  # fmt: skip
         if self._oldest is None:
             self._oldest = time.monotonic()
         for kind, amount in amounts:

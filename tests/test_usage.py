@@ -359,6 +359,7 @@ def test_totals_and_an_hourly_series_of_ones_workspace(usage):
     assert body["totals"] == {
         "requests": 4, "prompt_tokens": 111, "completion_tokens": 222, "total_tokens": 333,
         "avg_latency_ms": 0.0, "avg_ttft_ms": 0.0,
+        "batch_requests": 0, "batch_prompt_tokens": 0, "batch_completion_tokens": 0,
     }  # fmt: skip
     assert [(p["time"], p["requests"], p["total_tokens"]) for p in body["series"]] == [
         ("2025-02-19T21:00:00Z", 3, 33),  # MINUTE is 21:20

@@ -7,6 +7,7 @@ import click
 from wharfcli import canary, mirror, service_ops  # noqa: F401  (their commands join `services`)
 from wharfcli.access_keys import access_keys
 from wharfcli.adapters import adapters
+from wharfcli.batches import batch
 from wharfcli.bench import bench
 from wharfcli.client import EXIT_CODES
 from wharfcli.fleet import keys, nodes, usage
@@ -32,7 +33,7 @@ def cli() -> None:
 
 
 COMMANDS = (login, services, adapters, keys, usage, nodes, preview, estimate, call, bench,
-            workspaces, members, audit, access_keys, groups, queue)  # fmt: skip
+            workspaces, members, audit, access_keys, groups, queue, batch)  # fmt: skip
 for command in COMMANDS:
     cli.add_command(command)
 for alias, command in VERB_ALIASES.items():

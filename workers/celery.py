@@ -43,6 +43,7 @@ app.conf.update(
         },
         # Usage counted in Redis reaches the database at most a minute and 15 s late.
         "flush-usage": {"task": "workers.tasks.flush_usage", "schedule": 15.0},
+        "expire-batches": {"task": "workers.tasks.expire_batches", "schedule": 300.0},
         # This host's cache, pruned by this host's worker; a prune nobody took within the
         # hour (the worker was down) is dropped, the next one does the same work.
         "prune-model-cache": {

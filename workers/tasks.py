@@ -6,6 +6,7 @@ import time
 from django.conf import settings
 
 from contracts import reconcile
+from controlplane.batches.store import expire_due, settle_orphans
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
 from controlplane.usage import flush
@@ -75,6 +76,14 @@ def reconcile_all() -> None:
     their node's agent)."""
     for name in Service.objects.values_list("name", flat=True):
         enqueue_reconcile(name)
+
+
+@app.task(name="workers.tasks.expire_batches")
+def expire_batches() -> None:
+    """OpenAI batches past their 24 h window end expired (controlplane.batches.store), also
+    when no gateway leases work and nobody reads them; those whose service went, settled."""
+    expire_due()
+    settle_orphans()
 
 
 @app.task(name="workers.tasks.flush_usage")

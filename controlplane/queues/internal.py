@@ -62,6 +62,17 @@ def _queue(name: str, queue: str) -> store.Queue:
     return store.queue_of(service, QueueName.SINK if queue == "sink" else QueueName.INPUT)
 
 
+def _service(name: str) -> Service:
+    """An Async service (its queue) or a Standard one (batches' requests) to lease from."""
+    from controlplane.batches.store import expire_due  # noqa: PLC0415 (batches import this)
+
+    service = Service.objects.filter(name=name).first()
+    if service is None:
+        raise store.QueueRefusal(404, f"no service {name}")
+    expire_due()
+    return service
+
+
 def _item_json(item: QueueItem, index_only: bool = False) -> dict[str, Any]:
     data = b"" if index_only else bytes(item.data)
     return {
@@ -186,12 +197,14 @@ async def lease(request: HttpRequest) -> HttpResponse:
         return _refused(403, "the control plane's queue routes are for the gateways")
     try:
         data = _body(request)
-        found = await sync_to_async(_queue)(str(data["service"]), "input")
+        service = await sync_to_async(_service)(str(data["service"]))
+        room = data.get("room")
         items = await sync_to_async(store.lease)(
-            found.service,
+            service,
             data["holder"],
             [str(i) for i in data.get("instances", [])][:1000],
             float(data.get("lease_s", 30)),
+            None if room is None else {str(k): int(v) for k, v in dict(room).items()},
         )
     except (ValueError, KeyError) as exc:
         return _refused(400, str(exc))
@@ -207,6 +220,7 @@ async def lease(request: HttpRequest) -> HttpResponse:
                     "path": item.path,
                     "content_type": item.content_type,
                     "key_id": item.key_id,
+                    "batch": item.batch_id or "",
                     "age_s": (now - item.created_at).total_seconds(),
                 }
                 for item in items

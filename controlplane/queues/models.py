@@ -38,6 +38,12 @@ class QueueItem(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     status = models.PositiveSmallIntegerField(null=True, blank=True)  # sink: the answer's code
     created_at = models.DateTimeField(auto_now_add=True)
+    # A request of OpenAI's Batch API (controlplane.batches) on a Standard service: after
+    # online calls and Async items, and its answer goes to the batch's output file.
+    batch = models.ForeignKey(
+        "batches.Batch", on_delete=models.CASCADE, null=True, blank=True, related_name="items"
+    )
+    custom_id = models.CharField(max_length=512, blank=True)
 
     class Meta:
         indexes = [

@@ -15,8 +15,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings as django_settings
 from django.db import transaction
-from django.db.models import Count, Min, Q
+from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q
 from django.utils import timezone
 
 from contracts.queue_calls import Get
@@ -27,6 +28,14 @@ from controlplane.queues.models import ItemState, QueueItem, QueueName
 from controlplane.services.models import Service
 
 FAILED_DELIVERY = 502  # a sink item's code when no instance could finish its item
+BATCH_MAX_DELIVERY = 3  # deliveries of a batch's request (a Standard service has no queue spec)
+# Which pending item goes first: Async items (no batch; EAS's _priority_ 1 before 0), then
+# batches' requests, the oldest batch first. Online calls never queue here: they go before all.
+LEASE_ORDER = (
+    ExpressionWrapper(Q(batch__isnull=True), output_field=BooleanField()).desc(),
+    "-priority",
+    "id",  # a batch's requests were all put at once: the oldest batch's go first
+)
 
 
 class QueueRefusal(Exception):  # noqa: N818 (a refusal, answered as a 4xx)
@@ -201,6 +210,25 @@ def watch(
 # The gateways' side: leases.
 
 
+@dataclass(frozen=True)
+class Terms:
+    """How a service's items are handed out: per instance at once, deliveries, the sink's
+    bound (None: a Standard service's batch answers, bounded by the batch's size)."""
+
+    window: int
+    max_delivery: int
+    sink_max: int | None
+
+
+def terms_of(service: Service) -> Terms:
+    spec = typed_spec(service.plain_spec())
+    if is_async(spec):
+        queue = queue_settings(spec)
+        return Terms(window(spec), queue.max_delivery, queue.sink.max_length)
+    threads = spec.metadata.rpc.worker_threads if spec.metadata.rpc else None
+    return Terms(threads or django_settings.WHARF_BATCH_WINDOW, BATCH_MAX_DELIVERY, None)
+
+
 def _expire(service: Service, now) -> None:  # noqa: ANN001
     """Items whose gateway stopped renewing their lease: pending again, or failed for good."""
     lapsed = QueueItem.objects.select_for_update().filter(
@@ -215,9 +243,10 @@ def _expire(service: Service, now) -> None:  # noqa: ANN001
 
 
 def _return(item: QueueItem, reason: str) -> None:
-    settings = queue_of(item.service, QueueName.INPUT).settings
-    if item.deliveries >= settings.max_delivery:
+    if item.deliveries >= terms_of(item.service).max_delivery:
         _answer(item, FAILED_DELIVERY, reason.encode(), "text/plain", message=reason)
+        if item.batch_id is not None:
+            _batch_answered(item.batch_id)
         return
     item.state, item.holder, item.instance, item.lease_until = ItemState.PENDING, "", "", None
     item.save(update_fields=["state", "holder", "instance", "lease_until", "deliveries"])
@@ -245,34 +274,46 @@ def _answer(
         key_id=item.key_id,
         status=status,
         deliveries=item.deliveries,
+        batch_id=item.batch_id,
+        custom_id=item.custom_id,
     )
     item.delete()
 
 
-def lease(service: Service, holder: str, instances: list[str], lease_s: float) -> list[QueueItem]:
+def lease(
+    service: Service,
+    holder: str,
+    instances: list[str],
+    lease_s: float,
+    room: dict[str, int] | None = None,
+) -> list[QueueItem]:
     """Items for the ready `instances`, each up to its window of items at once (counted across
-    every gateway), highest priority first; none while the sink is full."""
-    queue = queue_of(service, QueueName.INPUT)
+    every gateway) and, where the gateway says, the `room` online calls leave it
+    (contracts.sharing); Async items first, then batches'; none while the sink is full."""
+    terms = terms_of(service)
+    inputs = QueueItem.objects.filter(service=service, queue=QueueName.INPUT)
     now = timezone.now()
     with transaction.atomic():
         Service.objects.select_for_update().filter(pk=service.pk).exists()  # one lease at a time
         _expire(service, now)
-        sink = queue_of(service, QueueName.SINK)
-        if not instances or sink.items.count() >= sink.max_length:
+        sink = QueueItem.objects.filter(service=service, queue=QueueName.SINK, batch=None)
+        if not instances or (terms.sink_max is not None and sink.count() >= terms.sink_max):
             return []
         busy = dict(
-            queue.items.filter(state=ItemState.WORKING, instance__in=instances)
+            inputs.filter(state=ItemState.WORKING, instance__in=instances)
             .values_list("instance")
             .annotate(n=Count("id"))
         )
-        free = {name: queue.window - busy.get(name, 0) for name in instances}
+        free = {name: terms.window - busy.get(name, 0) for name in instances}
+        if room is not None:
+            free = {name: min(n, room.get(name, 0)) for name, n in free.items()}
         total = sum(max(0, n) for n in free.values())
         if total <= 0:
             return []
         taken = list(
-            queue.items.select_for_update()
+            inputs.select_for_update()
             .filter(state=ItemState.PENDING)
-            .order_by("-priority", "id")[:total]
+            .order_by(*LEASE_ORDER)[:total]
         )
         until = now + timedelta(seconds=lease_s)
         for item in taken:
@@ -304,6 +345,10 @@ def finish(index: int, holder: str, status: int, data: bytes, content_type: str)
         item = _held(index, holder)
         if item is None:
             return False  # its lease lapsed and it went elsewhere: that answer counts
+        if item.batch_id is not None:
+            _answer(item, status, data, content_type)
+            _batch_answered(item.batch_id)
+            return True
         sink = queue_of(item.service, QueueName.SINK)
         if len(data) > sink.max_bytes:
             why = (
@@ -314,6 +359,13 @@ def finish(index: int, holder: str, status: int, data: bytes, content_type: str)
         else:
             _answer(item, status, data, content_type)
         return True
+
+
+def _batch_answered(batch_id: str) -> None:
+    """A batch's request was answered: the batch is finalized after its last one."""
+    from controlplane.batches.store import settle  # noqa: PLC0415 (batches import the queues)
+
+    transaction.on_commit(lambda: settle(batch_id))
 
 
 def give_back(index: int, holder: str, reason: str, delivered: bool = True) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import redis
@@ -30,6 +31,7 @@ from contracts.spec_gateway_policy import policy_limit, service_rate_limit
 from contracts.spec_job import is_job
 from contracts.spec_queue import is_async, window
 from contracts.spec_request_log import logged
+from controlplane.queues.models import QueueItem, QueueName
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.groups import routed_groups
@@ -58,9 +60,15 @@ def _routed_services() -> dict[str, RoutedService]:
     queryset = Service.objects.exclude(desired_state=DesiredState.DELETED).prefetch_related(
         "tokens", "instances", active
     )
+    fed = set(
+        QueueItem.objects.filter(queue=QueueName.INPUT, batch__isnull=False)
+        .values_list("service_id", flat=True)
+        .distinct()
+    )
     for service in queryset:
         try:
-            services[service.name] = _routed_service(service, typed_spec(service.plain_spec()))
+            routed = _routed_service(service, typed_spec(service.plain_spec()))
+            services[service.name] = replace(routed, fed=service.pk in fed)
         except Exception as exc:  # an isolation boundary: this service only
             log.warning("routing snapshot: leaving out %s: %s", service.name, exc)
             record_once(service, "Unroutable", f"left out of the gateways' routing: {exc}")

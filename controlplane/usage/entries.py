@@ -26,6 +26,9 @@ COLUMNS = {
     "requests": "requests",
     "latency_ms": "latency_ms",
     "ttft_ms": "ttft_ms",
+    "batch_prompt": "batch_prompt_tokens",
+    "batch_completion": "batch_completion_tokens",
+    "batch_requests": "batch_requests",
 }
 # One minute of one key's calls: a million requests of a million milliseconds each is 10**12.
 # This leaves room for that and keeps a row's sum far below a bigint column's 2**63.

@@ -24,6 +24,10 @@ class UsageRecord(models.Model):
     requests = models.PositiveBigIntegerField(default=0)
     latency_ms = models.PositiveBigIntegerField(default=0, help_text="sum over the requests")
     ttft_ms = models.PositiveBigIntegerField(default=0, help_text="sum of time to first byte")
+    # Of the above, what requests of OpenAI batches used (controlplane.batches).
+    batch_requests = models.PositiveBigIntegerField(default=0)
+    batch_prompt_tokens = models.PositiveBigIntegerField(default=0)
+    batch_completion_tokens = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         # The unique index leads with `minute`, so it also serves the API's time-range

@@ -28,18 +28,24 @@ from typing import Any
 import httpx
 
 from contracts import engine_tls
+from contracts.batch import usage_of
 from contracts.routing import RoutedInstance, RoutedService, Snapshot
+from contracts.sharing import queued_slots
+from contracts.usage import SERVICE_TOKEN_ID
 from gateway.balancer import Balancer
 from gateway.config import Settings
 from gateway.engine_auth import EngineKeys
 from gateway.metrics import Metrics
+from gateway.queues.online import OnlineElsewhere
 from gateway.queues.plane_client import PlaneClient, PlaneError
+from gateway.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # between passes when nothing wakes the feeder
 LEASE_S = 30.0  # a lease not renewed lapses after this; renewed every third of it
 FINISH_TRIES = 5
+BATCH_WINDOW = 4  # a Standard service without worker_threads (the store bounds it too)
 ANSWERED, GIVEN_BACK, DROPPED = "answered", "given_back", "dropped"  # an item's outcomes
 
 
@@ -58,6 +64,9 @@ class QueueFeeder:
         timeout: float,
         poll_s: float = POLL_S,
         lease_s: float = LEASE_S,
+        usage: UsageRecorder | None = None,
+        batch_window: int = BATCH_WINDOW,
+        elsewhere: OnlineElsewhere | None = None,
     ) -> None:
         self._plane = plane
         self._keys = engine_keys
@@ -67,6 +76,10 @@ class QueueFeeder:
         self._poll_s = poll_s
         self._lease_s = lease_s
         self.holder = holder_name()
+        self._usage = usage
+        self._elsewhere = elsewhere
+        self._batch_window = batch_window
+        self._instance_of: dict[int, str] = {}  # item index -> the instance working on it
         self._services: dict[str, RoutedService] = {}
         self._working: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
@@ -77,7 +90,7 @@ class QueueFeeder:
         )
 
     def seen(self, snapshot: Snapshot) -> None:
-        self._services = {name: s for name, s in snapshot.services.items() if s.queued}
+        self._services = {name: s for name, s in snapshot.services.items() if s.queued or s.fed}
         self.nudge()
 
     def nudge(self) -> None:
@@ -121,9 +134,23 @@ class QueueFeeder:
         instances = {i.name: i for i in service.instances if not self._balancer.cooling(i.url)}
         if not instances:
             return
+        # Online calls first: while this gateway (or, as their reports say, another) has one
+        # in flight at the service, no new queued item starts (contracts.sharing).
+        elsewhere = await self._elsewhere.counts() if self._elsewhere else {}
+        online = {
+            name: self._balancer.in_flight(i.url) + elsewhere.get(name, 0)
+            for name, i in instances.items()
+        }
+        queued: dict[str, int] = {}
+        for name in self._instance_of.values():
+            queued[name] = queued.get(name, 0) + 1
+        window = service.queue_window or service.worker_threads or self._batch_window
+        room = queued_slots(window, online, queued)
+        if not any(room.values()):
+            return
         try:
             items = await self._plane.lease(
-                service.name, self.holder, list(instances), self._lease_s
+                service.name, self.holder, list(instances), self._lease_s, room
             )
         except PlaneError as exc:
             log.warning("queue of %s: could not lease items: %s", service.name, exc)
@@ -142,6 +169,7 @@ class QueueFeeder:
                 continue
             task = asyncio.create_task(self._work(service, instance, item))
             self._working[index] = task
+            self._instance_of[index] = instance.name
 
     async def _work(
         self, service: RoutedService, instance: RoutedInstance, item: dict[str, Any]
@@ -159,11 +187,18 @@ class QueueFeeder:
                 lambda: self._plane.finish(index, self.holder, status, body, kind)
             )
             self._metrics.queue_items.labels(service.name, ANSWERED if taken else DROPPED).inc()
+            if taken and status < 400 and self._usage is not None:
+                prompt, completion = usage_of(body)  # a batch's tokens count on its key
+                key_id = str(item.get("key_id") or "") or SERVICE_TOKEN_ID
+                self._usage.add(
+                    service.name, key_id, prompt, completion, batch=bool(item.get("batch"))
+                )
             if taken:
                 waited = float(item.get("age_s", 0)) + time.monotonic() - started
                 self._metrics.queue_latency.labels(service.name).observe(waited)
         finally:
             self._working.pop(index, None)
+            self._instance_of.pop(index, None)
             self.nudge()
 
     async def _call(
@@ -216,7 +251,13 @@ class Queues:
     """A gateway's part in the queues: its client of the store and its feeder."""
 
     def __init__(
-        self, settings: Settings, engine_keys: EngineKeys, balancer: Balancer, metrics: Metrics
+        self,
+        settings: Settings,
+        engine_keys: EngineKeys,
+        balancer: Balancer,
+        metrics: Metrics,
+        usage: UsageRecorder | None = None,
+        elsewhere: OnlineElsewhere | None = None,
     ) -> None:
         self.plane = PlaneClient(settings.api_url, settings.secret_key)
         self.feeder = QueueFeeder(
@@ -226,6 +267,8 @@ class Queues:
             metrics,
             settings.upstream_timeout,
             lease_s=settings.queue_lease,
+            usage=usage,
+            elsewhere=elsewhere,
         )
 
     def start(self) -> None:

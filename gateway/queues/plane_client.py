@@ -4,6 +4,7 @@ the plane key (contracts.plane_link)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -28,8 +29,18 @@ class PlaneClient:
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=32),
         )
 
+        # Streamed files and batches calls: a fresh connection each (they are few), as a
+        # streamed body cannot be sent again on a kept-alive connection the server closed.
+        self._streams = httpx.AsyncClient(
+            base_url=api_url.rstrip("/"),
+            timeout=TIMEOUT_S,
+            headers={HEADER: plane_key(secret_key)},
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=0),
+        )
+
     async def close(self) -> None:
         await self._client.aclose()
+        await self._streams.aclose()
 
     async def relay(
         self,
@@ -47,6 +58,27 @@ class PlaneClient:
             return await self._client.request(
                 method, url, content=body, headers=headers, timeout=wait_s + TIMEOUT_S
             )
+        except httpx.HTTPError as exc:
+            raise PlaneError(f"the control plane did not answer: {exc!r}") from exc
+
+    async def openai(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        body: AsyncIterator[bytes],
+        headers: dict[str, str],
+        key_id: str,
+        timeout: float,
+    ) -> httpx.Response:
+        """A caller's /v1/files or /v1/batches call, streamed both ways (the caller closes
+        the answer)."""
+        url = f"/internal{path}" + (f"?{query}" if query else "")
+        request = self._streams.build_request(
+            method, url, content=body, headers={**headers, CALLER_KEY: key_id}, timeout=timeout
+        )
+        try:
+            return await self._streams.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise PlaneError(f"the control plane did not answer: {exc!r}") from exc
 
@@ -76,13 +108,20 @@ class PlaneClient:
         )
 
     async def lease(
-        self, service: str, holder: str, instances: list[str], lease_s: float
+        self,
+        service: str,
+        holder: str,
+        instances: list[str],
+        lease_s: float,
+        room: dict[str, int] | None = None,
     ) -> list[dict[str, Any]]:
+        """Items for `instances`; `room`: how many more each may take now (None: its window)."""
         data = await self._json(
             "POST",
             "/internal/queues/lease",
-            json={"service": service, "holder": holder, "instances": instances, "lease_s": lease_s},
-        )
+            json={"service": service, "holder": holder, "instances": instances,
+                  "lease_s": lease_s, "room": room},
+        )  # fmt: skip
         return list(data.get("items", []))
 
     async def finish(

@@ -26,6 +26,9 @@ SUMS = {
     "completion_tokens": Coalesce(Sum("completion_tokens"), 0),
     "latency_ms": Coalesce(Sum("latency_ms"), 0),
     "ttft_ms": Coalesce(Sum("ttft_ms"), 0),
+    "batch_requests": Coalesce(Sum("batch_requests"), 0),
+    "batch_prompt_tokens": Coalesce(Sum("batch_prompt_tokens"), 0),
+    "batch_completion_tokens": Coalesce(Sum("batch_completion_tokens"), 0),
 }
 
 
