@@ -109,6 +109,9 @@ class Settings:
     queue_lease: float = 30.0
     # Limited calls while Redis is unreachable: counted per process, admitted, or refused.
     limits_on_redis_down: str = ON_DOWN_LOCAL
+    # Batch requests an instance of a Standard service without worker_threads works on at
+    # once (WHARF_BATCH_WINDOW, read by the API too, which bounds it across gateways).
+    batch_window: int = 4
     # An OTLP/HTTP collector's base address for the gateway's traces ("": no traces).
     otlp_endpoint: str = ""
     # Where services that ask for a request log have it written (gateway.request_log).
@@ -166,6 +169,7 @@ def load_settings() -> Settings:
         api_url=_api_url(),
         queue_lease=_queue_lease(),
         limits_on_redis_down=_limits_on_redis_down(),
+        batch_window=_batch_window(),
         otlp_endpoint=otlp_endpoint(),
         request_log_dir=env.envstr("WHARF_GATEWAY_REQUEST_LOG_DIR")
         or str(Path(env.envstr("WHARF_HOME") or DEFAULT_HOME) / "request_logs"),
@@ -182,6 +186,13 @@ def otlp_endpoint() -> str:
             f"address (http://collector:4318), not {url!r}."
         )
     return url
+
+
+def _batch_window() -> int:
+    window = env.envint("WHARF_BATCH_WINDOW", 4)
+    if not 1 <= window <= 10_000:
+        raise ConfigError("WHARF_BATCH_WINDOW must be a number of requests from 1 to 10000.")
+    return window
 
 
 def _limits_on_redis_down() -> str:

@@ -269,6 +269,7 @@ class Queues:
             lease_s=settings.queue_lease,
             usage=usage,
             elsewhere=elsewhere,
+            batch_window=settings.batch_window,
         )
 
     def start(self) -> None:
