@@ -41,7 +41,7 @@ def test_a_disk_is_read_as_kubernetes_writes_it(text, mb):
         ({"disk": "0Gi"}, "metadata.disk", "between"),
         ({"gpu_core_percentage": 50}, "metadata", "give both"),
         ({"qos": "Burstable"}, "metadata.qos", "BestEffort"),
-        ({"type": "Async"}, "metadata.type", "asynchronous services"),
+        ({"type": "Queue"}, "metadata.type", "queue services are not available"),
         ({"type": "Batch"}, "metadata.type", "not a kind of service EAS documents"),
         ({"scheduling": {"spread": {"policy": "rack"}}}, "metadata.scheduling.spread.policy",
          "host"),
