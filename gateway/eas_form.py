@@ -37,7 +37,7 @@ from gateway.forwarding import (
     with_model,
 )
 from gateway.plane import EAS_FORM
-from gateway.queues.relay import relay
+from gateway.queues.relay import SINK, relay
 from gateway.runtime import Runtime
 
 
@@ -68,7 +68,7 @@ async def predict(request: Request) -> Response:
         caller = groups.through(caller, service.name)
     if service.queued:  # an Async service: EAS's queue API (gateway.queues)
         refused = callers.check_scope(caller, service.name, "", runtime.plane.metrics)
-        return refused or await relay(request, runtime, service, caller, _eas_tail(request))
+        return refused or await _queue_call(request, runtime, service, caller)
     runtime.rates.count(service.name)  # the autoscaler's demand: every authorized request
     found = _route(request, service)
     if isinstance(found, Response):
@@ -96,6 +96,21 @@ async def predict(request: Request) -> Response:
         if isinstance(ready, Response):
             return ready
     return forward(request, runtime, ready, caller, target, body, arrived, EAS_FORM)
+
+
+async def _queue_call(
+    request: Request, runtime: Runtime, service: RoutedService, caller: callers.Caller
+) -> Response:
+    """An Async service's queue API call. An item put for a path of the instance may name only
+    a path a call in EAS form may reach (no engine's administrative route: its feeder calls
+    the instance with the engine's key); it is kept normalised, as the engine is called."""
+    tail = _eas_tail(request)
+    if request.method != "POST" or tail.strip("/") in ("", SINK):
+        return await relay(request, runtime, service, caller, tail)
+    found = _route(request, service)
+    if isinstance(found, Response):
+        return found
+    return await relay(request, runtime, service, caller, tail, path=found[1])
 
 
 def _callee(

@@ -256,6 +256,19 @@ def test_callers_the_service_does_not_admit_are_refused(stack, api, live_server)
         )
         assert direct.status_code == 403
     assert QueueItem.objects.count() == 0
+    # A put reaches only what a call in EAS form may: no engine's administrative route (the
+    # feeder calls the instance with the engine's key); an item for a path goes to that path.
+    token = {"Authorization": stack["token"]}
+    admin = httpx.post(f"http://{gateway}/api/predict/sd/v1/load_lora_adapter", content=b"{}",
+                       headers=token)  # fmt: skip
+    assert admin.status_code == 404 and QueueItem.objects.count() == 0
+    put = httpx.post(f"http://{gateway}/api/predict/sd/sdapi/v1/txt2img?task_id=t1",
+                     content=b"{}", headers=token)  # fmt: skip
+    assert put.status_code == 200, put.text
+    _wait(lambda: len(_sink_items()) == 1)
+    (answer,) = _sink_items()
+    assert json.loads(bytes(answer.data))["path"] == "/sdapi/v1/txt2img"
+    assert answer.tags["task_id"] == "t1"
 
 
 def test_an_item_whose_instance_is_killed_goes_to_another(stack):

@@ -48,9 +48,17 @@ def store_unreachable(service: str, why: str) -> Response:
 
 
 async def relay(
-    request: Request, runtime: Runtime, service: RoutedService, caller: Caller, tail: str
+    request: Request,
+    runtime: Runtime,
+    service: RoutedService,
+    caller: Caller,
+    tail: str,
+    path: str | None = None,
 ) -> Response:
-    queue, path = queue_and_path(tail)
+    """The call to the store; `path`: the instance's path for a put (checked by the caller,
+    gateway.eas_form), else the one `tail` names."""
+    queue, named = queue_and_path(tail)
+    path = named if path is None else path
     body = b""
     if request.method in ("POST", "PUT"):
         raw = await bodies.read(request, runtime.settings.max_body_bytes)
