@@ -371,8 +371,10 @@ class Upstream:
         self._keepalive_s = keepalive_s
         self._idle: dict[_Target, list[_Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
-        # Kept-alive connections the engine closed as they were reused: found closed before
-        # use, and requests sent once more after one closed unanswered.
+        # Connections opened; and kept-alive connections the engine closed as they were
+        # reused: found closed before use, and requests sent once more after one closed
+        # unanswered.
+        self.connects = 0
         self.passed_over = 0
         self.resent = 0
 
@@ -466,6 +468,7 @@ class Upstream:
             ) from exc
         except OSError as exc:
             raise ConnectFailedError(f"cannot connect to {where.host}:{where.port}: {exc}") from exc
+        self.connects += 1
         return connection
 
     def _put(self, where: _Target, connection: _Connection) -> None:

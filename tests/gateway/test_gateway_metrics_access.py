@@ -102,8 +102,14 @@ def test_the_listener_drops_an_oversized_head(
     port = _free_port()
     _deploy(start_gateway, engines, metrics_listen=f"127.0.0.1:{port}")
     with socket.create_connection(("127.0.0.1", port), timeout=5) as peer:
-        peer.sendall(b"GET /metrics HTTP/1.1\r\nx-pad: " + b"x" * 64 * 1024)
-        assert peer.recv(1024) == b""  # closed, unanswered
+        # Closed, unanswered. The listener closes with the rest of the head unread, so the
+        # kernel may end the connection with a reset rather than an orderly close.
+        try:
+            peer.sendall(b"GET /metrics HTTP/1.1\r\nx-pad: " + b"x" * 64 * 1024)
+            answer = peer.recv(1024)
+        except (ConnectionResetError, BrokenPipeError):
+            answer = b""
+        assert answer == b""
 
 
 def _answers(url: str) -> bool:
