@@ -1,8 +1,9 @@
 """What an instance uses of its node, sampled by the node (workers.usage_sampler) for the
 autoscaler's `cpu` and `gpu` strategies. No Django: both sides read it.
 
-Redis, per instance (its name): ``wharf:usage:<instance>``, the newest sample's JSON, expiring
-after ``STALE`` seconds (an instance whose runtime gives no figures, or that is gone, has none):
+Redis, per instance (its name): ``wharf:instance-usage:<instance>``, the newest sample's JSON,
+expiring after ``STALE`` seconds (an instance whose runtime gives no figures, or that is gone,
+has none):
 
     {"at": 1717000000.5,   # unix seconds when it was taken
      "cpu_cores": 1.6,     # CPU time used per second of wall time since the last sample
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-PREFIX = "wharf:usage:"
+PREFIX = "wharf:instance-usage:"  # not wharf:usage:, the keys' usage by minute (contracts.usage)
 STALE = 10  # seconds a sample counts
 
 

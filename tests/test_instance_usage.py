@@ -27,6 +27,14 @@ from workers.usage_sampler import UsageSampler, parse_utilisation
 BUSY = "while :; do :; done"
 
 
+def test_samples_are_kept_apart_from_the_keys_usage_by_minute() -> None:
+    # The usage flush reads every wharf:usage:* key as a minute of the keys' usage; an
+    # instance's sample there would be warned about at every flush.
+    from contracts.usage import USAGE_PREFIX
+
+    assert not instance_usage.key("chat-0a1b2c").startswith(USAGE_PREFIX)
+
+
 @pytest.mark.parametrize(
     ("before", "now", "cores"),
     [
