@@ -84,18 +84,25 @@ class FolderFiles:
     def _unavailable(self, exc: OSError, doing: str) -> StoreUnavailable:
         return StoreUnavailable(f"cannot {doing} {self.where}: {exc.strerror or exc}")
 
+    def _guarded(self, doing: str, call: Any, *args: Any) -> Any:
+        try:
+            return call(*args)
+        except OSError as exc:
+            raise self._unavailable(exc, doing) from exc
+
     def write(self, name: str, source: Readable) -> None:
+        """A partial file renamed into place once whole; a failure leaves none. Only the
+        folder's errors are the store's (a 503): the source's own (a client gone) stay its."""
         path = self.root / name
         partial = path.with_name(f".{path.name}.part")
+        doing = "write a file in"
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with partial.open("wb") as out:
+            self._guarded(doing, path.parent.mkdir, 0o777, True, True)
+            with self._guarded(doing, partial.open, "wb") as out:
                 while chunk := source.read(CHUNK):
-                    out.write(chunk)
-            os.replace(partial, path)
-        except OSError as exc:
-            partial.unlink(missing_ok=True)
-            raise self._unavailable(exc, "write a file in") from exc
+                    self._guarded(doing, out.write, chunk)
+                self._guarded(doing, out.flush)
+            self._guarded(doing, os.replace, partial, path)
         except BaseException:
             partial.unlink(missing_ok=True)
             raise

@@ -111,9 +111,10 @@ def file_of(key: ApiKey, file_id: str) -> File:
 
 def delete_file(file: File) -> None:
     """The row and the bytes, or neither (a store that fails rolls the row back)."""
+    name = name_of(file)  # before delete(), which clears the id
     with transaction.atomic():
         file.delete()
-        files.configured().delete(name_of(file))
+        files.configured().delete(name)
 
 
 def _services(key: ApiKey) -> dict[str, Service]:
