@@ -157,19 +157,27 @@ def test_delete_removes_the_row_and_the_bytes(backend):
 
 
 class _Breaks(io.BytesIO):
-    """An upload whose stream fails after its first chunk (a client gone mid-upload)."""
+    """An upload whose stream fails once `after` bytes are read (a client gone mid-upload)."""
+
+    def __init__(self, size: int, after: int) -> None:
+        super().__init__(b"x" * size)
+        self.after = after
 
     def read(self, size: int | None = -1, /) -> bytes:
-        if self.tell() > 0:
+        if self.tell() >= self.after:
             raise OSError("the client went away")
-        return super().read(files.CHUNK)
+        return super().read(size)
+
+
+def _broken(size: int, after: int) -> SimpleUploadedFile:
+    upload = SimpleUploadedFile("in.jsonl", b"")
+    upload.file, upload.size = _Breaks(size, after), size
+    return upload
 
 
 def test_a_failed_write_leaves_no_row_and_no_bytes(backend, settings, s3):
-    broken = SimpleUploadedFile("in.jsonl", b"")
-    broken.file = _Breaks(b"x" * (files.CHUNK * 3))
     with pytest.raises(OSError):
-        store.save_file(_key(), "in.jsonl", "batch", broken)
+        store.save_file(_key(), "in.jsonl", "batch", _broken(files.CHUNK * 3, files.CHUNK))
     assert File.objects.count() == 0
     if backend == "bucket":
         name = settings.WHARF_BATCH_STORE.split("/")[2]
@@ -177,6 +185,18 @@ def test_a_failed_write_leaves_no_row_and_no_bytes(backend, settings, s3):
         assert s3.list_multipart_uploads(Bucket=name).get("Uploads", []) == []
     else:
         assert [p for p in settings.WHARF_BATCH_DIR.rglob("*") if p.is_file()] == []
+
+
+def test_a_multipart_upload_that_fails_is_aborted(bucket, s3, moto):
+    """Past 8 MiB the bucket takes parts; one part landed, then the upload failed."""
+    mib, key = 1024 * 1024, _key()
+    with moto.record() as seen, pytest.raises(OSError):
+        store.save_file(key, "in.jsonl", "batch", _broken(20 * mib, 9 * mib))
+    started = [r for r in seen.requests if r["method"] == "POST" and "uploads" in r["url"]]
+    parts = [r for r in seen.requests if r["method"] == "PUT" and "partNumber=" in r["url"]]
+    assert started and parts  # it was a multipart upload, and a part was sent
+    assert File.objects.count() == 0 and _keys(s3, bucket) == []
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
 def test_a_row_that_is_not_saved_takes_its_bytes_with_it(bucket, s3):
