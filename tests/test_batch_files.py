@@ -223,6 +223,20 @@ def test_an_unreachable_store_is_a_503_naming_it_without_the_secret(settings, mo
     assert File.objects.count() == 0
 
 
+def test_an_unreachable_store_keeps_the_row_it_could_not_delete(bucket, settings, monkeypatch):
+    key = _key()
+    file = _upload(key, b"{}")
+    monkeypatch.setenv("WHARF_S3_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    relayed = _relayed(key)
+    for answer in (
+        relayed.get(f"/internal/v1/files/{file.id}/content"),
+        relayed.delete(f"/internal/v1/files/{file.id}"),
+    ):
+        assert answer.status_code == 503
+        assert "cannot reach the batch file store" in answer.json()["error"]["message"]
+    assert File.objects.filter(pk=file.pk).exists()
+
+
 def test_a_missing_bucket_is_a_503_and_no_row(settings, monkeypatch, moto):
     _use_bucket(settings, monkeypatch, moto.url, f"absent-{uuid.uuid4().hex[:8]}")
     with pytest.raises(files.StoreUnavailable) as raised:
