@@ -172,7 +172,7 @@ def parse_grants(data: Any) -> Grants:
 
 def _endpoint_key(endpoint: str) -> str:
     """An endpoint as compared: scheme://host[:port], lower case, no path. A bare host is
-    https, as workers.object_store reads it."""
+    https, as contracts.object_store reads it."""
     text = endpoint.strip()
     parts = urlsplit(text if "://" in text else f"https://{text}")
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.username:

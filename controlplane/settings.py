@@ -390,6 +390,9 @@ WHARF_EAS_REGION = envstr("WHARF_EAS_REGION", "local")
 
 # OpenAI's Batch API (controlplane.batches): where files are kept, and its bounds.
 WHARF_BATCH_DIR = Path(envstr("WHARF_BATCH_DIR", str(WHARF_HOME / "files"))).resolve()
+# An S3-compatible bucket instead of the folder (s3:// oss:// obs://bucket/prefix; endpoint and
+# keys from WHARF_<SCHEME>_*, as for models): controlplane.batches.files.
+WHARF_BATCH_STORE = envstr("WHARF_BATCH_STORE").strip()
 WHARF_BATCH_FILE_MAX_BYTES = envint("WHARF_BATCH_FILE_MAX_BYTES", 200 * 1024 * 1024)
 WHARF_BATCH_MAX_LINES = envint("WHARF_BATCH_MAX_LINES", 50_000)
 WHARF_BATCH_MAX_IN_FLIGHT = envint("WHARF_BATCH_MAX_IN_FLIGHT", 10)

@@ -108,7 +108,7 @@ def test_a_request_no_instance_finishes_goes_to_the_error_file():
     store.settle(batch.id)  # on_commit does not run inside a test's transaction
     done = Batch.objects.get(pk=batch.pk)
     assert done.status == contract.COMPLETED and (done.completed, done.failed) == (0, 1)
-    error = json.loads(store.path_of(File.objects.get(pk=done.error_file_id)).read_text())
+    error = json.loads(store.bytes_of(File.objects.get(pk=done.error_file_id)))
     assert error["error"]["code"] == "delivery_failed" and error["custom_id"] == "r0"
     assert not done.output_file_id and QueueItem.objects.count() == 0
 
@@ -129,7 +129,7 @@ def test_a_batch_past_its_window_expires():
     store.settle(batch.id)
     done = Batch.objects.get(pk=batch.pk)
     assert done.status == contract.EXPIRED and (done.completed, done.failed) == (2, 1)
-    error = json.loads(store.path_of(File.objects.get(pk=done.error_file_id)).read_text())
+    error = json.loads(store.bytes_of(File.objects.get(pk=done.error_file_id)))
     assert error["error"]["code"] == "batch_expired"
 
 

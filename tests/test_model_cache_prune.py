@@ -21,12 +21,12 @@ import pytest
 from celery import Celery
 
 from contracts.engines.plan import ContainerPlan
+from contracts.object_store import ObjectSource
 from tests.docker_support import empty_image
 from tests.moto_support import KEY_ID, SECRET, Moto
 from tests.system import redis_db
 from workers import tasks
 from workers.celery import NODE_QUEUE, app, consume_node_queue
-from workers.object_store import ObjectSource
 from workers.runtimes import get_runtime
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker import bind_sources

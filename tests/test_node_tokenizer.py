@@ -17,12 +17,12 @@ import pytest
 
 from contracts.engines.plan import Placement
 from contracts.node_tokenizer import MIB, TOKENIZER_FILES
+from contracts.object_store import source_from_env
 from controlplane.services.models import Instance, Service
 from controlplane.services.tiny_model import write_tiny_model
 from tests.api_support import client_for, default_workspace
 from workers import storage
 from workers.node_tokenizer import TokenizerServer, tokenizer_of
-from workers.object_store import source_from_env
 from workers.runtimes.base import ObservedInstance
 from workers.runtimes.memory import MemoryRuntime
 

@@ -11,10 +11,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from contracts.object_store import MANIFEST
 from tests.hub_fake import FakeHub
 from tests.hub_models import tiny_files
 from tests.moto_support import KEY_ID, SECRET, Moto
-from workers.object_store import MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = {

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from tests.moto_support import KEY_ID, SECRET, Moto, free_port
-from workers.object_store import (
+from contracts.object_store import (
     MANIFEST,
     ObjectSource,
     StagingError,
@@ -29,6 +28,7 @@ from workers.object_store import (
     resolve,
     source_from_env,
 )
+from tests.moto_support import KEY_ID, SECRET, Moto, free_port
 from workers.storage import MIB, _verify, cache_key, prune, stage
 
 MODEL = {

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from contracts.object_store import StagingError, source_from_env
 from tests.api_support import grant
 from tests.fleet_support import Fleet
 from tests.test_fleet import deploy
-from workers.object_store import StagingError, source_from_env
 from workers.storage import stage
 
 MARKER = "internal-secret-4b1d"  # what the listener's body holds

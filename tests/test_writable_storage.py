@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from contracts.object_store import MANIFEST, source_from_env
 from contracts.spec import parse_spec
 from tests.moto_support import KEY_ID, SECRET, Moto
-from workers.object_store import MANIFEST, source_from_env
 from workers.storage import stage
 from workers.writable_storage import (
     WritableStorageError,

@@ -37,6 +37,7 @@ from django.conf import settings
 from contracts import engine_tls
 from contracts.engines.models import adapter_folder, locate_adapter
 from contracts.hub_refs import is_hub_ref
+from contracts.object_store import StagingError, source_from_env
 from contracts.spec import RUNTIME_LORA_ENGINES, ServiceSpec
 from contracts.spec_models import Adapter
 from controlplane.services.choices import InstanceState
@@ -45,7 +46,6 @@ from controlplane.services.models import Instance
 from controlplane.services.routing import publish_snapshot
 from workers.hub import HubError
 from workers.hub_pins import VersionPins
-from workers.object_store import StagingError, source_from_env
 from workers.provisioning import stage_hub_model
 from workers.runtimes import InstanceError, ObservedInstance, Runtime
 from workers.storage import stage

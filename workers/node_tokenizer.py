@@ -31,6 +31,7 @@ from contracts.node_tokenizer import (
     answer,
     read_tokenizer,
 )
+from contracts.object_store import ObjectSource, StagingError, source_from_env
 from contracts.spec import STORAGE_SOURCES, ServiceSpec, StorageEntry
 from controlplane.services.models import Instance
 from workers import storage
@@ -38,7 +39,6 @@ from workers.hub_cache import HUB_FOLDER
 from workers.hub_pins import VersionPins
 from workers.locks import client
 from workers.node_logs import NodeRequestServer, reply
-from workers.object_store import ObjectSource, StagingError, source_from_env
 
 log = logging.getLogger(__name__)
 

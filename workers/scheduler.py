@@ -23,6 +23,7 @@ from contracts.allocation import decode_allocation, encode_allocation
 from contracts.canary import ACTIVE as CANARY_ACTIVE
 from contracts.canary import CANARY_TRACK
 from contracts.hub_refs import is_hub_ref, parse_hub_ref
+from contracts.object_store import source_from_env
 from contracts.spec import ServiceSpec, SpecError, parse_spec
 from contracts.spec_facts import card_need
 from contracts.spec_job import is_job
@@ -36,7 +37,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
-from workers import object_store, placement, planning, rollout, storage
+from workers import placement, planning, rollout, storage
 from workers.fleet import FleetSettings, placement_lock, wake
 
 log = logging.getLogger(__name__)
@@ -293,7 +294,7 @@ def _model_key(spec: ServiceSpec) -> str:
     if is_hub_ref(model):
         return parse_hub_ref(model).name
     try:
-        return storage.cache_key(object_store.source_from_env(model))
+        return storage.cache_key(source_from_env(model))
     except Exception:  # an odd URI: no preference, staging reports it
         return ""
 

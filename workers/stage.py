@@ -11,7 +11,7 @@ A hub model's token comes from WHARF_HUB_TOKEN (the service's Secret), its endpo
 
 Endpoint, credentials, addressing style and region come from the environment as on a node
 (WHARF_<SCHEME>_ENDPOINT, _ACCESS_KEY_ID, _ACCESS_KEY_SECRET, _ADDRESSING_STYLE, _REGION; see
-workers.object_store), which a pod takes from Secrets: never from its manifest. `--endpoint`
+contracts.object_store), which a pod takes from Secrets: never from its manifest. `--endpoint`
 wins over WHARF_<SCHEME>_ENDPOINT, as a storage entry's endpoint does. Progress goes to stdout
 (the pod's log); a failure is one line on stderr, without a secret in it, and exit status 1.
 """
@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from contracts.hub_refs import ENDPOINTS, is_hub_ref, parse_hub_ref
+from contracts.object_store import ObjectSource, StagingError, source_from_env
 from workers import hub
-from workers.object_store import ObjectSource, StagingError, source_from_env
 from workers.storage import cache_key, stage
 
 # The version stage() files an earlier copy under (any 16 hex digits do): it only looks for

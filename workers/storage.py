@@ -31,7 +31,7 @@ Guarantees:
   waiting, and skips a source that is being staged.
 - Secrets never appear in reprs, logs or error messages.
 
-Sources, clients and listings: workers.object_store.
+Sources, clients and listings: contracts.object_store.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from botocore.exceptions import (
 )
 from s3transfer.exceptions import RetriesExceededError
 
-from workers.object_store import (
+from contracts.object_store import (
     MANIFEST,
     ObjectSource,
     StagingError,

@@ -32,8 +32,7 @@ from pathlib import Path
 from boto3.exceptions import Boto3Error
 from botocore.exceptions import BotoCoreError, ClientError
 
-from contracts.spec import ObjectStorage, ServiceSpec
-from workers.object_store import (
+from contracts.object_store import (
     MANIFEST,
     ObjectSource,
     failure,
@@ -41,6 +40,7 @@ from workers.object_store import (
     resolve,
     source_from_env,
 )
+from contracts.spec import ObjectStorage, ServiceSpec
 
 log = logging.getLogger(__name__)
 DATA = "data"

@@ -11,7 +11,7 @@ from datetime import datetime
 from functools import wraps
 from typing import Any
 
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from contracts.plane_link import CALLER_KEY
@@ -132,8 +132,11 @@ def one_file(request: HttpRequest, key: ApiKey, file_id: str) -> HttpResponse:
 
 @_relayed
 def file_content(request: HttpRequest, key: ApiKey, file_id: str) -> HttpResponse:
-    file = store.file_of(key, file_id)
-    return FileResponse(store.path_of(file).open("rb"), content_type="application/jsonl")
+    """Streamed from the store as it reads (a bucket's body chunk by chunk)."""
+    content = store.content_of(store.file_of(key, file_id))
+    response = StreamingHttpResponse(content.chunks, content_type="application/jsonl")
+    response["Content-Length"] = str(content.size)
+    return response
 
 
 @_relayed

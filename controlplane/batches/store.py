@@ -1,7 +1,10 @@
-"""OpenAI's Files and Batches in the database and under WHARF_BATCH_DIR (one folder per
-workspace): a batch's runnable lines become queue items on the Standard services their models
-name (controlplane.queues.store leases them to the gateways after Async items); its last answer
-settles it: the output and error files are written and its items go.
+"""OpenAI's Files and Batches: rows in the database, bytes in the batch file store
+(controlplane.batches.files: WHARF_BATCH_DIR or the bucket of WHARF_BATCH_STORE, one folder or
+prefix per workspace). A file's row exists only once its bytes are stored whole, and a write
+whose row is not saved is removed (nothing half-written, no orphan). A batch's runnable lines
+become queue items on the Standard services their models name (controlplane.queues.store
+leases them to the gateways after Async items); its last answer settles it: the output and
+error files are written and its items go.
 
 Expiry: a batch still running 24 h after it was created expires when anything next looks at
 its workspace's batches, a gateway leases work or the workers' beat comes (`expire_due`): its
@@ -10,9 +13,10 @@ waiting requests go to its error file (`batch_expired`), those that ran are in i
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import uuid
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +28,7 @@ from contracts import batch as contract
 from contracts.spec import typed_spec
 from contracts.spec_job import is_job
 from contracts.spec_queue import is_async
+from controlplane.batches import files
 from controlplane.batches.models import Batch, File
 from controlplane.queues.models import ItemState, QueueItem, QueueName
 from controlplane.queues.store import FAILED_DELIVERY, QueueRefusal
@@ -31,6 +36,8 @@ from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.tokens.models import ApiKey
+
+log = logging.getLogger(__name__)
 
 RUNNING = (contract.VALIDATING, contract.IN_PROGRESS, contract.FINALIZING, contract.CANCELLING)
 
@@ -46,8 +53,31 @@ def key_of(key_id: str) -> ApiKey:
     return key
 
 
-def path_of(file: File) -> Path:
-    return settings.WHARF_BATCH_DIR / str(file.workspace_id) / file.id
+def name_of(file: File) -> str:
+    """The file's name in the store: under its workspace's folder or prefix."""
+    return f"{file.workspace_id}/{file.id}"
+
+
+def content_of(file: File) -> files.Content:
+    """The file's bytes, to stream."""
+    return files.configured().open(name_of(file))
+
+
+def bytes_of(file: File) -> bytes:
+    """The whole file (an input file, read when its batch is made: at most
+    WHARF_BATCH_FILE_MAX_BYTES)."""
+    return files.configured().read(name_of(file))
+
+
+def _stored(file: File, source: files.Readable) -> File:
+    """The bytes written, then the row saved; if the row is not, the bytes go too."""
+    files.configured().write(name_of(file), source)
+    try:
+        file.save()
+    except BaseException:
+        files.discard(name_of(file))
+        raise
+    return file
 
 
 def save_file(key: ApiKey, filename: str, purpose: str, upload: UploadedFile) -> File:
@@ -60,24 +90,16 @@ def save_file(key: ApiKey, filename: str, purpose: str, upload: UploadedFile) ->
         )  # fmt: skip
     file = File(id=contract.new_id("file-"), workspace=key.workspace, key_id=key.public_id,
                 filename=filename[:255], purpose=purpose, bytes=upload.size or 0)  # fmt: skip
-    path = path_of(file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as out:
-        for chunk in upload.chunks():
-            out.write(chunk)
-    file.save()
-    return file
+    upload.seek(0)  # as UploadedFile.chunks() does
+    return _stored(file, upload)
 
 
-def _written(batch: Batch, name: str, data: bytes) -> File:
+def _written(batch: Batch, name: str, data: bytes, written: list[str]) -> File:
     file = File(id=contract.new_id("file-"), workspace_id=batch.workspace_id,
                 key_id=batch.key_id, filename=f"{batch.id}_{name}.jsonl",
                 purpose=f"batch_{name}", bytes=len(data))  # fmt: skip
-    path = path_of(file)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    file.save()
-    return file
+    written.append(name_of(file))
+    return _stored(file, io.BytesIO(data))
 
 
 def file_of(key: ApiKey, file_id: str) -> File:
@@ -88,8 +110,11 @@ def file_of(key: ApiKey, file_id: str) -> File:
 
 
 def delete_file(file: File) -> None:
-    path_of(file).unlink(missing_ok=True)
-    file.delete()
+    """The row and the bytes, or neither (a store that fails rolls the row back)."""
+    name = name_of(file)  # before delete(), which clears the id
+    with transaction.atomic():
+        file.delete()
+        files.configured().delete(name)
 
 
 def _services(key: ApiKey) -> dict[str, Service]:
@@ -151,7 +176,7 @@ def create_batch(
             429, f"the workspace has {in_flight} batches in flight, the most it may "
             "(WHARF_BATCH_MAX_IN_FLIGHT): wait for one to end",
         )  # fmt: skip
-    texts = [t for t in path_of(file).read_text(errors="replace").splitlines() if t.strip()]
+    texts = [t for t in bytes_of(file).decode(errors="replace").splitlines() if t.strip()]
     if len(texts) > settings.WHARF_BATCH_MAX_LINES:
         raise QueueRefusal(
             400, f"input_file_id: {len(texts)} lines, over {settings.WHARF_BATCH_MAX_LINES} "
@@ -238,15 +263,32 @@ def settle_orphans() -> None:
 
 
 def settle(batch_id: str) -> None:
-    """Once none of its requests waits or runs: its output and error files, its end status."""
+    """Once none of its requests waits or runs: its output and error files, its end status.
+    A store that fails leaves the batch as it was (its answers kept, what was written removed)
+    for the next call or the workers' beat (settle_orphans) to settle."""
+    written: list[str] = []
+    try:
+        settled = _settled(batch_id, written)
+    except BaseException as exc:
+        for name in written:
+            files.discard(name)
+        if not isinstance(exc, files.StoreUnavailable):
+            raise
+        log.warning("batch %s is settled later: %s", batch_id, exc.message)
+        return
+    if settled:
+        publish_snapshot()  # a service with no more batch work is not fed for it
+
+
+def _settled(batch_id: str, written: list[str]) -> bool:
     with transaction.atomic():
         batch = Batch.objects.select_for_update().filter(pk=batch_id).first()
         if batch is None or batch.output_file_id or batch.error_file_id:
-            return
+            return False
         if QueueItem.objects.filter(batch=batch, queue=QueueName.INPUT).exists():
-            return
+            return False
         if batch.status in (contract.COMPLETED, contract.FAILED, contract.CANCELLED):
-            return
+            return False
         answers = QueueItem.objects.filter(batch=batch, queue=QueueName.SINK).order_by("id")
         output, errors = [], list(batch.rejected)
         completed = failed = 0
@@ -264,13 +306,13 @@ def settle(batch_id: str) -> None:
         batch.completed, batch.failed = completed, failed + len(batch.rejected)
         batch.finalizing_at = now
         if output:
-            batch.output_file_id = _written(batch, "output", contract.jsonl(output)).id
+            batch.output_file_id = _written(batch, "output", contract.jsonl(output), written).id
         if errors:
-            batch.error_file_id = _written(batch, "error", contract.jsonl(errors)).id
+            batch.error_file_id = _written(batch, "error", contract.jsonl(errors), written).id
         if batch.status == contract.CANCELLING:
             batch.status, batch.cancelled_at = contract.CANCELLED, now
         elif batch.status != contract.EXPIRED:
             batch.status, batch.completed_at = contract.COMPLETED, now
         batch.save()
         answers.delete()
-    publish_snapshot()  # a service with no more batch work is not fed for it
+    return True

@@ -2,7 +2,8 @@
 credentials resolved from the spec and the environment, one boto3 client for all three (Alibaba
 OSS and Huawei OBS speak the S3 API; only the defaults differ), the listing of a prefix, and
 errors that say what to fix without a secret in them. The node cache (workers.storage) is
-built on it.
+built on it, and so is the control plane's store of batch files (controlplane.batches.files),
+which is why it lives below both planes. The caller holds the client it makes.
 
 Environment (per scheme, `<SCHEME>` is OSS, OBS or S3; entries in the spec win):
     WHARF_<SCHEME>_ENDPOINT, WHARF_<SCHEME>_ACCESS_KEY_ID, WHARF_<SCHEME>_ACCESS_KEY_SECRET,
