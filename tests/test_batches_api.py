@@ -112,6 +112,7 @@ def test_a_running_batch_shows_progress(dev):
     shown = dev.get(f"/api/v1/batches/{batch.id}").json()
     assert shown["status"] == contract.IN_PROGRESS
     assert shown["request_counts"] == {"total": 4, "completed": 1, "failed": 2}
+    assert shown["services"] == [service.name]
 
 
 def test_a_viewer_reads_but_may_not_cancel(dev):
@@ -128,6 +129,7 @@ def test_a_developer_cancels_and_an_ended_batch_is_a_conflict(dev):
     cancelled = dev.post(f"/api/v1/batches/{batch.id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == contract.CANCELLED
     assert not batch.items.exists()  # its waiting requests went
+    assert cancelled.json()["services"] == []
     again = dev.post(f"/api/v1/batches/{batch.id}/cancel")
     assert again.status_code == 409 and "cancelled" in again.json()["detail"]
 

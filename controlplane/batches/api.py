@@ -10,7 +10,8 @@ controlplane.batches.internal):
 
 Each answer is OpenAI's object from the gateway's own serializer (internal.batch_object), with
 one difference while a batch runs: its `request_counts` count the answers so far (the stored
-counts are written when it settles), so that progress shows. Another workspace's batch or file
+counts are written when it settles), so that progress shows; and one addition, `services`: the
+services its requests still wait or run on. Another workspace's batch or file
 is a 404, as one that does not exist.
 """
 
@@ -50,8 +51,10 @@ def request_counts(total: int, answered_ok: int, answered_failed: int, rejected:
 
 
 def shown(batch: Batch) -> dict[str, Any]:
-    """OpenAI's batch object; a running batch's counts are its answers so far."""
-    shape = batch_object(batch)
+    """OpenAI's batch object; a running batch's counts are its answers so far, and Wharf's
+    `services`: those its requests wait or run on (none once it has ended)."""
+    names = batch.items.order_by().values_list("service__name", flat=True).distinct()
+    shape = {**batch_object(batch), "services": sorted(names)}
     if batch.status in contract.TERMINAL:
         return shape
     codes = batch.items.filter(queue=QueueName.SINK).aggregate(

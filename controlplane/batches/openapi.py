@@ -18,7 +18,14 @@ from controlplane.batches.models import Batch
 BATCH = {
     "type": "object",
     "description": "OpenAI's batch object; while it runs, request_counts count the answers so far",
-    "properties": {name: {} for name in batch_object(Batch(id="", total=0))},
+    "properties": {
+        **{name: {} for name in batch_object(Batch(id="", total=0))},
+        "services": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Wharf's: the services its requests wait or run on",
+        },
+    },  # fmt: skip
 }
 LINES = {
     "type": "array",
