@@ -12,6 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from contracts import batch as contract
+from controlplane.audit.models import AuditEntry
 from controlplane.batches import store
 from controlplane.batches.api import request_counts
 from controlplane.batches.models import Batch
@@ -132,6 +133,8 @@ def test_a_developer_cancels_and_an_ended_batch_is_a_conflict(dev):
     assert cancelled.json()["services"] == []
     again = dev.post(f"/api/v1/batches/{batch.id}/cancel")
     assert again.status_code == 409 and "cancelled" in again.json()["detail"]
+    audited = AuditEntry.objects.filter(action=f"POST /api/v1/batches/{batch.id}/cancel")
+    assert list(audited.values_list("status", flat=True)) == [200]  # a refusal changes nothing
 
 
 def test_another_workspaces_batch_and_files_are_not_found(dev):

@@ -39,6 +39,8 @@ from controlplane.workspaces.access import in_workspace
 from controlplane.workspaces.roles import WRITE
 
 STATUSES = tuple(contract.MOVES)  # every status a batch may have
+# Set only when a batch settles, which deletes its items (an expired batch's may still run).
+SETTLED = frozenset({contract.COMPLETED, contract.FAILED, contract.CANCELLED})
 ERROR_LINES = 100  # error lines shown unless ?limit says otherwise
 MAX_ERROR_LINES = 1000
 
@@ -53,8 +55,7 @@ def request_counts(total: int, answered_ok: int, answered_failed: int, rejected:
 def shown(batch: Batch) -> dict[str, Any]:
     """OpenAI's batch object; a running batch's counts are its answers so far, and Wharf's
     `services`: those its requests wait or run on (none once it has ended)."""
-    names = batch.items.order_by().values_list("service__name", flat=True).distinct()
-    shape = {**batch_object(batch), "services": sorted(names)}
+    shape = {**batch_object(batch), "services": _services(batch)}
     if batch.status in contract.TERMINAL:
         return shape
     codes = batch.items.filter(queue=QueueName.SINK).aggregate(
@@ -64,6 +65,13 @@ def shown(batch: Batch) -> dict[str, Any]:
         batch.total, codes["ok"], codes["failed"], len(batch.rejected)
     )
     return shape
+
+
+def _services(batch: Batch) -> list[str]:
+    if batch.status in SETTLED:  # settling took its last items
+        return []
+    names = batch.items.order_by().values_list("service__name", flat=True).distinct()
+    return sorted(names)
 
 
 def visible_batches(request: Request) -> QuerySet[Batch]:
