@@ -60,7 +60,7 @@
 
   function fileLinks(batch) {
     const files = [["input", "Input", batch.input_file_id], ["output", "Output", batch.output_file_id],
-      ["error", "Errors", batch.error_file_id]].filter(([, , id]) => id);
+      ["error", "Error", batch.error_file_id]].filter(([, , id]) => id);
     return files.map(([kind, label, id]) => el("a.btn.small", {href: download(id), download: "",
       dataset: {file: kind}}, `${label} file`));
   }
