@@ -18,6 +18,7 @@ from contracts.grants import Grants
 from contracts.spec import ServiceSpec
 from controlplane import paging
 from controlplane.audit import views as audit
+from controlplane.batches.openapi import describe_batch_views
 from controlplane.benchmarks.api.openapi import describe_benchmark_views
 from controlplane.eas_api.openapi import describe_access_key_views
 from controlplane.nodes.api import views as nodes
@@ -251,6 +252,7 @@ def describe_views() -> None:
     describe_benchmark_views(V, _op, ERRORS)
     describe_workspace_views(V, _op, ERRORS)
     describe_access_key_views(V, _op, ERRORS)
+    describe_batch_views(V, _op, ERRORS)
     V(get=_op("audit", "Who changed what, newest first", parameters=[
         OpenApiParameter(p, str) for p in ("since", "until", "service", "actor", "limit")
     ], responses={200: {"type": "array", "items": AUDIT_ENTRY}}))(audit.Audit)  # fmt: skip

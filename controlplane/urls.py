@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.nodes.api.urls")),
     path("api/v1/", include("controlplane.workspaces.api.urls")),
     path("api/v1/", include("controlplane.audit.urls")),
+    path("api/v1/", include("controlplane.batches.api_urls")),
     path("api/v1/", include("controlplane.eas_api.keys_urls")),
     path("api/v2/", include("controlplane.eas_api.urls")),
     path("internal/", include("controlplane.queues.urls")),  # the gateways' only

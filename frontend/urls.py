@@ -11,6 +11,7 @@ urlpatterns = [
     path("workspace/", views.workspace, name="workspace"),
     path("usage/", views.usage, name="usage"),
     path("audit/", views.audit, name="audit"),
+    path("batches/", views.batches, name="batches"),
     path("console/workspace", views.switch_workspace, name="switch-workspace"),
     path("services/<str:name>/", views.service, name="service"),
     path("console/services/<str:name>/test", online_test.test_call, name="online-test"),

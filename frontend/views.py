@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from rest_framework import fields, serializers
 from rest_framework.exceptions import PermissionDenied
 
+from contracts.batch import MOVES as BATCH_STATUSES
 from contracts.service_groups import MAX_WEIGHT, TRAFFIC_MODES
 from contracts.spec import ENGINES, GPU_ENGINES
 from controlplane.audit.actor import identify
@@ -23,7 +24,7 @@ from controlplane.services.api.webapp import NotAWebApp, web_ticket
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.access import SESSION_KEY, access, in_workspace, workspaces_of
-from controlplane.workspaces.roles import KEYS, MANAGE, OWNER, RIGHTS, refusal
+from controlplane.workspaces.roles import KEYS, MANAGE, OWNER, RIGHTS, WRITE, refusal
 
 # Monaco's AMD build, put here by `npm ci` in frontend/ (install_vendor.mjs); not in git.
 MONACO = "frontend/vendor/monaco/vs"
@@ -137,6 +138,14 @@ def usage(request: HttpRequest) -> HttpResponse:
 def audit(request: HttpRequest) -> HttpResponse:
     """The audit trail with its filters (audit.js)."""
     return _page(request, "frontend/audit.html", "audit")
+
+
+@login_required
+def batches(request: HttpRequest) -> HttpResponse:
+    """The workspace's batches (OpenAI's Batch API): progress, errors, files, cancel
+    (batches.js); cancelling takes the `write` right."""
+    return _page(request, "frontend/batches.html", "batches", needs=WRITE,
+                 batchStatuses=list(BATCH_STATUSES))  # fmt: skip
 
 
 @login_required

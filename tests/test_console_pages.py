@@ -15,7 +15,8 @@ from tests.api_support import member
 
 pytestmark = pytest.mark.django_db
 
-PAGES = {"/keys/": "keys", "/workspace/": "workspace", "/usage/": "usage", "/audit/": "audit"}
+PAGES = {"/keys/": "keys", "/workspace/": "workspace", "/usage/": "usage", "/audit/": "audit",
+         "/batches/": "batches"}  # fmt: skip
 
 
 def signed_in(role: str | None, staff: bool = False) -> Client:
