@@ -14,7 +14,6 @@ from rest_framework.test import APIClient
 from contracts import batch as contract
 from controlplane.audit.models import AuditEntry
 from controlplane.batches import store
-from controlplane.batches.api import request_counts
 from controlplane.batches.models import Batch
 from controlplane.queues import store as queues
 from controlplane.services.models import Service
@@ -63,18 +62,6 @@ def _answer_all(batch: Batch, code: int = 200) -> None:
     for item in queues.lease(service, "g", ["i-0"], 30, room={"i-0": 100}):
         queues.finish(item.id, "g", code, b'{"ok": 1}', "application/json")
     store.settle(batch.id)  # on_commit does not run inside a test's transaction
-
-
-@pytest.mark.parametrize(
-    ("total", "ok", "failed", "rejected", "counts"),
-    [
-        (3, 0, 0, 0, {"total": 3, "completed": 0, "failed": 0}),
-        (3, 1, 1, 0, {"total": 3, "completed": 1, "failed": 1}),
-        (4, 2, 0, 1, {"total": 4, "completed": 2, "failed": 1}),
-    ],
-)
-def test_a_running_batch_counts_its_answers_so_far(total, ok, failed, rejected, counts):
-    assert request_counts(total, ok, failed, rejected) == counts
 
 
 def test_batches_come_newest_first_in_pages(dev):

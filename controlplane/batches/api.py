@@ -8,33 +8,34 @@ controlplane.batches.internal):
     POST /api/v1/batches/<id>/cancel     developer and up; 409 once it has ended
     GET  /api/v1/files/<id>/content      a batch's input, output or error file, as a download
 
-Each answer is OpenAI's object from the gateway's own serializer (internal.batch_object), with
-one difference while a batch runs: its `request_counts` count the answers so far (the stored
-counts are written when it settles), so that progress shows; and one addition, `services`: the
-services its requests still wait or run on. Another workspace's batch or file
-is a 404, as one that does not exist.
+Each answer is OpenAI's object from the gateway's own serializer (internal.batch_object, whose
+`request_counts` count a running batch's answers so far), with one addition, `services`: the
+services its requests still wait or run on. Another workspace's batch or file is a 404, as one
+that does not exist.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from itertools import islice
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
-from django.http import FileResponse
+from django.db.models import Q, QuerySet
+from django.http import StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from rest_framework import status as http
-from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.exceptions import APIException, NotFound, ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from contracts import batch as contract
 from controlplane import paging
-from controlplane.batches import store
+from controlplane.batches import files, store
 from controlplane.batches.internal import batch_object
 from controlplane.batches.models import Batch, File
-from controlplane.queues.models import QueueName
+from controlplane.queues.store import QueueRefusal
 from controlplane.workspaces.access import in_workspace
 from controlplane.workspaces.roles import WRITE
 
@@ -45,26 +46,10 @@ ERROR_LINES = 100  # error lines shown unless ?limit says otherwise
 MAX_ERROR_LINES = 1000
 
 
-def request_counts(total: int, answered_ok: int, answered_failed: int, rejected: int) -> dict:
-    """OpenAI's request_counts of a batch still running: its answers so far (a status code
-    under 400 completed, any other failed, as settling counts them) and the input lines that
-    could not run, which failed before anything ran."""
-    return {"total": total, "completed": answered_ok, "failed": answered_failed + rejected}
-
-
 def shown(batch: Batch) -> dict[str, Any]:
-    """OpenAI's batch object; a running batch's counts are its answers so far, and Wharf's
-    `services`: those its requests wait or run on (none once it has ended)."""
-    shape = {**batch_object(batch), "services": _services(batch)}
-    if batch.status in contract.TERMINAL:
-        return shape
-    codes = batch.items.filter(queue=QueueName.SINK).aggregate(
-        ok=Count("id", filter=Q(status__lt=400)), failed=Count("id", filter=Q(status__gte=400))
-    )
-    shape["request_counts"] = request_counts(
-        batch.total, codes["ok"], codes["failed"], len(batch.rejected)
-    )
-    return shape
+    """OpenAI's batch object and Wharf's `services`: those its requests wait or run on (none
+    once it has ended)."""
+    return {**batch_object(batch), "services": _services(batch)}
 
 
 def _services(batch: Batch) -> list[str]:
@@ -152,12 +137,33 @@ def first_error_lines(batch: Batch, limit: int) -> tuple[list[dict[str, Any]], b
     if not batch.error_file_id:
         return batch.rejected[:limit], len(batch.rejected) > limit
     file = File.objects.filter(id=batch.error_file_id).first()
-    path = store.path_of(file) if file else None
-    if path is None or not path.exists():
+    if file is None:
         return [], False
-    with path.open(errors="replace") as lines:
-        read = [json.loads(text) for text in islice(lines, limit + 1) if text.strip()]
+    texts = _lines(_content(file).chunks)
+    read = [json.loads(text) for text in islice(texts, limit + 1)]
     return read[:limit], len(read) > limit
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """The non-blank lines of a stream of chunks, read only as far as they are taken."""
+    rest = b""
+    for chunk in chunks:
+        *whole, rest = (rest + chunk).split(b"\n")
+        yield from (line.decode(errors="replace") for line in whole if line.strip())
+    if rest.strip():
+        yield rest.decode(errors="replace")
+
+
+def _content(file: File) -> files.Content:
+    try:
+        return store.content_of(file)
+    except QueueRefusal as exc:  # gone from the store (404), or the store down (503)
+        raise StoreDown(exc.message) if exc.status >= 500 else NotFound(exc.message) from exc
+
+
+class StoreDown(APIException):
+    status_code = 503
+    default_code = "store_unavailable"
 
 
 class BatchErrors(APIView):
@@ -170,12 +176,12 @@ class BatchErrors(APIView):
 class FileContent(APIView):
     """A batch file as a download (the gateway's /v1/files/<id>/content, for the console)."""
 
-    def get(self, request: Request, file_id: str) -> FileResponse:
+    def get(self, request: Request, file_id: str) -> StreamingHttpResponse:
         file = in_workspace(request, File.objects.all()).filter(id=file_id).first()
-        path = store.path_of(file) if file else None
-        if path is None or not path.exists():
+        if file is None:
             raise NotFound(f"no file {file_id!r} in this workspace")
-        return FileResponse(
-            path.open("rb"), as_attachment=True, filename=file.filename,  # type: ignore[union-attr]
-            content_type="application/jsonl",
-        )  # fmt: skip
+        content = _content(file)
+        response = StreamingHttpResponse(content.chunks, content_type="application/jsonl")
+        response["Content-Length"] = str(content.size)
+        response["Content-Disposition"] = content_disposition_header(True, file.filename)
+        return response

@@ -11,13 +11,16 @@ from datetime import datetime
 from functools import wraps
 from typing import Any
 
+from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from contracts import batch as contract
 from contracts.plane_link import CALLER_KEY
 from controlplane.batches import store
 from controlplane.batches.models import Batch, File
 from controlplane.queues.internal import _allowed
+from controlplane.queues.models import QueueName
 from controlplane.queues.store import QueueRefusal
 from controlplane.tokens.models import ApiKey
 
@@ -53,10 +56,22 @@ def batch_object(batch: Batch) -> dict[str, Any]:
         "status": batch.status, "output_file_id": batch.output_file_id or None,
         "error_file_id": batch.error_file_id or None,
         **{name: _seconds(getattr(batch, name)) for name in times},
-        "request_counts": {"total": batch.total, "completed": batch.completed,
-                           "failed": batch.failed},
+        "request_counts": request_counts(batch),
         "metadata": batch.metadata,
     }  # fmt: skip
+
+
+def request_counts(batch: Batch) -> dict[str, int]:
+    """OpenAI's request_counts. The stored counts are written when a batch settles; until then,
+    its answers so far (a status code under 400 completed, any other failed, as settling counts
+    them) and the input lines that could not run, which failed before anything ran."""
+    if batch.status in contract.TERMINAL:
+        return {"total": batch.total, "completed": batch.completed, "failed": batch.failed}
+    codes = batch.items.filter(queue=QueueName.SINK).aggregate(
+        ok=Count("id", filter=Q(status__lt=400)), failed=Count("id", filter=Q(status__gte=400))
+    )
+    return {"total": batch.total, "completed": codes["ok"],
+            "failed": codes["failed"] + len(batch.rejected)}  # fmt: skip
 
 
 def _page(
