@@ -65,7 +65,7 @@ def request_counts(batch: Batch) -> dict[str, int]:
     """OpenAI's request_counts. The stored counts are written when a batch settles; until then,
     its answers so far (a status code under 400 completed, any other failed, as settling counts
     them) and the input lines that could not run, which failed before anything ran."""
-    if batch.status in contract.TERMINAL:
+    if batch.status in contract.TERMINAL or batch._state.adding:  # settled, or not saved
         return {"total": batch.total, "completed": batch.completed, "failed": batch.failed}
     codes = batch.items.filter(queue=QueueName.SINK).aggregate(
         ok=Count("id", filter=Q(status__lt=400)), failed=Count("id", filter=Q(status__gte=400))
