@@ -96,11 +96,11 @@ async def queue_call(request: HttpRequest, service: str, queue: str) -> HttpResp
     except QueueCallError as exc:
         return _refused(400, exc.message, exc.param)
     except store.QueueRefusal as exc:
-        return _refused(exc.status, exc.message)
+        return _refused(exc.status, exc.message, exc.param)
     try:
         return await _answer(request, found, call)
     except store.QueueRefusal as exc:
-        return _refused(exc.status, exc.message)
+        return _refused(exc.status, exc.message, exc.param)
 
 
 async def _answer(request: HttpRequest, queue: store.Queue, call: Any) -> HttpResponse:

@@ -26,6 +26,7 @@ from contracts.spec import typed_spec
 from contracts.spec_queue import QueueSettings, is_async, queue_settings, window
 from controlplane.queues.models import ItemState, QueueItem, QueueName
 from controlplane.services.models import Service
+from controlplane.workspaces.quota_checks import queued_over
 
 FAILED_DELIVERY = 502  # a sink item's code when no instance could finish its item
 BATCH_MAX_DELIVERY = 3  # deliveries of a batch's request (a Standard service has no queue spec)
@@ -39,12 +40,23 @@ LEASE_ORDER = (
 
 
 class QueueRefusal(Exception):  # noqa: N818 (a refusal, answered as a 4xx)
-    """A call the queue refuses: `status` (413, 429, 404) and a message."""
+    """A call the queue refuses: `status` (413, 429, 404), a message and the field or quota
+    it names (`param`, "" when none)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, param: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.param = param
+
+
+def check_queued(workspace_id: int, adding: int) -> None:
+    """QueueRefusal 429 naming `quotas.queued_items` when `adding` more items would take the
+    workspace past it (controlplane.workspaces.quotas); inside the write's transaction."""
+    over = queued_over(workspace_id, adding)
+    if over:
+        name, reasons = next(iter(over.items()))
+        raise QueueRefusal(429, f"over the queued-items quota ({name}): {reasons[0]}", name)
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,7 @@ def put(
             f".max_payload_size_kb)",
         )
     with transaction.atomic():
+        check_queued(queue.service.workspace_id, 1 if queue.name == QueueName.INPUT else 0)
         Service.objects.select_for_update().filter(pk=queue.service.pk).exists()  # one at a time
         if queue.items.count() >= queue.max_length:
             raise QueueRefusal(
