@@ -299,10 +299,13 @@ def lease(
     instances: list[str],
     lease_s: float,
     room: dict[str, int] | None = None,
+    held_keys: frozenset[str] = frozenset(),
 ) -> list[QueueItem]:
     """Items for the ready `instances`, each up to its window of items at once (counted across
     every gateway) and, where the gateway says, the `room` online calls leave it
-    (contracts.sharing); Async items first, then batches'; none while the sink is full."""
+    (contracts.sharing); Async items first, then batches'; none while the sink is full. No
+    batch request of the API keys in `held_keys` (at their rpm or tpm, gateway.queues.holds):
+    the requests of other keys behind them go first."""
     terms = terms_of(service)
     inputs = QueueItem.objects.filter(service=service, queue=QueueName.INPUT)
     now = timezone.now()
@@ -323,11 +326,10 @@ def lease(
         total = sum(max(0, n) for n in free.values())
         if total <= 0:
             return []
-        taken = list(
-            inputs.select_for_update()
-            .filter(state=ItemState.PENDING)
-            .order_by(*LEASE_ORDER)[:total]
-        )
+        pending = inputs.filter(state=ItemState.PENDING)
+        if held_keys:
+            pending = pending.exclude(batch__isnull=False, key_id__in=held_keys)
+        taken = list(pending.select_for_update().order_by(*LEASE_ORDER)[:total])
         until = now + timedelta(seconds=lease_s)
         for item in taken:
             name = max(free, key=lambda n: free[n])  # the instance with the most room
