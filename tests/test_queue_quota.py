@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 
 from controlplane.batches import store as batches
 from controlplane.batches.models import Batch
@@ -19,6 +21,7 @@ from controlplane.tokens.models import ApiKey
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.quotas import Quotas, queued_excess, queued_limit
 from tests.api_support import client_for, default_workspace
+from tests.test_async_queues import stack  # noqa: F401 (the fixture: an Async service, a gateway)
 
 
 @pytest.mark.parametrize(
@@ -188,3 +191,18 @@ def test_the_consoles_quota_form_offers_queued_items():
     body = patch["requestBody"]["content"]["application/json"]["schema"]
     for part in ("quotas", "ceilings"):
         assert body["properties"][part]["properties"]["queued_items"]["minimum"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="needs PostgreSQL (its live server)")
+def test_through_a_gateway_an_enqueue_past_the_quota_is_eas_429_naming_it(stack):  # noqa: F811
+    _quota(default_workspace(), 0)
+    answer = httpx.post(
+        f"http://{stack['gateway'].address}/api/predict/sd",
+        content=b"{}",
+        headers={"Authorization": stack["token"]},
+    )
+    assert answer.status_code == 429, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "quotas.queued_items" and "quota of 0" in error["message"]
+    assert not QueueItem.objects.exists()

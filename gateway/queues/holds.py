@@ -7,7 +7,8 @@ and the key is *held* until the limiter's retry hint: the feeder's next leases s
 requests (controlplane.queues.store.lease), so other keys' requests behind them run meanwhile.
 A request larger than the key's whole tpm never fits: it is answered with the limiter's 429.
 
-Only batch requests: an Async item was admitted (and counted) when it was put.
+Only batch requests (OpenAI's Batch API counts them on the key): an Async service's items are
+bounded by its queue's settings and the workspace's queued_items quota, not by a key's rpm/tpm.
 """
 
 from __future__ import annotations
