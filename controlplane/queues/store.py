@@ -114,8 +114,9 @@ def put(
             f".max_payload_size_kb)",
         )
     with transaction.atomic():
-        check_queued(queue.service.workspace_id, 1 if queue.name == QueueName.INPUT else 0)
         Service.objects.select_for_update().filter(pk=queue.service.pk).exists()  # one at a time
+        # Then the workspace, in the order the services' API takes them (no deadlock).
+        check_queued(queue.service.workspace_id, 1 if queue.name == QueueName.INPUT else 0)
         if queue.items.count() >= queue.max_length:
             raise QueueRefusal(
                 429,
