@@ -8,6 +8,7 @@ import json
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
@@ -17,11 +18,12 @@ from controlplane.batches.models import Batch
 from controlplane.queues import store
 from controlplane.queues.models import QueueItem
 from controlplane.services.models import Service
-from controlplane.tokens.models import ApiKey
+from controlplane.tokens.models import ApiKey, ApiToken
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.quotas import Quotas, queued_excess, queued_limit
-from tests.api_support import client_for, default_workspace
+from tests.api_support import client_for, default_workspace, member
 from tests.test_async_queues import stack  # noqa: F401 (the fixture: an Async service, a gateway)
+from wharfcli.main import cli
 
 
 @pytest.mark.parametrize(
@@ -195,8 +197,18 @@ def test_the_consoles_quota_form_offers_queued_items():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor == "sqlite", reason="needs PostgreSQL (its live server)")
-def test_through_a_gateway_an_enqueue_past_the_quota_is_eas_429_naming_it(stack):  # noqa: F811
-    _quota(default_workspace(), 0)
+def test_through_a_gateway_an_enqueue_past_the_quota_is_eas_429_naming_it(
+    stack,  # noqa: F811 (the fixture imported above)
+    live_server,
+    tmp_path,
+):
+    admin = get_user_model().objects.create_user("root")
+    env = {"WHARF_API": live_server.url, "WHARF_CONFIG_DIR": str(tmp_path / "wharf"),
+           "WHARF_TOKEN": ApiToken.issue(admin, member(admin, "admin"), "cli")}  # fmt: skip
+    args = ["workspaces", "quota", "default", "--queued-items", "0", "-o", "json"]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["limits"]["queued_items"] == 0
     answer = httpx.post(
         f"http://{stack['gateway'].address}/api/predict/sd",
         content=b"{}",
