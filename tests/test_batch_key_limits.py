@@ -161,8 +161,9 @@ def test_a_keys_rpm_starts_at_most_that_many_batch_requests_per_window(limited):
     starts = sorted(started for tag, started, _ in log if tag.startswith("s"))
     assert len(starts) == 6  # each line ran once: none lost, none twice
     for first, third in zip(starts, starts[2:], strict=False):
-        # The limiter admits before the engine starts: a little slack for the way there.
-        assert third - first >= MINUTE_S - 0.3, (starts, limited["log"].read_text()[-2000:])
+        # The limiter admits before the engine starts: some slack for the way there (without
+        # the hold, all six start within a fraction of a second).
+        assert third - first >= MINUTE_S - 0.5, (starts, limited["log"].read_text()[-2000:])
     # The other key's lines did not wait for the held key's window.
     free_starts = [started for tag, started, _ in log if tag.startswith("f")]
     assert max(free_starts) < starts[4], (starts, free_starts)
