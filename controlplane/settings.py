@@ -396,6 +396,9 @@ WHARF_BATCH_STORE = envstr("WHARF_BATCH_STORE").strip()
 WHARF_BATCH_FILE_MAX_BYTES = envint("WHARF_BATCH_FILE_MAX_BYTES", 200 * 1024 * 1024)
 WHARF_BATCH_MAX_LINES = envint("WHARF_BATCH_MAX_LINES", 50_000)
 WHARF_BATCH_MAX_IN_FLIGHT = envint("WHARF_BATCH_MAX_IN_FLIGHT", 10)
+# Queued items (Async items and batch requests not yet answered) a workspace may have when
+# its admins set no quota of its own (quotas.queued_items); 0: no bound.
+WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE = envint("WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE", 100_000)
 # Requests of batches an instance of a Standard service works on at once, at most (its
 # metadata.rpc.worker_threads when set).
 WHARF_BATCH_WINDOW = envint("WHARF_BATCH_WINDOW", 4)

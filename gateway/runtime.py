@@ -146,7 +146,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
         client, health, prefix=settings.usage_prefix, interval=settings.usage_flush_interval
     )
     elsewhere = OnlineElsewhere(client, inflight.key)
-    queues = Queues(settings, engine_keys, balancer, counters, usage, elsewhere)
+    queues = Queues(settings, engine_keys, balancer, counters, usage, elsewhere, limiter)
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
     call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
     tracing = Tracing.to_endpoint(settings.otlp_endpoint)

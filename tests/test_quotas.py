@@ -88,7 +88,8 @@ def test_admins_set_quotas_and_deploys_past_them_are_refused_by_name():
     assert developer.patch("/api/v1/workspaces/q", {"quotas": quotas},
                            format="json").status_code == 403  # fmt: skip
     set_ = admin.patch("/api/v1/workspaces/q", {"quotas": quotas}, format="json")
-    assert set_.json()["quotas"] == {"services": 2, "instances": 3, "cards": {}}
+    assert set_.json()["quotas"] == {"services": 2, "instances": 3, "cards": {},
+                                     "queued_items": None}  # fmt: skip
     assert developer.post("/api/v1/services", custom("one", 2), format="json").status_code == 201
     refused = developer.post("/api/v1/services", custom("two", 2), format="json")
     assert refused.status_code == 400
@@ -112,7 +113,7 @@ def test_admins_set_quotas_and_deploys_past_them_are_refused_by_name():
     restart = developer.post("/api/v1/services/one/start")
     assert restart.status_code == 400 and set(restart.json()["errors"]) == {"quotas.instances"}
     used = admin.get("/api/v1/workspaces/q").json()["used"]
-    assert used == {"services": 2, "instances": 3, "cards": {}}
+    assert used == {"services": 2, "instances": 3, "cards": {}, "queued_items": 0}
     # A lowered quota stops nothing and refuses only growth.
     admin.patch("/api/v1/workspaces/q", {"quotas": {"instances": 1}}, format="json")
     assert developer.put("/api/v1/services/two", custom("two", 2), format="json").status_code == 200
@@ -136,6 +137,7 @@ def test_bad_quotas_are_named_and_nothing_is_saved():
         "services": None,
         "instances": None,
         "cards": {},
+        "queued_items": None,
     }
     cards = admin.patch("/api/v1/workspaces/q", {"quotas": {"cards": {"gpu": 8, "npu": 0}}},
                         format="json")  # fmt: skip
@@ -156,7 +158,8 @@ def test_staff_set_ceilings_and_admins_only_divide_what_is_below():
     ceilings = {"ceilings": {"instances": 2, "cards": {"gpu": 4}}}
     set_ = staff.patch("/api/v1/workspaces/q", ceilings, format="json")
     assert set_.status_code == 200
-    assert set_.json()["ceilings"] == {"services": None, "instances": 2, "cards": {"gpu": 4}}
+    assert set_.json()["ceilings"] == {"services": None, "instances": 2, "cards": {"gpu": 4},
+                                       "queued_items": None}  # fmt: skip
     assert set_.json()["limits"]["instances"] == 2  # no quota of its own: the ceiling holds
     past = {"quotas": {"instances": 3, "cards": {"gpu": 8}}}
     over = admin.patch("/api/v1/workspaces/q", past, format="json")

@@ -44,13 +44,17 @@ def describe_workspace(workspace: str) -> None:
 @click.option("--instances", type=click.IntRange(0), help="instances at most (running)")
 @click.option("--gpu", type=click.IntRange(0), help="GPUs at most (running)")
 @click.option("--npu", type=click.IntRange(0), help="NPUs at most (running)")
+@click.option("--queued-items", type=click.IntRange(0),
+              help="Async items and batch requests not yet answered, at most")  # fmt: skip
 @click.option("--ceiling", is_flag=True, help="set the ceilings instead (staff): the quotas "
               "the workspace's admins set may not pass them")  # fmt: skip
 @output_option
-def set_quota(workspace: str, services, instances, gpu, npu, ceiling: bool) -> None:
+def set_quota(  # noqa: PLR0913 (one option per quota)
+    workspace: str, services, instances, gpu, npu, queued_items, ceiling: bool
+) -> None:
     """Set quotas (admins) or, with --ceiling, ceilings (staff); those not given are kept."""
-    quotas = {k: v for k, v in {"services": services, "instances": instances}.items()
-              if v is not None}  # fmt: skip
+    given = {"services": services, "instances": instances, "queued_items": queued_items}
+    quotas = {k: v for k, v in given.items() if v is not None}
     cards = {k: v for k, v in {"gpu": gpu, "npu": npu}.items() if v is not None}
     if cards:
         quotas["cards"] = cards

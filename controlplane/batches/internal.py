@@ -99,7 +99,7 @@ def _relayed(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             key = store.key_of(request.headers.get(CALLER_KEY, ""))
             return view(request, key, *args, **kwargs)
         except QueueRefusal as exc:
-            return _error(exc.status, exc.message)
+            return _error(exc.status, exc.message, exc.param or None)
 
     return wrapped
 

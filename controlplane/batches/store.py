@@ -31,7 +31,7 @@ from contracts.spec_queue import is_async
 from controlplane.batches import files
 from controlplane.batches.models import Batch, File
 from controlplane.queues.models import ItemState, QueueItem, QueueName
-from controlplane.queues.store import FAILED_DELIVERY, QueueRefusal
+from controlplane.queues.store import FAILED_DELIVERY, QueueRefusal, check_queued
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
@@ -195,6 +195,7 @@ def create_batch(
         runnable.append((line, services[line.model]))
     now = timezone.now()
     with transaction.atomic():
+        check_queued(key.workspace_id, len(runnable))  # refused before anything is written
         batch = Batch.objects.create(
             id=contract.new_id("batch_"), workspace=key.workspace, key_id=key.public_id,
             endpoint=endpoint, input_file_id=file.id, metadata=metadata,

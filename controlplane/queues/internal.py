@@ -96,11 +96,11 @@ async def queue_call(request: HttpRequest, service: str, queue: str) -> HttpResp
     except QueueCallError as exc:
         return _refused(400, exc.message, exc.param)
     except store.QueueRefusal as exc:
-        return _refused(exc.status, exc.message)
+        return _refused(exc.status, exc.message, exc.param)
     try:
         return await _answer(request, found, call)
     except store.QueueRefusal as exc:
-        return _refused(exc.status, exc.message)
+        return _refused(exc.status, exc.message, exc.param)
 
 
 async def _answer(request: HttpRequest, queue: store.Queue, call: Any) -> HttpResponse:
@@ -192,7 +192,8 @@ def _body(request: HttpRequest) -> dict[str, Any]:
 
 @csrf_exempt
 async def lease(request: HttpRequest) -> HttpResponse:
-    """Items for the gateway `holder` to hand to the ready instances it names."""
+    """Items for the gateway `holder` to hand to the ready instances it names; none of the
+    batch requests of the API keys it says are at their rpm or tpm (`held_keys`)."""
     if not _allowed(request):
         return _refused(403, "the control plane's queue routes are for the gateways")
     try:
@@ -205,6 +206,7 @@ async def lease(request: HttpRequest) -> HttpResponse:
             [str(i) for i in data.get("instances", [])][:1000],
             float(data.get("lease_s", 30)),
             None if room is None else {str(k): int(v) for k, v in dict(room).items()},
+            frozenset(str(k) for k in data.get("held_keys", [])[:10_000]),
         )
     except (ValueError, KeyError) as exc:
         return _refused(400, str(exc))

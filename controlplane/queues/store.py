@@ -26,6 +26,7 @@ from contracts.spec import typed_spec
 from contracts.spec_queue import QueueSettings, is_async, queue_settings, window
 from controlplane.queues.models import ItemState, QueueItem, QueueName
 from controlplane.services.models import Service
+from controlplane.workspaces.quota_checks import queued_over
 
 FAILED_DELIVERY = 502  # a sink item's code when no instance could finish its item
 BATCH_MAX_DELIVERY = 3  # deliveries of a batch's request (a Standard service has no queue spec)
@@ -39,12 +40,23 @@ LEASE_ORDER = (
 
 
 class QueueRefusal(Exception):  # noqa: N818 (a refusal, answered as a 4xx)
-    """A call the queue refuses: `status` (413, 429, 404) and a message."""
+    """A call the queue refuses: `status` (413, 429, 404), a message and the field or quota
+    it names (`param`, "" when none)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, param: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.param = param
+
+
+def check_queued(workspace_id: int, adding: int) -> None:
+    """QueueRefusal 429 naming `quotas.queued_items` when `adding` more items would take the
+    workspace past it (controlplane.workspaces.quotas); inside the write's transaction."""
+    over = queued_over(workspace_id, adding)
+    if over:
+        name, reasons = next(iter(over.items()))
+        raise QueueRefusal(429, f"over the queued-items quota ({name}): {reasons[0]}", name)
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,8 @@ def put(
         )
     with transaction.atomic():
         Service.objects.select_for_update().filter(pk=queue.service.pk).exists()  # one at a time
+        # Then the workspace, in the order the services' API takes them (no deadlock).
+        check_queued(queue.service.workspace_id, 1 if queue.name == QueueName.INPUT else 0)
         if queue.items.count() >= queue.max_length:
             raise QueueRefusal(
                 429,
@@ -286,10 +300,13 @@ def lease(
     instances: list[str],
     lease_s: float,
     room: dict[str, int] | None = None,
+    held_keys: frozenset[str] = frozenset(),
 ) -> list[QueueItem]:
     """Items for the ready `instances`, each up to its window of items at once (counted across
     every gateway) and, where the gateway says, the `room` online calls leave it
-    (contracts.sharing); Async items first, then batches'; none while the sink is full."""
+    (contracts.sharing); Async items first, then batches'; none while the sink is full. No
+    batch request of the API keys in `held_keys` (at their rpm or tpm, gateway.queues.holds):
+    the requests of other keys behind them go first."""
     terms = terms_of(service)
     inputs = QueueItem.objects.filter(service=service, queue=QueueName.INPUT)
     now = timezone.now()
@@ -310,11 +327,10 @@ def lease(
         total = sum(max(0, n) for n in free.values())
         if total <= 0:
             return []
-        taken = list(
-            inputs.select_for_update()
-            .filter(state=ItemState.PENDING)
-            .order_by(*LEASE_ORDER)[:total]
-        )
+        pending = inputs.filter(state=ItemState.PENDING)
+        if held_keys:
+            pending = pending.exclude(batch__isnull=False, key_id__in=held_keys)
+        taken = list(pending.select_for_update().order_by(*LEASE_ORDER)[:total])
         until = now + timedelta(seconds=lease_s)
         for item in taken:
             name = max(free, key=lambda n: free[n])  # the instance with the most room

@@ -20,9 +20,11 @@ class WorkspaceForm(forms.ModelForm):
             "ceiling_services",
             "ceiling_instances",
             "ceiling_cards",
+            "ceiling_queued_items",
             "quota_services",
             "quota_instances",
             "quota_cards",
+            "quota_queued_items",
             "grants",
         ]
 

@@ -20,11 +20,13 @@ class Workspace(models.Model):
     quota_services = models.PositiveIntegerField(null=True, blank=True)
     quota_instances = models.PositiveIntegerField(null=True, blank=True)
     quota_cards = models.JSONField(default=dict, blank=True, help_text="card kind -> quota")
+    quota_queued_items = models.PositiveIntegerField(null=True, blank=True)
     # Ceilings, set by staff only: the workspace's admins divide what is below them (their
     # quotas may be lower, never higher); null: none.
     ceiling_services = models.PositiveIntegerField(null=True, blank=True)
     ceiling_instances = models.PositiveIntegerField(null=True, blank=True)
     ceiling_cards = models.JSONField(default=dict, blank=True, help_text="card kind -> ceiling")
+    ceiling_queued_items = models.PositiveIntegerField(null=True, blank=True)
     # What its specs may make the shared machinery do (contracts.grants.Grants); staff only.
     grants = models.JSONField(
         default=dict, blank=True,
@@ -47,11 +49,13 @@ class Workspace(models.Model):
 
     def own_quotas(self) -> Quotas:
         """The quotas its admins set."""
-        return Quotas(self.quota_services, self.quota_instances, dict(self.quota_cards))
+        return Quotas(self.quota_services, self.quota_instances, dict(self.quota_cards),
+                      self.quota_queued_items)  # fmt: skip
 
     def ceilings(self) -> Quotas:
         """The ceilings staff set."""
-        return Quotas(self.ceiling_services, self.ceiling_instances, dict(self.ceiling_cards))
+        return Quotas(self.ceiling_services, self.ceiling_instances, dict(self.ceiling_cards),
+                      self.ceiling_queued_items)  # fmt: skip
 
     def quotas(self) -> Quotas:
         """What is enforced: each quota, capped by its ceiling."""

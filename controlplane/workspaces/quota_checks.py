@@ -4,13 +4,20 @@ row is locked, so two deploys at once cannot both take the last card."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from rest_framework import exceptions
 
 from contracts.spec import ServiceSpec, SpecError
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
-from controlplane.workspaces.quotas import Footprint, excess, footprint
+from controlplane.workspaces.quotas import (
+    Footprint,
+    excess,
+    footprint,
+    queued_excess,
+    queued_limit,
+)
 
 
 class OverQuota(exceptions.APIException):
@@ -55,3 +62,24 @@ def check_quotas(
     problems = excess(locked.quotas(), others, before, after, locked.name)
     if problems:
         raise OverQuota(locked.name, problems)
+
+
+def queued_in(workspace: Workspace | int) -> int:
+    """The workspace's queued items: Async items and batch requests not yet answered
+    (waiting or in work); the answers in sinks are not counted."""
+    from controlplane.queues.models import QueueItem, QueueName  # noqa: PLC0415 (queues import this)
+
+    return QueueItem.objects.filter(service__workspace=workspace, queue=QueueName.INPUT).count()
+
+
+def queued_quota(workspace: Workspace) -> int | None:
+    """The queued items it may have: its quota, else the platform's default; None: no bound."""
+    return queued_limit(workspace.quotas(), settings.WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE or None)
+
+
+def queued_over(workspace_id: int, adding: int) -> dict[str, list[str]]:
+    """`quotas.queued_items` with the figures if putting `adding` items in the workspace's
+    queues would pass its quota. Call it inside the write's transaction: the workspace row is
+    locked, so two puts at once cannot both take the last place."""
+    locked = Workspace.objects.select_for_update().get(pk=workspace_id)
+    return queued_excess(queued_quota(locked), queued_in(locked), adding, locked.name)

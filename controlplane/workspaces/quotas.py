@@ -1,4 +1,5 @@
-"""Workspace quotas: services, instances and cards by kind. Pure: what a spec takes, and what a
+"""Workspace quotas: services, instances, cards by kind, and queued items (Async items and
+batch requests not yet answered). Pure: what a spec takes, and what a
 change would take past a quota, for table tests; the API's checks read the rows
 (quota_checks.py)."""
 
@@ -19,6 +20,7 @@ class Quotas:
     services: int | None = None  # None: no quota
     instances: int | None = None
     cards: dict[str, int] = field(default_factory=dict)  # kind -> quota; a kind absent: none
+    queued_items: int | None = None  # Async items and batch requests waiting or in work
 
     def within(self, ceilings: Quotas) -> Quotas:
         """These quotas capped by `ceilings` (staff's): the lower of each pair, None: none."""
@@ -26,12 +28,14 @@ class Quotas:
         cards = {k: _lower(self.cards.get(k), ceilings.cards.get(k)) for k in sorted(kinds)}
         return Quotas(_lower(self.services, ceilings.services),
                       _lower(self.instances, ceilings.instances),
-                      {k: v for k, v in cards.items() if v is not None})  # fmt: skip
+                      {k: v for k, v in cards.items() if v is not None},
+                      _lower(self.queued_items, ceilings.queued_items))  # fmt: skip
 
     def above(self, ceilings: Quotas) -> dict[str, list[str]]:
         """Each of these quotas set higher than its ceiling, by name (`quotas.cards.gpu`)."""
         pairs = [("services", self.services, ceilings.services),
-                 ("instances", self.instances, ceilings.instances)]  # fmt: skip
+                 ("instances", self.instances, ceilings.instances),
+                 ("queued_items", self.queued_items, ceilings.queued_items)]  # fmt: skip
         pairs += [(f"cards.{k}", v, ceilings.cards.get(k)) for k, v in sorted(self.cards.items())]
         return {
             f"quotas.{name}": [f"at most {ceiling}: the ceiling staff set for this workspace"]
@@ -95,3 +99,24 @@ def excess(
         check(f"cards.{kind}", quotas.cards.get(kind), others.cards[kind], before.cards[kind],
               after.cards[kind], f"{kind.upper()}(s)")  # fmt: skip
     return problems
+
+
+def queued_limit(quotas: Quotas, platform_default: int | None) -> int | None:
+    """The queued items a workspace may have: its quota (its ceiling applied), else the
+    platform's default (WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE); None: no bound."""
+    return quotas.queued_items if quotas.queued_items is not None else platform_default
+
+
+def queued_excess(
+    limit: int | None, queued: int, adding: int, workspace: str
+) -> dict[str, list[str]]:
+    """`quotas.queued_items` with the figures when putting `adding` more items beside the
+    `queued` ones the workspace has would pass `limit` (None: no bound); {} when within."""
+    if limit is None or adding <= 0 or queued + adding <= limit:
+        return {}
+    return {
+        "quotas.queued_items": [
+            f"this puts {adding} item(s); workspace {workspace!r} has {queued} queued (Async "
+            f"items and batch requests not yet answered) of its quota of {limit}"
+        ]
+    }

@@ -9,7 +9,8 @@ instance (the path it was put on, its body and content type, the engine's key), 
 whatever its status, goes to the sink. An item whose instance could not be reached, or broke the
 connection before answering, is given back: another instance takes it, up to the service's
 `queue.max_delivery` deliveries. The gateway renews its leases while its instances work; if it
-dies, they lapse and the items go to another gateway.
+dies, they lapse and the items go to another gateway. A batch request waits for its API key's
+rpm and tpm like an online call (gateway.queues.holds).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -35,7 +37,10 @@ from contracts.usage import SERVICE_TOKEN_ID
 from gateway.balancer import Balancer
 from gateway.config import Settings
 from gateway.engine_auth import EngineKeys
+from gateway.errors import RATE_LIMITED, error_body
+from gateway.limits import Admission, Limiter
 from gateway.metrics import Metrics
+from gateway.queues.holds import KeyHolds, Refused
 from gateway.queues.online import OnlineElsewhere
 from gateway.queues.plane_client import PlaneClient, PlaneError
 from gateway.usage import UsageRecorder
@@ -47,6 +52,7 @@ LEASE_S = 30.0  # a lease not renewed lapses after this; renewed every third of 
 FINISH_TRIES = 5
 BATCH_WINDOW = 4  # a Standard service without worker_threads (the store bounds it too)
 ANSWERED, GIVEN_BACK, DROPPED = "answered", "given_back", "dropped"  # an item's outcomes
+JSON = "application/json"
 
 
 def holder_name() -> str:
@@ -67,8 +73,10 @@ class QueueFeeder:
         usage: UsageRecorder | None = None,
         batch_window: int = BATCH_WINDOW,
         elsewhere: OnlineElsewhere | None = None,
+        holds: KeyHolds | None = None,
     ) -> None:
         self._plane = plane
+        self._holds = holds
         self._keys = engine_keys
         self._balancer = balancer
         self._metrics = metrics
@@ -91,6 +99,8 @@ class QueueFeeder:
 
     def seen(self, snapshot: Snapshot) -> None:
         self._services = {name: s for name, s in snapshot.services.items() if s.queued or s.fed}
+        if self._holds is not None:
+            self._holds.seen(snapshot)
         self.nudge()
 
     def nudge(self) -> None:
@@ -148,9 +158,10 @@ class QueueFeeder:
         room = queued_slots(window, online, queued)
         if not any(room.values()):
             return
+        held = self._holds.held() if self._holds is not None else []
         try:
             items = await self._plane.lease(
-                service.name, self.holder, list(instances), self._lease_s, room
+                service.name, self.holder, list(instances), self._lease_s, room, held
             )
         except PlaneError as exc:
             log.warning("queue of %s: could not lease items: %s", service.name, exc)
@@ -167,15 +178,41 @@ class QueueFeeder:
                         delivered=False,
                     )  # fmt: skip
                 continue
-            task = asyncio.create_task(self._work(service, instance, item))
+            admission = await self._holds.admit(service.name, item) if self._holds else None
+            if isinstance(admission, Refused):
+                await self._refuse(index, admission)
+                continue
+            task = asyncio.create_task(self._work(service, instance, item, admission))
             self._working[index] = task
             self._instance_of[index] = instance.name
 
+    async def _refuse(self, index: int, refused: Refused) -> None:
+        """A batch request its key's rpm/tpm hold back: back to the store undelivered, or,
+        larger than the key's whole tpm, answered with the limiter's 429."""
+        refusal = refused.refusal
+        if refusal.retryable:
+            with contextlib.suppress(PlaneError):
+                await self._plane.give_back(
+                    index, self.holder, refusal.message, delivered=False
+                )  # fmt: skip
+            return
+        body = error_body(refusal.error_type, RATE_LIMITED, refusal.message, None)
+        await self._settle(
+            lambda: self._plane.finish(
+                index, self.holder, refusal.status, json.dumps(body).encode(), JSON
+            )
+        )
+
     async def _work(
-        self, service: RoutedService, instance: RoutedInstance, item: dict[str, Any]
+        self,
+        service: RoutedService,
+        instance: RoutedInstance,
+        item: dict[str, Any],
+        admission: Admission | None = None,
     ) -> None:
         index = int(item["index"])
         started = time.monotonic()
+        tokens: int | None = 0  # what the key's tpm is charged: nothing unless it ran
         try:
             answer = await self._call(service, instance, item)
             if isinstance(answer, str):
@@ -187,8 +224,11 @@ class QueueFeeder:
                 lambda: self._plane.finish(index, self.holder, status, body, kind)
             )
             self._metrics.queue_items.labels(service.name, ANSWERED if taken else DROPPED).inc()
+            prompt, completion = usage_of(body)
+            # The answer's usage replaces the estimate; without usage a success keeps it.
+            tokens = prompt + completion if prompt + completion or status >= 400 else None
             if taken and status < 400 and self._usage is not None:
-                prompt, completion = usage_of(body)  # a batch's tokens count on its key
+                # A batch's tokens count on its key
                 key_id = str(item.get("key_id") or "") or SERVICE_TOKEN_ID
                 self._usage.add(
                     service.name, key_id, prompt, completion, batch=bool(item.get("batch"))
@@ -197,6 +237,8 @@ class QueueFeeder:
                 waited = float(item.get("age_s", 0)) + time.monotonic() - started
                 self._metrics.queue_latency.labels(service.name).observe(waited)
         finally:
+            if self._holds is not None:
+                self._holds.release(admission, tokens)
             self._working.pop(index, None)
             self._instance_of.pop(index, None)
             self.nudge()
@@ -258,6 +300,7 @@ class Queues:
         metrics: Metrics,
         usage: UsageRecorder | None = None,
         elsewhere: OnlineElsewhere | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         self.plane = PlaneClient(settings.api_url, settings.secret_key)
         self.feeder = QueueFeeder(
@@ -270,6 +313,7 @@ class Queues:
             usage=usage,
             elsewhere=elsewhere,
             batch_window=settings.batch_window,
+            holds=KeyHolds(limiter) if limiter is not None else None,
         )
 
     def start(self) -> None:

@@ -114,13 +114,15 @@ class PlaneClient:
         instances: list[str],
         lease_s: float,
         room: dict[str, int] | None = None,
+        held_keys: list[str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Items for `instances`; `room`: how many more each may take now (None: its window)."""
+        """Items for `instances`; `room`: how many more each may take now (None: its window);
+        none of the batch requests of `held_keys` (API keys at their rpm or tpm)."""
         data = await self._json(
             "POST",
             "/internal/queues/lease",
             json={"service": service, "holder": holder, "instances": instances,
-                  "lease_s": lease_s, "room": room},
+                  "lease_s": lease_s, "room": room, "held_keys": held_keys or []},
         )  # fmt: skip
         return list(data.get("items", []))
 

@@ -14,6 +14,8 @@ ROLE = {"type": "string", "enum": list(roles.ROLES)}
 LIMIT = {"type": ["integer", "null"], "minimum": 0}
 QUOTAS = {"type": "object", "additionalProperties": False, "properties": {
     "services": LIMIT, "instances": LIMIT,
+    "queued_items": {**LIMIT, "description": "Async items and batch requests not yet answered; "
+                     "none set: WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE"},
     "cards": {"type": "object", "additionalProperties": False,
               "properties": {kind: LIMIT for kind in CARD_KINDS}}}}  # fmt: skip
 WORKSPACE = {"type": "object", "properties": {

@@ -23,10 +23,11 @@ from controlplane.tokens.api.errors import Invalid
 from controlplane.workspaces import roles
 from controlplane.workspaces.access import access_to, workspaces_of
 from controlplane.workspaces.models import Membership, Workspace
-from controlplane.workspaces.quota_checks import held_by
+from controlplane.workspaces.quota_checks import held_by, queued_in, queued_quota
 from controlplane.workspaces.quotas import CARD_KINDS, MAX_QUOTA, Quotas
 
 MAX_NAME = 63  # Workspace.name
+QUEUED = "queued_items"
 
 
 def _workspace_json(workspace: Workspace, role: str | None, detail: bool = False) -> dict:
@@ -34,16 +35,19 @@ def _workspace_json(workspace: Workspace, role: str | None, detail: bool = False
             "members": workspace.members.count()}  # fmt: skip
     if detail:
         used = held_by(workspace)
+        queued = queued_in(workspace)
         body["quotas"] = _quotas_json(workspace.own_quotas())
         body["ceilings"] = _quotas_json(workspace.ceilings())
         body["limits"] = _quotas_json(workspace.quotas())  # what is enforced: the lower
+        body["limits"]["queued_items"] = queued_quota(workspace)  # or the platform's default
         body["used"] = {"services": used.services, "instances": used.instances,
-                        "cards": dict(used.cards)}  # fmt: skip
+                        "cards": dict(used.cards), "queued_items": queued}  # fmt: skip
     return body
 
 
 def _quotas_json(quotas: Quotas) -> dict:
-    return {"services": quotas.services, "instances": quotas.instances, "cards": quotas.cards}
+    return {"services": quotas.services, "instances": quotas.instances, "cards": quotas.cards,
+            "queued_items": quotas.queued_items}  # fmt: skip
 
 
 def _member_json(membership: Membership) -> dict[str, Any]:
@@ -108,7 +112,8 @@ class WorkspaceDetail(APIView):
         return Response(_workspace_json(acting.workspace, acting.role, detail=True))
 
     def patch(self, request: Request, workspace: str) -> Response:
-        """{"quotas": {"services": n, "instances": n, "cards": {"gpu": n, "npu": n}}} (admins)
+        """{"quotas": {"services": n, "instances": n, "cards": {"gpu": n, "npu": n},
+        "queued_items": n}} (admins)
         and {"ceilings": {...}} (staff): each given one set (null: none); those not given
         kept. A quota may not pass its ceiling: admins divide what staff allot. Running
         services are not stopped by a lower quota: it refuses what would grow past it."""
@@ -249,12 +254,14 @@ def parse_quotas(value: Any, errors: dict[str, list[str]], part: str = "quotas")
     """The quotas (or ceilings) a PATCH sets, each a whole number from 0 or null; errors by
     field path."""
     if not isinstance(value, dict):
-        errors[part] = ["an object: services, instances, cards"]
+        errors[part] = ["an object: services, instances, cards, queued_items"]
         return {}
     found: dict[str, Any] = {}
-    for name in sorted(set(value) - {"services", "instances", "cards"}, key=str):
-        errors[f"{part}.{str(name)[:50]}"] = ["unknown quota; services, instances or cards"]
-    for name in ("services", "instances"):
+    for name in sorted(set(value) - {"services", "instances", "cards", QUEUED}, key=str):
+        errors[f"{part}.{str(name)[:50]}"] = [
+            "unknown quota; services, instances, cards or queued_items"
+        ]
+    for name in ("services", "instances", QUEUED):
         if name in value:
             found[name] = _quota(value[name], f"{part}.{name}", errors)
     if "cards" in value:
