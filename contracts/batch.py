@@ -133,6 +133,11 @@ def error_line(custom_id: str, code: str, message: str) -> dict[str, Any]:
     }
 
 
+def batch_error(line: LineError) -> dict[str, Any]:
+    """OpenAI's entry in a batch's `errors` for an input line that could not run."""
+    return {"code": line.code, "message": line.message, "param": None, "line": line.number}
+
+
 def usage_of(body: bytes) -> tuple[int, int]:
     """(prompt, completion) tokens an engine's OpenAI answer reports; (0, 0) without."""
     try:

@@ -142,6 +142,11 @@ def test_the_openai_sdk_runs_a_batch_with_per_line_errors(stack):
     codes = sorted(json.loads(e)["error"]["code"] for e in errors)
     assert codes == ["duplicate_custom_id", "invalid_json_line", "mismatched_endpoint",
                      "missing_required_parameter", "model_not_found"]  # fmt: skip
+    # The same lines in the batch's `errors`, by their numbers in the input file.
+    assert [(e.line, e.code) for e in done.errors.data] == [
+        (5, "invalid_json_line"), (6, "missing_required_parameter"), (7, "mismatched_endpoint"),
+        (8, "model_not_found"), (9, "duplicate_custom_id"),
+    ]  # fmt: skip
     # Another workspace's key: as if none of it existed.
     with pytest.raises(openai.NotFoundError):
         stack["stranger"].batches.retrieve(batch.id)

@@ -51,7 +51,8 @@ def batch_object(batch: Batch) -> dict[str, Any]:
     times = ("created_at", "in_progress_at", "expires_at", "finalizing_at", "completed_at",
              "failed_at", "expired_at", "cancelling_at", "cancelled_at")  # fmt: skip
     return {
-        "id": batch.id, "object": "batch", "endpoint": batch.endpoint, "errors": None,
+        "id": batch.id, "object": "batch", "endpoint": batch.endpoint,
+        "errors": {"object": "list", "data": batch.line_errors} if batch.line_errors else None,
         "input_file_id": batch.input_file_id, "completion_window": batch.completion_window,
         "status": batch.status, "output_file_id": batch.output_file_id or None,
         "error_file_id": batch.error_file_id or None,

@@ -39,6 +39,8 @@ class Batch(models.Model):
     metadata = models.JSONField(null=True, blank=True)
     # The error-file lines of the input lines that could not run (read when it was created).
     rejected = models.JSONField(default=list, blank=True)
+    # The same lines as OpenAI's batch `errors` name them: code, message, param and line number.
+    line_errors = models.JSONField(default=list, blank=True)
     total = models.PositiveIntegerField(default=0)
     completed = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)

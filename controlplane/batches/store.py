@@ -143,7 +143,10 @@ def _served_body(service: Service, body: dict[str, Any]) -> bytes:
 
 
 def _checked(
-    line: contract.Line | contract.LineError, services: dict[str, Service], seen: set[str]
+    number: int,
+    line: contract.Line | contract.LineError,
+    services: dict[str, Service],
+    seen: set[str],
 ) -> contract.Line | contract.LineError:
     """A well-formed line that may still not run: a custom_id used before, or a model the key
     may not call (as the gateway's 404 for an online call)."""
@@ -151,10 +154,10 @@ def _checked(
         return line
     if line.custom_id in seen:
         why = f"custom_id {line.custom_id} is used twice"
-        return contract.LineError(0, line.custom_id, "duplicate_custom_id", why)
+        return contract.LineError(number, line.custom_id, "duplicate_custom_id", why)
     if line.model not in services:
         why = f"no model {line.model} this key may call (a Standard service's name)"
-        return contract.LineError(0, line.custom_id, "model_not_found", why)
+        return contract.LineError(number, line.custom_id, "model_not_found", why)
     return line
 
 
@@ -185,11 +188,13 @@ def create_batch(
     services = _services(key)
     runnable: list[tuple[contract.Line, Service]] = []
     rejected: list[dict[str, Any]] = []
+    line_errors: list[dict[str, Any]] = []
     seen: set[str] = set()
     for number, text in enumerate(texts, 1):
-        line = _checked(contract.read_line(number, text, endpoint), services, seen)
+        line = _checked(number, contract.read_line(number, text, endpoint), services, seen)
         if isinstance(line, contract.LineError):
             rejected.append(contract.error_line(line.custom_id, line.code, line.message))
+            line_errors.append(contract.batch_error(line))
             continue
         seen.add(line.custom_id)
         runnable.append((line, services[line.model]))
@@ -199,7 +204,8 @@ def create_batch(
         batch = Batch.objects.create(
             id=contract.new_id("batch_"), workspace=key.workspace, key_id=key.public_id,
             endpoint=endpoint, input_file_id=file.id, metadata=metadata,
-            status=contract.IN_PROGRESS, rejected=rejected, total=len(texts),
+            status=contract.IN_PROGRESS, rejected=rejected, line_errors=line_errors,
+            total=len(texts),
             expires_at=now + timezone.timedelta(seconds=contract.WINDOW_S), in_progress_at=now,
         )  # fmt: skip
         QueueItem.objects.bulk_create(
