@@ -48,7 +48,7 @@ PLACED = [
             "i2": [("c", tuple(range(8))), ("d", tuple(range(8)))],
         },
         id="a-second-gang-sees-the-first",
-    ),  # fmt: skip
+    ),
     pytest.param(
         [gang("i1", 2)],
         [node("a", group="g1"), node("b", group="g2"), node("c", group="g2")],
@@ -74,7 +74,7 @@ PLACED = [
         [],
         {"i1": [("c", tuple(range(8))), ("d", tuple(range(8)))]},
         id="the-specs-resource-group",
-    ),  # fmt: skip
+    ),
     pytest.param(
         [gang("i1", 1)],
         [node("a")],
@@ -113,7 +113,7 @@ REFUSED = [
             "b": too_few(3, 2),
         },
         id="too-few-nodes",
-    ),  # fmt: skip
+    ),
     pytest.param(
         [gang("i1", 2)],
         [node("a"), node("b")],
@@ -123,7 +123,7 @@ REFUSED = [
             "b": "7 free gpu of 8, needs 8",
         },
         id="a-partial-fit-takes-nothing",
-    ),  # fmt: skip
+    ),
     pytest.param(
         [gang("i1", 2)],
         [node("a", group="g1"), node("b", group="g2")],
@@ -133,7 +133,7 @@ REFUSED = [
             "b": too_few(2, 1, "g2"),
         },
         id="members-never-split-across-resource-groups",
-    ),  # fmt: skip
+    ),
     pytest.param(
         [gang("i1", 2)],
         [node("a"), node("b", unschedulable="cordoned"), node("c", gpus=4)],
@@ -144,7 +144,7 @@ REFUSED = [
             "c": "4 free gpu of 4, needs 8",
         },
         id="each-node-says-why",
-    ),  # fmt: skip
+    ),
     pytest.param(
         [gang("i1", 2), gang("i2", 2)],
         [node("a"), node("b"), node("c")],
@@ -155,7 +155,7 @@ REFUSED = [
             "c": too_few(2, 1),
         },
         id="the-second-gang-waits-whole",
-    ),  # fmt: skip
+    ),
 ]
 
 

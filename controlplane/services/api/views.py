@@ -341,12 +341,13 @@ class ServiceEvents(APIView):
 
 class SpecPreview(APIView):
     """POST /services/preview: the containers a spec would create, without creating them: one
-    per role for a prefill/decode-separated service, with example card indexes."""
+    per role for a prefill/decode-separated service, with example card indexes; for an
+    instance across hosts (unit.size > 1), each member's command too."""
 
     rights = None  # a computation: no workspace's data, nothing changed
 
     def post(self, request: Request) -> Response:
-        from contracts.engines import Placement, render
+        from contracts.engines import Placement, members_preview, render
 
         spec = _validated(_canonical(request.data), None)  # grants: checked on save
         roles = replicas(spec)
@@ -359,6 +360,7 @@ class SpecPreview(APIView):
                 otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
             )  # fmt: skip
             containers.append({"role": role, "instances": instances,
-                               **render(spec, placement).preview()})  # fmt: skip
+                               **render(spec, placement).preview(),
+                               "members": members_preview(spec, placement)})  # fmt: skip
         return Response({"name": spec.name, "instances": sum(roles.values()),
                          "containers": containers})  # fmt: skip
