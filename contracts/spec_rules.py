@@ -170,6 +170,18 @@ def _unit_checks(spec: ServiceSpec) -> dict[str, list[str]]:
     return {}
 
 
+def not_deployable_yet(spec: ServiceSpec) -> dict[str, list[str]]:
+    """What a spec may be previewed with but not saved yet: the workers do not start an
+    instance across hosts (unit.size > 1) yet, and one started on a single host would fail."""
+    if spec.unit_size() == 1:
+        return {}
+    return {"unit.size": [
+        "instances across hosts are checked and previewed (POST /api/v1/services/preview "
+        "shows each member's command) but not started by the workers yet; deploy with "
+        "unit.size 1"
+    ]}  # fmt: skip
+
+
 def _gang_cards(spec: ServiceSpec, role: str, cards: int, where: str) -> dict[str, list[str]]:
     """With unit.size N > 1: N machines x `cards` each (per machine, as in EAS) hold one copy
     of the model, split tensor x pipeline parallel; on CPU each machine runs as many of the

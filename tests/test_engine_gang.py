@@ -160,3 +160,12 @@ def test_the_preview_api_answers_every_members_command(api):
     members = container["members"]
     assert [after(m["command"], "--node-rank") for m in members] == ["0", "1"]
     assert "--headless" in members[1]["command"]
+
+
+@pytest.mark.django_db
+def test_an_instance_across_hosts_is_not_saved_until_the_workers_start_one(api):
+    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
+    answer = api.post("/api/v1/services", {"name": "big", "unit": {"size": 2}, "llm": llm},
+                      format="json")  # fmt: skip
+    assert answer.status_code == 400
+    assert "not started by the workers yet" in answer.json()["errors"]["unit.size"][0]
