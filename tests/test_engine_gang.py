@@ -115,7 +115,9 @@ def test_vllm_members_start_from_the_cli_that_acts_on_headless(engine):
     parallel = {"pipeline_parallel_size": 2} if engine == "vllm-cpu" else {
         "tensor_parallel_size": 16}  # fmt: skip
     for plan in render_members(spec(engine, **parallel), Placement()):
-        assert plan.args[:4] == ["python", "-m", "vllm.entrypoints.cli.main", "serve"]
+        assert plan.args[:5] == [
+            "python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/tiny-llama"
+        ]  # fmt: skip
 
 
 @pytest.mark.parametrize("engine", ["vllm", "vllm-cpu", "vllm-ascend", "sglang"])
@@ -169,3 +171,43 @@ def test_an_instance_across_hosts_is_not_saved_until_the_workers_start_one(api):
                       format="json")  # fmt: skip
     assert answer.status_code == 400
     assert "not started by the workers yet" in answer.json()["errors"]["unit.size"][0]
+
+
+# Run by vLLM's own Python: parse a member's command with `vllm serve`'s parser (nothing is
+# started) and print what vLLM reads from it.
+PARSE_WITH_VLLM = """
+import json, sys
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+root = FlexibleArgumentParser()
+ServeSubcommand().subparser_init(root.add_subparsers())
+read = root.parse_args(json.loads(sys.argv[1]))
+print(json.dumps({key: getattr(read, key) for key in json.loads(sys.argv[2])}))
+"""
+
+
+def test_vllms_own_parser_reads_each_members_flags():
+    import json
+    import subprocess
+
+    from tests.vllm_support import VLLM_PYTHON, VLLM_VENV
+
+    if not VLLM_PYTHON.exists():
+        pytest.skip(f"no vLLM CPU build at {VLLM_VENV} (make engines)")
+    keys = ["model_tag", "nnodes", "node_rank", "master_addr", "master_port", "headless",
+            "pipeline_parallel_size", "distributed_executor_backend"]  # fmt: skip
+    the_spec = spec("vllm-cpu", pipeline_parallel_size=2)
+    read = []
+    for rank in (0, 1):
+        args = render(the_spec, member(rank)).args
+        assert args[:3] == ["python", "-m", "vllm.entrypoints.cli.main"]
+        done = subprocess.run(
+            [str(VLLM_PYTHON), "-c", PARSE_WITH_VLLM, json.dumps(args[3:]), json.dumps(keys)],
+            capture_output=True, text=True, timeout=300, check=True,
+        )  # fmt: skip
+        read.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert read == [
+        dict(zip(keys, ["/models/tiny-llama", 2, rank, "10.0.0.1", 29600, bool(rank), 2, "mp"],
+                 strict=True))
+        for rank in (0, 1)
+    ]  # fmt: skip

@@ -36,7 +36,7 @@ from contracts.spec import Llm, Lora, ServiceSpec, Speculative
 
 DEFAULT_PORT = 8000
 SERVER = ("python", "-m", "vllm.entrypoints.openai.api_server")
-# A member of an instance across hosts starts as `vllm serve`: only its CLI acts on
+# A member of an instance across hosts starts as `vllm serve <model>`: only its CLI acts on
 # --headless (api_server parses the flag and serves HTTP anyway, vLLM 0.32).
 SERVE_CLI = ("python", "-m", "vllm.entrypoints.cli.main", "serve")
 # vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).
@@ -129,7 +129,7 @@ def server_args(
     llm = spec.llm
     assert llm is not None
     args = [
-        *(SERVE_CLI if placement.gang else SERVER), "--model", models.path,
+        *((*SERVE_CLI, models.path) if placement.gang else (*SERVER, "--model", models.path)),
         "--host", placement.host,
         "--port", str(port),
         # The gateway routes by either name and passes `model` through, so the engine answers
