@@ -10,7 +10,7 @@ from contracts.spec_probes import probe_conflicts
 from contracts.spec_queue import is_async, queue_rules
 from contracts.spec_scaling import Autoscaler
 from contracts.spec_sidecars import sidecar_rules
-from contracts.spec_unit import MULTI_HOST_ENGINES
+from contracts.spec_unit import EXPERT_PARALLEL_ENGINES, MULTI_HOST_ENGINES
 
 
 def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
@@ -141,15 +141,27 @@ def _card_count(llm: Llm, tensor_parallel_size: int) -> int:
 
 
 def _unit_checks(spec: ServiceSpec) -> dict[str, list[str]]:
-    """An instance spans hosts (unit.size > 1) only with an engine Wharf starts across them."""
-    llm, size = spec.llm, spec.unit_size()
+    """Parallelism only where the engine renders it, and an instance across hosts (unit.size
+    > 1) only with an engine Wharf starts across them."""
+    llm = spec.llm
+    errors: dict[str, list[str]] = {}
     if llm and llm.pipeline_parallel_size > 1 and llm.engine not in MULTI_HOST_ENGINES:
-        return {"llm.pipeline_parallel_size": [
+        errors["llm.pipeline_parallel_size"] = [
             f"engine {llm.engine} has no pipeline parallelism Wharf renders; use one of "
             f"{', '.join(MULTI_HOST_ENGINES)}, or pipeline_parallel_size 1"
-        ]}  # fmt: skip
-    if size == 1:
-        return {}
+        ]
+    if llm and llm.enable_expert_parallel and llm.engine not in EXPERT_PARALLEL_ENGINES:
+        errors["llm.enable_expert_parallel"] = [
+            f"engine {llm.engine} has no expert parallelism Wharf renders; use one of "
+            f"{', '.join(EXPERT_PARALLEL_ENGINES)}, or give the engine's own flag in llm.options"
+        ]
+    if spec.unit_size() > 1:
+        errors.update(_across_hosts(spec))
+    return errors
+
+
+def _across_hosts(spec: ServiceSpec) -> dict[str, list[str]]:
+    llm, size = spec.llm, spec.unit_size()
     if llm and llm.pd and llm.pd.rank_table:
         return {"llm.pd.rank_table": [
             "rank tables of an instance spanning hosts are not rendered yet; use unit.size 1 "

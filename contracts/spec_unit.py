@@ -1,6 +1,7 @@
 """Instances across hosts: EAS's `unit` block (`unit.size`, machines per instance) and the
 parallelism that spreads one copy of a model over them (`llm.pipeline_parallel_size` beside
-`llm.tensor_parallel_size`). Pure.
+`llm.tensor_parallel_size`, and `llm.enable_expert_parallel` for mixture-of-experts models).
+Pure.
 
 An instance of `unit.size` N > 1 is a gang of N members, one per node: every member holds the
 spec's cards per machine (metadata.gpu / npu, per machine as in EAS; in a prefill/decode
@@ -25,6 +26,9 @@ MAX_UNIT_SIZE = 64  # machines per instance
 # Engines that start one model across hosts: vLLM's own multi-node launch (its CPU build
 # too, over gloo), SGLang's, and vLLM-Ascend's (vLLM's, with HCCL between NPU hosts).
 MULTI_HOST_ENGINES = ("vllm", "vllm-cpu", "sglang", "vllm-ascend")
+# Engines whose expert parallelism Wharf renders (vLLM's switch; SGLang sizes its own with
+# --ep-size, which llm.options passes).
+EXPERT_PARALLEL_ENGINES = ("vllm", "vllm-ascend")
 # Cloud-only fields of the unit block, each with why it has no effect (contracts.spec_cloud).
 UNIT_CLOUD = {
     "enable_c4d": "C4D is EAS's fault detection for Lingjun clusters (Alibaba Cloud's); "
@@ -67,12 +71,18 @@ class LlmParallelism(_Strict):
         description="Pipeline stages one copy of the model is split into (usually one per "
         "machine of unit.size); cards per instance are tensor x pipeline parallel size.",
     )  # fmt: skip
+    enable_expert_parallel: bool | None = Field(
+        default=None,
+        description="A mixture-of-experts model's experts spread over the cards rather than "
+        "each expert split across them (vLLM's --enable-expert-parallel); none: the engine's "
+        "default (off).",
+    )
 
 
 def drop_unset_unit(data: dict[str, Any]) -> None:
-    """The hash's view (contracts.spec.ServiceSpec.spec_hash): no unit, or one of size 1, and
-    pipeline parallelism 1 leave earlier hashes as they were; the cloud-only fields shape
-    nothing."""
+    """The hash's view (contracts.spec.ServiceSpec.spec_hash): no unit, or one of size 1,
+    pipeline parallelism 1 and expert parallelism unset or off leave earlier hashes as they
+    were; the cloud-only fields shape nothing."""
     unit = data.get("unit")
     if unit is not None:
         for key in UNIT_CLOUD:
@@ -82,3 +92,5 @@ def drop_unset_unit(data: dict[str, Any]) -> None:
     llm = data.get("llm")
     if llm and llm.get("pipeline_parallel_size") == 1:
         del llm["pipeline_parallel_size"]
+    if llm and not llm.get("enable_expert_parallel", True):  # unset or off: no flag either way
+        del llm["enable_expert_parallel"]

@@ -211,3 +211,9 @@ def test_vllms_own_parser_reads_each_members_flags():
                  strict=True))
         for rank in (0, 1)
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-ascend"])
+def test_expert_parallelism_is_vllms_switch(engine):
+    the_spec = spec(engine, size=2, tensor_parallel_size=16, enable_expert_parallel=True)
+    assert all("--enable-expert-parallel" in plan.args for plan in render_members(the_spec))

@@ -122,6 +122,13 @@ REFUSED = [
         id="rank-tables-across-hosts-not-yet",
     ),
     pytest.param(
+        llm_spec("sglang", enable_expert_parallel=True),
+        "llm.enable_expert_parallel",
+        "engine sglang has no expert parallelism Wharf renders; use one of vllm, vllm-ascend, "
+        "or give the engine's own flag in llm.options",
+        id="expert-parallel-needs-an-engine-that-renders-it",
+    ),
+    pytest.param(
         llm_spec(unit={"size": 65}),
         "unit.size",
         "Input should be less than or equal to 64",
@@ -185,3 +192,16 @@ def test_the_estimate_splits_heads_over_a_stage_only():
 def test_the_estimate_refuses_stages_that_do_not_divide_the_cards():
     with pytest.raises(ValueError, match="divide the cards"):
         estimate(LLAMA, card_memory_gb=80, cards=3, pipeline=2)
+
+
+def test_every_parallelism_error_is_named_at_once():
+    with pytest.raises(SpecError) as caught:
+        parse_spec(llm_spec("tgi", gpu=2, pipeline_parallel_size=2, enable_expert_parallel=True))
+    assert {"llm.pipeline_parallel_size", "llm.enable_expert_parallel"} <= set(caught.value.errors)
+
+
+def test_expert_parallelism_on_shapes_the_instance_and_unset_or_off_hash_as_before():
+    plain = parse_spec(llm_spec(gpu=8, tensor_parallel_size=8)).spec_hash()
+    off = parse_spec(llm_spec(gpu=8, tensor_parallel_size=8, enable_expert_parallel=False))
+    on = parse_spec(llm_spec(gpu=8, tensor_parallel_size=8, enable_expert_parallel=True))
+    assert off.spec_hash() == plain != on.spec_hash()

@@ -140,6 +140,8 @@ def server_args(
         args += ["--tensor-parallel-size", str(tp)]
     if llm.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(llm.pipeline_parallel_size)]
+    if llm.enable_expert_parallel:
+        args.append("--enable-expert-parallel")
     args += vllm_args(placement.gang)
     if llm.max_model_len:
         args += ["--max-model-len", str(llm.max_model_len)]
