@@ -217,3 +217,34 @@ def test_vllms_own_parser_reads_each_members_flags():
 def test_expert_parallelism_is_vllms_switch(engine):
     the_spec = spec(engine, size=2, tensor_parallel_size=16, enable_expert_parallel=True)
     assert all("--enable-expert-parallel" in plan.args for plan in render_members(the_spec))
+
+
+@pytest.mark.django_db
+def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from wharfcli import tools
+    from wharfcli.main import cli
+
+    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
+    sent = {"name": "big", "unit": {"size": 2}, "llm": llm}
+    answer = api.post("/api/v1/services/preview", sent, format="json").json()
+
+    class Api:  # the API's real answer, handed to the CLI
+        def __init__(self, config):
+            pass
+
+        def post(self, path, body):
+            assert (path, body) == ("services/preview", sent)
+            return answer
+
+    monkeypatch.setattr(tools, "Client", Api)
+    monkeypatch.setattr(tools.Config, "load", staticmethod(lambda: None))
+    (tmp_path / "big.json").write_text(json.dumps(sent))
+    printed = CliRunner().invoke(cli, ["preview", "-f", str(tmp_path / "big.json")])
+    assert printed.exit_code == 0, printed.output
+    members = [line for line in printed.output.splitlines() if "  member " in line]
+    assert [line.split(":")[0].strip() for line in members] == ["member 0", "member 1"]
+    assert "--headless" not in members[0] and members[1].endswith("--headless --enforce-eager")
