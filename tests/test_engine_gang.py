@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.engines import Placement, members_preview, render, render_members
+from contracts.engines import Placement, instance_preview, render, render_members
 from contracts.engines.plan import GangMember
 from contracts.spec import parse_spec
 
@@ -128,7 +128,7 @@ def test_an_instance_on_one_host_has_no_gang_flags(engine):
     (plan,) = render_members(single, Placement())
     assert not {"--nnodes", "--headless", "--dist-init-addr"} & set(plan.args)
     assert "VLLM_HOST_IP" not in plan.env
-    assert members_preview(single, Placement()) == []
+    assert instance_preview(single, Placement())["members"] == []
     if engine != "sglang":
         assert plan.args[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
 
@@ -141,8 +141,10 @@ def test_pipeline_parallelism_on_one_host_is_rendered():
 
 
 def test_the_preview_shows_every_members_command():
-    members = members_preview(spec("vllm", size=4, tensor_parallel_size=8,
-                                   pipeline_parallel_size=4), Placement())  # fmt: skip
+    the_spec = spec("vllm", size=4, tensor_parallel_size=8, pipeline_parallel_size=4)
+    shown = instance_preview(the_spec, Placement())
+    members = shown["members"]
+    assert shown["command"] == members[0]["command"]  # the instance's container: its leader
     assert [m["rank"] for m in members] == [0, 1, 2, 3]
     assert [after(m["command"], "--node-rank") for m in members] == ["0", "1", "2", "3"]
     assert ["--headless" in m["command"] for m in members] == [False, True, True, True]

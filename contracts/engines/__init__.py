@@ -22,7 +22,7 @@ from contracts.spec_facts import card_need
 from contracts.spec_storage import DATASET_MOUNT, StorageEntry, node_folder
 
 __all__ = [
-    "ContainerPlan", "Mount", "Placement", "engine_name", "members_preview", "render",
+    "ContainerPlan", "Mount", "Placement", "engine_name", "instance_preview", "render",
     "render_members", "validate",
 ]  # fmt: skip
 
@@ -91,16 +91,16 @@ def render_members(spec: ServiceSpec, placement: Placement | None = None) -> lis
     return [render(spec, member) for member in member_placements(spec, placement)]
 
 
-def members_preview(spec: ServiceSpec, placement: Placement) -> list[dict]:
-    """Each member's rank, command and environment, as the preview shows an instance across
-    hosts; [] for one on a single host."""
-    if spec.unit_size() == 1:
-        return []
-    out = []
-    for rank, plan in enumerate(render_members(spec, placement)):
+def instance_preview(spec: ServiceSpec, placement: Placement) -> dict:
+    """One instance as the preview shows it: its container (an instance across hosts: its
+    leader's) and `members`, each member's rank, command and environment ([] for an instance
+    on one host)."""
+    plans = render_members(spec, placement)
+    members = []
+    for rank, plan in enumerate(plans if len(plans) > 1 else []):
         shown = plan.preview()
-        out.append({"rank": rank, "command": shown["command"], "env": shown["env"]})
-    return out
+        members.append({"rank": rank, "command": shown["command"], "env": shown["env"]})
+    return {**plans[0].preview(), "members": members}
 
 
 def _node_folder(index: int, entry: StorageEntry) -> str | None:

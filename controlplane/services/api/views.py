@@ -348,7 +348,7 @@ class SpecPreview(APIView):
     rights = None  # a computation: no workspace's data, nothing changed
 
     def post(self, request: Request) -> Response:
-        from contracts.engines import Placement, members_preview, render
+        from contracts.engines import Placement, instance_preview
 
         spec = _validated(_canonical(request.data), None)  # grants: checked on save
         roles = replicas(spec)
@@ -361,7 +361,6 @@ class SpecPreview(APIView):
                 otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
             )  # fmt: skip
             containers.append({"role": role, "instances": instances,
-                               **render(spec, placement).preview(),
-                               "members": members_preview(spec, placement)})  # fmt: skip
+                               **instance_preview(spec, placement)})  # fmt: skip
         return Response({"name": spec.name, "instances": sum(roles.values()),
                          "containers": containers})  # fmt: skip
