@@ -393,8 +393,11 @@ def estimate(
     max_model_len: int | None = None,
     reserve_bytes_per_card: int = RESERVE_BYTES_PER_CARD,
     lora: tuple[int, int] = (0, 0),
+    pipeline: int = 1,
 ) -> Estimate:
-    """Will the model fit, on how many cards, with how long a context.
+    """Will the model fit, on how many cards, with how long a context. With `pipeline`
+    stages (an instance across hosts: unit.size x cards per machine), the cards hold the
+    layers split into stages and each stage's heads split over cards / pipeline.
 
     card_memory_gb is the card's memory as vendors print it, taken as GiB (an "80 GB" H100
     and a "64 GB" Ascend 910B report about that many GiB). `cards=None` picks the fewest
@@ -407,6 +410,8 @@ def estimate(
     read, naming every bad key.
     """
     _check_inputs(card_memory_gb, utilization, cards)
+    if pipeline < 1 or (pipeline > 1 and (cards is None or cards % pipeline)):
+        raise ValueError("pipeline stages must be at least 1 and divide the cards given")
     shape = read_shape(config)
     params = _params(config, shape)
     dtype_name, linear_bytes = weight_dtype(dtype, config)
@@ -423,7 +428,7 @@ def estimate(
         degrees = [tp for tp in _tp_candidates() if tp_problem(shape, tp) is None]
         cards = next((tp for tp in degrees if budget(tp).tokens >= needed), degrees[-1])
     b = budget(cards)
-    fits, reason = _verdict(shape, b, cards, card_memory_gb, needed, max_model_len)
+    fits, reason = _verdict(shape, b, (cards, pipeline), card_memory_gb, needed, max_model_len)
     chosen = max_model_len or min(b.tokens, shape.max_len)
     return Estimate(
         params=params.total,
@@ -452,11 +457,18 @@ def _gib(n: int) -> str:
 
 
 def _verdict(
-    shape: Shape, b: _Budget, cards: int, card_gb: float, needed: int, asked: int | None
+    shape: Shape,
+    b: _Budget,
+    split: tuple[int, int],
+    card_gb: float,
+    needed: int,
+    asked: int | None,
 ) -> tuple[bool, str]:
-    """(fits, a sentence saying why), checked in the order a user would fix things."""
+    """(fits, a sentence saying why), checked in the order a user would fix things; `split`
+    is (cards, pipeline stages)."""
+    cards, pipeline = split
     where = f"{cards} x {card_gb:g} GB card{'s' if cards > 1 else ''}"
-    if problem := tp_problem(shape, cards):
+    if problem := tp_problem(shape, cards // pipeline):
         return False, f"{problem}; tensor parallelism needs an even split"
     if b.kv_cache <= 0:
         return False, (

@@ -64,6 +64,7 @@ from contracts.spec_storage import (  # noqa: F401 (re-exported for the spec's u
     StorageEntry,
     unset_storage_fields,
 )
+from contracts.spec_unit import LlmParallelism, Unitized, drop_unset_unit
 from contracts.spec_webapp import NOT_SHAPING as WEB_METADATA
 from contracts.spec_webapp import WebService
 from contracts.warmup import WarmUp
@@ -214,7 +215,7 @@ class Pd(_Strict):
         return self.prefill if name == "prefill" else self.decode
 
 
-class Llm(_Strict):
+class Llm(LlmParallelism):
     # Checked by _known_engine (its message names the choices); the schema lists them.
     engine: str = Field(
         json_schema_extra={"enum": list(ENGINES)},
@@ -292,7 +293,14 @@ class Llm(_Strict):
 
 
 class ServiceSpec(
-    CloudOnlyTop, ServiceAccess, ServiceLabels, CronScaled, WarmUp, Queued, RequestLogged
+    CloudOnlyTop,
+    ServiceAccess,
+    ServiceLabels,
+    CronScaled,
+    WarmUp,
+    Queued,
+    RequestLogged,
+    Unitized,
 ):
     name: str = Field(
         json_schema_extra={"pattern": NAME_PATTERN.pattern},
@@ -366,6 +374,7 @@ class ServiceSpec(
             if data["metadata"].get(key) in unset:
                 del data["metadata"][key]
         drop_unset_probes(data["containers"])  # the hashes from before probes existed
+        drop_unset_unit(data)  # and from before instances spanned hosts
         drop_unset_prepare(data["containers"])  # and from before prepare existed
         for entry in data["storage"]:  # properties: a label for EAS's console, nothing more
             entry.pop("properties", None)

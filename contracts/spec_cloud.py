@@ -4,6 +4,8 @@ document is still refused by name (the schema is strict).
 
 Kept in the stored spec so that nothing a user sent is lost (and `?format=eas` gives it back);
 left out of the spec hash (contracts.spec.ServiceSpec.spec_hash): they shape no instance.
+The `unit` block's own (enable_c4d, enable_rebuild) are listed in contracts.spec_unit, beside
+the unit.size Wharf acts on.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from contracts.service_groups import GroupTraffic
 from contracts.spec_fleet import MAX_STRING, _Strict
 from contracts.spec_gateway_policy import GatewayPolicied
 from contracts.spec_queue import queue_warnings
+from contracts.spec_unit import UNIT_CLOUD
 
 MAX_KEPT = 64 * 1024  # bytes of JSON one kept object may hold
 
@@ -131,8 +134,8 @@ def cloud_only_warnings(data: dict) -> list[dict[str, str]]:
     found = []
     metadata: dict = data["metadata"] if isinstance(data.get("metadata"), dict) else {}
     places = ((TOP, data), (METADATA, metadata), (RPC, metadata.get("rpc")),
-              (NETWORKING, data.get("networking")))  # fmt: skip
-    prefixes = ("", "metadata.", "metadata.rpc.", "networking.")
+              (NETWORKING, data.get("networking")), (UNIT_CLOUD, data.get("unit")))  # fmt: skip
+    prefixes = ("", "metadata.", "metadata.rpc.", "networking.", "unit.")
     for (table, where), prefix in zip(places, prefixes, strict=True):
         if not isinstance(where, dict):
             continue

@@ -10,6 +10,7 @@ from contracts.spec_probes import probe_conflicts
 from contracts.spec_queue import is_async, queue_rules
 from contracts.spec_scaling import Autoscaler
 from contracts.spec_sidecars import sidecar_rules
+from contracts.spec_unit import EXPERT_PARALLEL_ENGINES, MULTI_HOST_ENGINES
 
 
 def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
@@ -33,6 +34,7 @@ def cross_checks(spec: ServiceSpec) -> dict[str, list[str]]:
     if spec.metadata.shm_size and "/dev/shm" in mounts:
         errors["metadata.shm_size"] = ["shared memory is set twice: here and as /dev/shm storage"]
     errors.update(_scaling_checks(spec))
+    errors.update(_unit_checks(spec))
     errors.update(queue_rules(spec))
     first = spec.containers[0] if spec.containers else None
     errors.update(probe_conflicts("health_check" in spec.model_fields_set, first))
@@ -107,7 +109,7 @@ def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
         errors["llm.hub_token"] = ["no model of this spec is on a hub (hf://, modelscope://); "
                                    "remove the token"]  # fmt: skip
     if llm.pd is not None:
-        errors.update(_pd_checks(llm))
+        errors.update(_pd_checks(spec))
         return errors
     cards, kind = (spec.metadata.npu, "npu") if llm.engine == "vllm-ascend" else (
         spec.metadata.gpu, "gpu"
@@ -117,12 +119,112 @@ def _llm_checks(spec: ServiceSpec) -> dict[str, list[str]]:
         errors[f"metadata.{kind}"] = [
             f"engine {llm.engine} runs on {kind.upper()}s: set at least 1{alt}"
         ]
+    elif spec.unit_size() > 1:
+        errors.update(_gang_cards(spec, "", cards, f"metadata.{kind}"))
     elif llm.tensor_parallel_size > max(cards, 1) and llm.engine != "vllm-cpu":
         errors["llm.tensor_parallel_size"] = [
             f"tensor parallelism {llm.tensor_parallel_size} needs as many cards; "
             f"metadata.{kind} is {cards}"
         ]
+    elif _card_count(llm, llm.tensor_parallel_size) > max(cards, 1) and llm.engine != "vllm-cpu":
+        errors["llm.pipeline_parallel_size"] = [
+            f"tensor {llm.tensor_parallel_size} x pipeline {llm.pipeline_parallel_size} "
+            f"parallelism needs as many cards; metadata.{kind} is {cards} (or span hosts with "
+            "unit.size)"
+        ]
     return errors
+
+
+def _card_count(llm: Llm, tensor_parallel_size: int) -> int:
+    """Cards (or, on CPU, processes) one copy of the model is split over."""
+    return tensor_parallel_size * llm.pipeline_parallel_size
+
+
+def _unit_checks(spec: ServiceSpec) -> dict[str, list[str]]:
+    """Parallelism only where the engine renders it, and an instance across hosts (unit.size
+    > 1) only with an engine Wharf starts across them."""
+    llm = spec.llm
+    errors: dict[str, list[str]] = {}
+    if llm and llm.pipeline_parallel_size > 1 and llm.engine not in MULTI_HOST_ENGINES:
+        errors["llm.pipeline_parallel_size"] = [
+            f"engine {llm.engine} has no pipeline parallelism Wharf renders; use one of "
+            f"{', '.join(MULTI_HOST_ENGINES)}, or pipeline_parallel_size 1"
+        ]
+    if llm and llm.enable_expert_parallel and llm.engine not in EXPERT_PARALLEL_ENGINES:
+        errors["llm.enable_expert_parallel"] = [
+            f"engine {llm.engine} has no expert parallelism Wharf renders; use one of "
+            f"{', '.join(EXPERT_PARALLEL_ENGINES)}, or give the engine's own flag in llm.options"
+        ]
+    if spec.unit_size() > 1:
+        errors.update(_across_hosts(spec))
+    return errors
+
+
+def _across_hosts(spec: ServiceSpec) -> dict[str, list[str]]:
+    llm, size = spec.llm, spec.unit_size()
+    if llm and llm.pd and llm.pd.rank_table:
+        return {"llm.pd.rank_table": [
+            "rank tables of an instance spanning hosts are not rendered yet; use unit.size 1 "
+            "with rank tables, or a KV connector without them"
+        ]}  # fmt: skip
+    container = spec.containers[0] if spec.containers else None
+    if llm is None or llm.engine not in MULTI_HOST_ENGINES:
+        engine = f"engine {llm.engine}" if llm else "a service without an llm section"
+        return {"unit.size": [
+            f"{engine} cannot start one instance across {size} hosts; use an llm engine of "
+            f"{', '.join(MULTI_HOST_ENGINES)}, or unit.size 1"
+        ]}  # fmt: skip
+    if container and (container.command or container.script):
+        return {"unit.size": [
+            "a given command runs as it is, on one host: Wharf renders each host's command "
+            "only for the engines it starts; remove containers[0].command or use unit.size 1"
+        ]}  # fmt: skip
+    return {}
+
+
+def not_deployable_yet(spec: ServiceSpec) -> dict[str, list[str]]:
+    """What a spec may be previewed with but not saved yet: the workers do not start an
+    instance across hosts (unit.size > 1) yet, and one started on a single host would fail."""
+    if spec.unit_size() == 1:
+        return {}
+    return {"unit.size": [
+        "instances across hosts are checked and previewed (POST /api/v1/services/preview "
+        "shows each member's command) but not started by the workers yet; deploy with "
+        "unit.size 1"
+    ]}  # fmt: skip
+
+
+def _gang_cards(spec: ServiceSpec, role: str, cards: int, where: str) -> dict[str, list[str]]:
+    """With unit.size N > 1: N machines x `cards` each (per machine, as in EAS) hold one copy
+    of the model, split tensor x pipeline parallel; on CPU each machine runs as many of the
+    copy's processes as the others."""
+    llm = spec.llm
+    assert llm is not None
+    size = spec.unit_size()
+    tp = llm.pd.role(role).tensor_parallel_size if llm.pd and role else llm.tensor_parallel_size
+    field = f"llm.pd.{role}.tensor_parallel_size" if role else "unit.size"
+    parallel = _card_count(llm, tp)
+    if llm.engine == "vllm-cpu":
+        if parallel % size == 0:
+            return {}
+        return {field: [
+            f"tensor {tp} x pipeline {llm.pipeline_parallel_size} parallelism is {parallel} "
+            f"processes, which {size} hosts cannot share evenly; e.g. llm.pipeline_parallel_size "
+            f"{size} with tensor_parallel_size 1"
+        ]}  # fmt: skip
+    if cards * size == parallel:
+        return {}
+    per_host = f"{where} {cards} per machine"
+    fit = (
+        f"e.g. tensor_parallel_size {cards} and pipeline_parallel_size {size}"
+        if cards
+        else f"set {where} to at least 1"
+    )
+    return {field: [
+        f"unit.size {size} machines x {per_host} is {cards * size} cards, and tensor {tp} x "
+        f"pipeline {llm.pipeline_parallel_size} parallelism uses {parallel}: make them equal, "
+        f"{fit}"
+    ]}  # fmt: skip
 
 
 # Engines that serve LoRA adapters beside their base model (contracts.engines renders them).
@@ -148,9 +250,11 @@ def _lora_checks(spec: ServiceSpec) -> dict[str, list[str]]:
     return errors
 
 
-def _pd_checks(llm: Llm) -> dict[str, list[str]]:
-    """Cards and parallelism are per role in a prefill/decode-separated service."""
-    assert llm.pd is not None
+def _pd_checks(spec: ServiceSpec) -> dict[str, list[str]]:
+    """Cards and parallelism are per role in a prefill/decode-separated service; unit.size
+    spans hosts with each role's instances alike."""
+    llm = spec.llm
+    assert llm is not None and llm.pd is not None
     errors: dict[str, list[str]] = {}
     if llm.engine not in PD_ENGINES:
         errors["llm.pd"] = [
@@ -170,10 +274,17 @@ def _pd_checks(llm: Llm) -> dict[str, list[str]]:
             errors[f"llm.pd.{name}.{kind}"] = [
                 f"each {name} instance of engine {llm.engine} needs at least 1 {kind.upper()}"
             ]
+        elif spec.unit_size() > 1:
+            errors.update(_gang_cards(spec, name, cards, f"llm.pd.{name}.{kind}"))
         elif llm.engine != "vllm-cpu" and role.tensor_parallel_size > cards:
             errors[f"llm.pd.{name}.tensor_parallel_size"] = [
                 f"tensor parallelism {role.tensor_parallel_size} needs as many cards; "
                 f"llm.pd.{name}.{kind} is {cards}"
+            ]
+        elif llm.engine != "vllm-cpu" and _card_count(llm, role.tensor_parallel_size) > cards:
+            errors["llm.pipeline_parallel_size"] = [
+                f"tensor {role.tensor_parallel_size} x pipeline {llm.pipeline_parallel_size} "
+                f"parallelism needs as many cards; llm.pd.{name}.{kind} is {cards}"
             ]
     return errors
 

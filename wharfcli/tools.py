@@ -49,6 +49,8 @@ def preview(spec_file: str) -> None:
         role = container["role"] or "instance"
         click.echo(f"\n{role} x{container['instances']}: {container['image']}")
         click.echo("  command: " + shlex.join(container["command"]))
+        for member in container.get("members", []):  # an instance across hosts
+            click.echo(f"  member {member['rank']}: " + shlex.join(member["command"]))
         for key, value in sorted(container["env"].items()):
             click.echo(f"  env {key}={value}")
         for mount in container["mounts"]:

@@ -9,7 +9,8 @@ service already there, so one
 node's loss takes few replicas; (2) a node that has its model cached, then its engine image,
 so it starts without a download; (3) the fewest free cards of its kind left afterwards, so
 large nodes stay whole for big tensor-parallel instances; (4) the node's name, so the same
-input always gives the same answer. A tensor-parallel instance never spans nodes.
+input always gives the same answer. A need here never spans nodes: an instance that does
+(unit.size > 1) is a gang, placed whole by workers.gang on the same node states.
 
 Free resources are kept per node and updated as needs are placed; nothing is recomputed from
 the held list per need (1,000 needs on 100 nodes must take well under a second).
@@ -117,7 +118,7 @@ class Unplaced:
         return "; ".join(f"{node}: {why}" for node, why in self.reasons.items())
 
 
-class _Node:
+class NodeState:
     """What is still free on one node while a call places its needs."""
 
     __slots__ = ("offer", "free", "total", "free_cards", "cpu", "memory", "disk", "services",
@@ -222,18 +223,18 @@ def shortfall(
     return " and ".join(reasons)
 
 
-def _matches(offer: NodeOffer, selector: Mapping[str, str]) -> bool:
+def matches(offer: NodeOffer, selector: Mapping[str, str]) -> bool:
     return all(offer.labels.get(key) == value for key, value in selector.items())
 
 
-def _nodes(nodes: Sequence[NodeOffer], held: Sequence[Held]) -> list[_Node]:
+def node_states(nodes: Sequence[NodeOffer], held: Sequence[Held]) -> list[NodeState]:
     """Every node's free state after what `held` holds, in name order."""
-    by_name: dict[str, _Node] = {}
+    by_name: dict[str, NodeState] = {}
     zones: dict[tuple[str, str], int] = {}
     for offer in nodes:
         if offer.name in by_name:
             raise ValueError(f"node {offer.name!r} is offered twice")
-        by_name[offer.name] = _Node(offer, zones)
+        by_name[offer.name] = NodeState(offer, zones)
     for h in held:
         node = by_name.get(h.node)
         if node is not None:  # a node that is gone holds nothing we could give out
@@ -246,16 +247,16 @@ def place(
 ) -> list[Placed | Unplaced]:
     """One Placed or Unplaced per need, in the needs' order; each need sees the earlier ones.
     Unplaced says, for every node, what is missing there."""
-    states = _nodes(nodes, held)
+    states = node_states(nodes, held)
     # Schedulable nodes with a selector's labels, worked out once per distinct selector.
-    candidates: dict[frozenset[tuple[str, str]], list[_Node]] = {}
+    candidates: dict[frozenset[tuple[str, str]], list[NodeState]] = {}
     results: list[Placed | Unplaced] = []
     for need in needs:
         selector = frozenset(need.selector.items())
         eligible = candidates.get(selector)
         if eligible is None:
             eligible = [
-                n for n in states if not n.offer.unschedulable and _matches(n.offer, need.selector)
+                n for n in states if not n.offer.unschedulable and matches(n.offer, need.selector)
             ]
             candidates[selector] = eligible
         best, best_rank = None, None

@@ -222,9 +222,10 @@ def _warn_if_it_cannot_fit(service: Service, spec: ServiceSpec, placement) -> No
             kv_cache_dtype=spec.llm.kv_cache_dtype or "auto",
             card_memory_gb=min(d.memory_mb for d in cards) / 1024,
             utilization=spec.llm.gpu_memory_utilization or 0.9,
-            cards=len(cards),
+            cards=len(cards) * spec.unit_size(),  # an instance across hosts: every member's
             max_model_len=spec.llm.max_model_len,
             lora=spec.llm.lora.slots if spec.llm.lora else (0, 0),
+            pipeline=spec.llm.pipeline_parallel_size,
         )
     except ValueError as exc:  # a config the estimator does not understand: say nothing
         log.info("no fit estimate for %s: %s", service.name, exc)

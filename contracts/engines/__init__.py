@@ -12,6 +12,7 @@ import importlib
 from dataclasses import replace
 from types import ModuleType
 
+from contracts.engines.gang import member_placements
 from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.prepare import with_prepare
 from contracts.engines.sidecars import sidecar_errors, with_sidecars
@@ -20,7 +21,10 @@ from contracts.spec import ServiceSpec
 from contracts.spec_facts import card_need
 from contracts.spec_storage import DATASET_MOUNT, StorageEntry, node_folder
 
-__all__ = ["ContainerPlan", "Mount", "Placement", "engine_name", "render", "validate"]
+__all__ = [
+    "ContainerPlan", "Mount", "Placement", "engine_name", "instance_preview", "render",
+    "render_members", "validate",
+]  # fmt: skip
 
 GB = 1024**3
 MODULES = {
@@ -75,6 +79,28 @@ def render(spec: ServiceSpec, placement: Placement | None = None) -> ContainerPl
     plan = _with_resources(spec, adapter(spec).render(spec, placement), placement)
     plan = with_prepare(spec, plan)  # pip installs the container's requirements first
     return with_sidecars(spec, plan, storage_mounts(spec, placement), placement.limits)
+
+
+def render_members(spec: ServiceSpec, placement: Placement | None = None) -> list[ContainerPlan]:
+    """The container of each member of one instance of `spec`, leader first: one for an
+    instance on one host, unit.size for one across hosts (with the preview's placeholder
+    addresses unless `placement` names its member)."""
+    placement = placement or Placement()
+    if placement.gang is not None:
+        return [render(spec, placement)]
+    return [render(spec, member) for member in member_placements(spec, placement)]
+
+
+def instance_preview(spec: ServiceSpec, placement: Placement) -> dict:
+    """One instance as the preview shows it: its container (an instance across hosts: its
+    leader's) and `members`, each member's rank, command and environment ([] for an instance
+    on one host)."""
+    plans = render_members(spec, placement)
+    members = []
+    for rank, plan in enumerate(plans if len(plans) > 1 else []):
+        shown = plan.preview()
+        members.append({"rank": rank, "command": shown["command"], "env": shown["env"]})
+    return {**plans[0].preview(), "members": members}
 
 
 def _node_folder(index: int, entry: StorageEntry) -> str | None:

@@ -36,6 +36,23 @@ class PdMember:
 
 
 @dataclass(frozen=True)
+class GangMember:
+    """One member of an instance that spans hosts (unit.size > 1; contracts.engines.gang):
+    its rank (0: the leader, which serves HTTP), how many members there are, where the
+    leader's rendezvous listens, and this member's own address on its node."""
+
+    rank: int
+    size: int
+    leader_ip: str
+    port: int  # the leader's rendezvous port (vLLM's --master-port, SGLang's dist-init port)
+    ip: str = ""  # this member's node address ("" in a preview that knows none)
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where an instance will run, as far as its command line cares.
 
@@ -82,6 +99,9 @@ class Placement:
     # The OTLP/HTTP collector engines send their own traces to (WHARF_ENGINE_OTLP_ENDPOINT,
     # else WHARF_OTLP_ENDPOINT, as the engines reach it); "": engines trace nothing.
     otlp_endpoint: str = ""
+    # This instance's member of a gang, for an instance across hosts (unit.size > 1); None
+    # for one on a single host.
+    gang: GangMember | None = None
 
     @property
     def models_root(self) -> str:

@@ -29,6 +29,7 @@ from contracts.engines.common import (
     shm_size,
     user_env,
 )
+from contracts.engines.gang import as_member, sglang_args
 from contracts.engines.plan import ContainerPlan, Placement
 from contracts.spec import Llm, ServiceSpec
 
@@ -120,8 +121,11 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     ]  # fmt: skip
     if llm.tensor_parallel_size > 1:
         args += ["--tp-size", str(llm.tensor_parallel_size)]
+    if llm.pipeline_parallel_size > 1:
+        args += ["--pp-size", str(llm.pipeline_parallel_size)]
+    args += sglang_args(placement.gang)
     args += scheduling_args(llm) + precision_args(llm) + speculative_args(llm, models.draft)
-    return ContainerPlan(
+    plan = ContainerPlan(
         image=engine_image(spec, IMAGE),
         args=args + option_args(llm.options) + llm.extra_args,
         port=port,
@@ -133,6 +137,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         shm_size_bytes=shm_size(spec.metadata.gpu, GIB),
         gpus=placement.devices,
     )
+    return as_member(plan, placement.gang)
 
 
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:

@@ -20,6 +20,7 @@ from contracts.engines.common import (
     shm_size,
     user_env,
 )
+from contracts.engines.gang import as_member, vllm_args, vllm_env
 from contracts.engines.pd import (
     on_host_network,
     pd_args,
@@ -34,6 +35,10 @@ from contracts.otlp import traces_url
 from contracts.spec import Llm, Lora, ServiceSpec, Speculative
 
 DEFAULT_PORT = 8000
+SERVER = ("python", "-m", "vllm.entrypoints.openai.api_server")
+# A member of an instance across hosts starts as `vllm serve <model>`: only its CLI acts on
+# --headless (api_server parses the flag and serves HTTP anyway, vLLM 0.32).
+SERVE_CLI = ("python", "-m", "vllm.entrypoints.cli.main", "serve")
 # vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).
 SHM_DEFAULT = GIB
 IMAGES = {"vllm": "vllm/vllm-openai:v0.32.0", "vllm-cpu": "wharf/vllm-cpu:0.32.0"}
@@ -124,8 +129,7 @@ def server_args(
     llm = spec.llm
     assert llm is not None
     args = [
-        "python", "-m", "vllm.entrypoints.openai.api_server",
-        "--model", models.path,
+        *((*SERVE_CLI, models.path) if placement.gang else (*SERVER, "--model", models.path)),
         "--host", placement.host,
         "--port", str(port),
         # The gateway routes by either name and passes `model` through, so the engine answers
@@ -134,6 +138,11 @@ def server_args(
     ]  # fmt: skip
     if (tp := tensor_parallel_size(spec, placement)) > 1:
         args += ["--tensor-parallel-size", str(tp)]
+    if llm.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(llm.pipeline_parallel_size)]
+    if llm.enable_expert_parallel:
+        args.append("--enable-expert-parallel")
+    args += vllm_args(placement.gang)
     if llm.max_model_len:
         args += ["--max-model-len", str(llm.max_model_len)]
     if llm.gpu_memory_utilization and llm.engine != "vllm-cpu":
@@ -227,7 +236,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
     args = server_args(spec, placement, port=port, models=models, quantization=quantization)
     kv_env, kv_mounts = pd_wiring(spec, placement, port)
     env = {**OFFLINE_ENV, **kv_env, **lora_env(llm, placement), **traces_env(spec, placement),
-           **user_env(spec), **engine_key_env(placement)}  # fmt: skip
+           **vllm_env(placement.gang), **user_env(spec), **engine_key_env(placement)}  # fmt: skip
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
         if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):
@@ -238,7 +247,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     args += llm.extra_args
     cuda = llm.engine == "vllm"
-    return ContainerPlan(
+    plan = ContainerPlan(
         image=engine_image(spec, IMAGES[llm.engine]),
         args=args,
         port=port,
@@ -251,6 +260,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         secret_env=(ENGINE_KEY_ENV,),
         host_network=on_host_network(spec, placement),
     )
+    return as_member(plan, placement.gang)
 
 
 def validate(spec: ServiceSpec) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ from contracts.engines.common import (
     shm_size,
     user_env,
 )
+from contracts.engines.gang import as_member, vllm_env
 from contracts.engines.pd import on_host_network, pd_wiring, role_cards, validate_pd
 from contracts.engines.plan import ContainerPlan, Mount, PdMember, Placement
 from contracts.engines.rank_table import (
@@ -174,12 +175,13 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         **table_env,
         **lora_env(llm, placement),
         **traces_env(spec, placement),
+        **vllm_env(placement.gang, ascend=True),
     }
     env.update(user_env(spec))
     env.update(engine_key_env(placement))
     in_container = placement.in_container
     drivers = driver_mounts(placement) if in_container else []
-    return ContainerPlan(
+    plan = ContainerPlan(
         image=engine_image(spec, IMAGE),
         args=args + llm.extra_args,
         port=port,
@@ -193,6 +195,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         secret_env=(ENGINE_KEY_ENV,),
         host_network=on_host_network(spec, placement),
     )
+    return as_member(plan, placement.gang)
 
 
 def quantization_errors(llm: Llm) -> dict[str, list[str]]:

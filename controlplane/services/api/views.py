@@ -23,7 +23,7 @@ from contracts.spec_facts import card_need, replicas
 from contracts.spec_instance import notes as instance_notes
 from contracts.spec_job import is_job
 from contracts.spec_labels import matches, parse_selector
-from contracts.spec_rules import runtime_checks
+from contracts.spec_rules import not_deployable_yet, runtime_checks
 from controlplane import intents, paging
 from controlplane.cluster import cluster_errors
 from controlplane.limits import tenant_limits
@@ -107,6 +107,7 @@ def _validated(data, workspace: Workspace | None) -> ServiceSpec:
     errors = {
         **validate(spec), **runtime_checks(spec, settings.WHARF_RUNTIME),
         **limit_errors(spec, tenant_limits()),
+        **(not_deployable_yet(spec) if workspace is not None else {}),  # saved, not previewed
     }  # fmt: skip
     if not errors:  # a spec valid as such, which the cluster may still not run
         errors = cluster_errors(spec)
@@ -341,12 +342,13 @@ class ServiceEvents(APIView):
 
 class SpecPreview(APIView):
     """POST /services/preview: the containers a spec would create, without creating them: one
-    per role for a prefill/decode-separated service, with example card indexes."""
+    per role for a prefill/decode-separated service, with example card indexes; for an
+    instance across hosts (unit.size > 1), each member's command too."""
 
     rights = None  # a computation: no workspace's data, nothing changed
 
     def post(self, request: Request) -> Response:
-        from contracts.engines import Placement, render
+        from contracts.engines import Placement, instance_preview
 
         spec = _validated(_canonical(request.data), None)  # grants: checked on save
         roles = replicas(spec)
@@ -359,6 +361,6 @@ class SpecPreview(APIView):
                 otlp_endpoint=settings.WHARF_ENGINE_OTLP_ENDPOINT,
             )  # fmt: skip
             containers.append({"role": role, "instances": instances,
-                               **render(spec, placement).preview()})  # fmt: skip
+                               **instance_preview(spec, placement)})  # fmt: skip
         return Response({"name": spec.name, "instances": sum(roles.values()),
                          "containers": containers})  # fmt: skip
