@@ -116,6 +116,8 @@ def test_quota_figures_only_for_resources_with_a_quota():
     assert [(f.resource, f.used, f.limit) for f in figures] == [
         ("instances", 5, 8), ("cards.gpu", 4, 4),
     ]  # fmt: skip
+    queued = quota_figures("team", Quotas(), Footprint(), queued=(100, 7))
+    assert [(f.resource, f.used, f.limit) for f in queued] == [("queued_items", 7, 100)]
 
 
 MINUTE = 29_000_000  # an epoch minute in 2025
@@ -177,6 +179,7 @@ def test_metrics_show_ready_against_desired_instances_and_a_paused_rollout(setti
 
 @pytest.mark.django_db
 def test_metrics_show_each_async_services_queues(settings):
+    settings.WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE = 50
     spec = {"name": "sd", "metadata": {"type": "Async", "rpc": {"worker_threads": 1}},
             "containers": [{"image": "i", "command": "serve", "port": 8000}]}  # fmt: skip
     sd = Service.objects.create(workspace=default_workspace(), name="sd", spec=spec)
@@ -204,6 +207,9 @@ def test_metrics_show_each_async_services_queues(settings):
     assert 89 <= oldest <= 120
     assert not [key for key in found if key[0] == "wharf_queue_items" and
                 ("service", "chat") in key[1]]  # fmt: skip
+    # The workspace's queued items (its input queues) against the platform's bound.
+    quota = (("resource", "queued_items"), ("workspace", "default"))
+    assert (found[("wharf_quota_used", quota)], found[("wharf_quota_limit", quota)]) == (1, 50)
 
 
 @pytest.mark.django_db
@@ -224,6 +230,7 @@ def test_metrics_show_each_nodes_state(settings):
 
 @pytest.mark.django_db
 def test_metrics_show_quota_used_against_limit_within_the_ceiling(settings):
+    settings.WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE = 0  # no platform bound on queued items
     team = Workspace.objects.create(name="team", quota_instances=10, quota_cards={"gpu": 8},
                                     ceiling_cards={"gpu": 6})  # fmt: skip
     Workspace.objects.create(name="free")  # no quota: no series

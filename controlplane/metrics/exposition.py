@@ -39,7 +39,8 @@ from controlplane.queues.models import ItemState, QueueItem, QueueName
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
-from controlplane.workspaces.quota_checks import held_by
+from controlplane.workspaces.quota_checks import held_by, queued_quota
+from controlplane.workspaces.quotas import Footprint
 
 
 class ControlPlaneCollector(Collector):
@@ -105,18 +106,24 @@ class ControlPlaneCollector(Collector):
         used = GaugeMetricFamily(
             "wharf_quota_used",
             "What a workspace's services hold of a resource that has a quota (services, "
-            "instances, cards.gpu, cards.npu).",
+            "instances, cards.gpu, cards.npu, queued_items: Async items and batch requests "
+            "not yet answered).",
             labels=labels,
         )
         limit = GaugeMetricFamily(
             "wharf_quota_limit", "A workspace's quota of a resource (its ceiling applied).",
             labels=labels,
         )  # fmt: skip
+        queued = dict(
+            QueueItem.objects.filter(queue=QueueName.INPUT).order_by()
+            .values_list("service__workspace").annotate(n=Count("id"))
+        )  # fmt: skip
         for workspace in Workspace.objects.all():
             quotas = workspace.quotas()
-            if quotas.services is None and quotas.instances is None and not quotas.cards:
-                continue  # no quota: no query for what it holds
-            for figure in quota_figures(workspace.name, quotas, held_by(workspace)):
+            holding = quotas.services is not None or quotas.instances is not None or quotas.cards
+            held = held_by(workspace) if holding else Footprint()  # no quota: no query
+            bound = (queued_quota(workspace), queued.get(workspace.pk, 0))
+            for figure in quota_figures(workspace.name, quotas, held, bound):
                 used.add_metric([figure.workspace, figure.resource], figure.used)
                 limit.add_metric([figure.workspace, figure.resource], figure.limit)
         yield from (used, limit)

@@ -50,18 +50,22 @@ def node_states(state: str) -> dict[str, int]:
 @dataclass(frozen=True)
 class QuotaFigure:
     workspace: str
-    resource: str  # services, instances, cards.gpu, cards.npu
+    resource: str  # services, instances, cards.gpu, cards.npu, queued_items
     used: int
     limit: int
 
 
-def quota_figures(workspace: str, quotas: Quotas, held: Footprint) -> list[QuotaFigure]:
-    """Each quota the workspace has (none for a resource without one), with what is held."""
+def quota_figures(
+    workspace: str, quotas: Quotas, held: Footprint, queued: tuple[int | None, int] = (None, 0)
+) -> list[QuotaFigure]:
+    """Each quota the workspace has (none for a resource without one), with what is held;
+    `queued`: its bound on queued items (its quota, else the platform's) and those it has."""
     pairs: list[tuple[str, int | None, int]] = [
         ("services", quotas.services, held.services),
         ("instances", quotas.instances, held.instances),
     ]
     pairs += [(f"cards.{kind}", limit, held.cards[kind]) for kind, limit in quotas.cards.items()]
+    pairs.append(("queued_items", *queued))
     return [
         QuotaFigure(workspace, resource, used, limit)
         for resource, limit, used in pairs

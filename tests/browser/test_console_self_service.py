@@ -203,6 +203,8 @@ def test_a_viewer_sees_members_and_quotas_but_changes_nothing(team):
     page = team.open_as("watcher", "/workspace/")
     page.wait_for_selector("#members tr[data-member=dev]")
     page.wait_for_selector("#quotas tr[data-resource=services]")
+    queued = page.inner_text("#quotas tr[data-resource='queued items']")
+    assert "100000" in queued  # the platform's bound (WHARF_QUEUE_MAX_ITEMS_PER_WORKSPACE)
     assert page.locator("#member-form, #quota-form, #members select, #members button").count() == 0
     assert "needs the role admin" in page.inner_text("#members-refused")
     members = f"/api/v1/workspaces/{TEAM}/members"

@@ -26,7 +26,8 @@
     const kinds = [...new Set([...Object.keys(ws.limits.cards), ...Object.keys(ws.used.cards),
       ...Object.keys(ws.quotas.cards), ...Object.keys(ws.ceilings.cards)])].sort();
     const rows = [["services", (q) => q.services], ["instances", (q) => q.instances],
-      ...kinds.map((k) => [`${k.toUpperCase()} cards`, (q) => q.cards[k]])];
+      ...kinds.map((k) => [`${k.toUpperCase()} cards`, (q) => q.cards[k]]),
+      ["queued items", (q) => q.queued_items]];
     return rows.map(([label, pick]) => {
       const used = pick(ws.used) ?? 0;
       const limit = pick(ws.limits);
