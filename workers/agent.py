@@ -30,8 +30,8 @@ from contracts.spec_job import is_job
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from workers import adapters, jobs, probes, warmup, writable_storage
-from workers.fleet import FleetSettings, wait_for_wake
+from workers import adapters, gangs, jobs, probes, warmup, writable_storage
+from workers.fleet import FleetSettings, wait_for_wake, wake
 from workers.locks import client
 from workers.runtimes import ObservedInstance, Runtime
 from workers.starter import start_instance
@@ -79,6 +79,8 @@ def converge(
                 if _job_retried(row, found, runtime, fleet, why, background):
                     crashed(row, runtime, fleet, now, why, logs=found is not None)
                 touched.add(row.service.name)
+        elif row.gang and row.state == InstanceState.BACKOFF:  # another member ended: stop too
+            touched |= background(row.name, partial(gangs.stop_member, row, runtime))
         else:
             if row.state in (InstanceState.CREATING, InstanceState.BACKOFF, InstanceState.UNKNOWN):
                 _found_running(row, found, now)  # the node came back, or the worker restarted
@@ -196,6 +198,7 @@ def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = 
     )  # fmt: skip
     if not backoff:
         return
+    wake(gangs.fail_together(row, restarts, now + timedelta(seconds=delay), why))
     record(row.service, "InstanceExited", message + (f"; last log lines:\n{tail}" if tail else ""),
            row.name)  # fmt: skip
 
@@ -299,7 +302,7 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check, background) -> s
     checks = []
     for row, found in due:
         spec = row.placed_spec()
-        if is_job(spec):  # a job takes no calls: nothing to probe, it runs to its end
+        if is_job(spec) or row.rank:  # a job, a gang's member: no calls, nothing to probe
             continue
         found_probes = probes.probe_set(spec)
         gate = found_probes.startup if row.state == InstanceState.STARTING else None

@@ -37,7 +37,7 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
-from workers import placement, planning, rollout, storage
+from workers import gangs, placement, planning, rollout, storage
 from workers.fleet import FleetSettings, placement_lock, wake
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,11 @@ def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> None:
     registered is given up at once. When the node returns, its agent removes what is no
     longer assigned to it."""
     evict_after = timedelta(seconds=fleet.node_grace + fleet.node_evict)
-    for row in service.instances.exclude(state=InstanceState.SUCCEEDED):  # a job's done: kept
+    evicted = {
+        n.name for n in nodes.values() if n.heartbeat_at and now - n.heartbeat_at > evict_after
+    }
+    gangs.give_up_broken(service, states, nodes, evicted)  # an instance across hosts: whole
+    for row in service.instances.exclude(state=InstanceState.SUCCEEDED).filter(gang=""):
         node = nodes.get(row.node)
         if node is None or (node.heartbeat_at and now - node.heartbeat_at > evict_after):
             why = "is gone" if node is None else f"has been silent since {node.heartbeat_at:%X}"
@@ -136,18 +140,9 @@ def _replicas(service: Service, spec: ServiceSpec | None) -> dict[str, int]:
 
 
 def _members(rows, states) -> list[rollout.Member]:
-    return [
-        rollout.Member(
-            name=row.name,
-            spec_hash=row.spec_hash,
-            state=row.state,
-            movable=states.get(row.node) == NODE_DRAINING,
-            failing=row.message
-            if row.state in (InstanceState.BACKOFF, InstanceState.FAILED)
-            else "",
-        )  # fmt: skip
-        for row in rows
-    ]
+    """The rollout's view: one member per instance (the members of a gang count as one)."""
+    draining = {node for node, state in states.items() if state == NODE_DRAINING}
+    return gangs.as_rollout_members(rows, draining)
 
 
 def _strategy(spec: ServiceSpec | None, replicas: int) -> tuple[int, int]:
@@ -169,7 +164,7 @@ def _drain_and_create(service, spec, replicas, rows, states, now, fleet) -> tupl
         surge, unavailable = _strategy(spec, count)
         members = _members([r for r in rows if r.role == role], states)
         step = rollout.step(count, target, members, surge, unavailable)
-        woken |= _drain(service, [r for r in rows if r.name in step.drain], now)
+        woken |= _drain(service, [r for r in rows if gangs.unit_of(r) in step.drain], now)
         creates += [role] * step.create
     if not creates or spec is None:
         return woken, ""
@@ -192,7 +187,7 @@ def _canary(service, spec, replicas, rows, states, now, fleet) -> tuple[set[str]
         surge, unavailable = _strategy(canary_spec, count)
         members = _members([r for r in mine if r.role == role], states)
         step = rollout.step(count, release.spec_hash, members, surge, unavailable)
-        woken |= _drain(service, [r for r in mine if r.name in step.drain], now)
+        woken |= _drain(service, [r for r in mine if gangs.unit_of(r) in step.drain], now)
         creates += [role] * step.create
     if not creates:
         return woken, ""
@@ -229,6 +224,12 @@ def _place(
     woken: set[str] = set()
     with placement_lock():
         offers, held = _fleet(states)
+        if spec.unit_size() > 1:  # an instance across hosts: a gang, placed whole
+            return gangs.place(
+                service, spec, roles, needs, offers, held, target, track,
+                lambda node, count: _node_ports(node, pd_ports, count),
+                lambda role: _free_index(service, role),
+            )  # fmt: skip
         results = placement.place(needs, offers, held)
         taken: Counter[str] = Counter()
         for role, result in zip(roles, results, strict=True):
@@ -261,15 +262,15 @@ def _place(
     return woken, ""
 
 
-def _node_ports(node: str, pd_ports: tuple[int, int]) -> tuple[int, ...] | None:
-    """Two ports no instance on `node` holds: where an instance serves and its KV side channel."""
-    held = Instance.objects.filter(node=node).values_list("port", "kv_port")
-    return placement.free_ports((p for pair in held for p in pair if p), 2, *pd_ports)
+def _node_ports(node: str, pd_ports: tuple[int, int], count: int = 2) -> tuple[int, ...] | None:
+    """Ports no instance on `node` holds: where an instance serves and its KV side channel
+    (or a gang's rendezvous port first)."""
+    return placement.free_ports(gangs.held_ports(node), count, *pd_ports)
 
 
 def _free_index(service: Service, role: str) -> int:
     """The lowest number within the role no row holds (rank tables, engine ids)."""
-    taken = set(service.instances.filter(role=role).values_list("pd_index", flat=True))
+    taken = set(service.instances.filter(role=role, rank=0).values_list("pd_index", flat=True))
     return min(set(range(len(taken) + 1)) - taken)
 
 
@@ -379,6 +380,7 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
     if is_job(spec):
         return _write_job_status(service, spec, replicas, rows, waiting)
     target = spec.spec_hash() if spec else ""
+    rows = [r for r in rows if r.rank == 0]  # a gang's leader stands for it
     live = [r for r in rows if r.state != InstanceState.DRAINING]
     ready = Counter(
         r.role for r in live if r.state == InstanceState.READY and r.spec_hash == target

@@ -33,7 +33,7 @@ from controlplane.workspaces.policy import (
     registry_refusals,
     spec_refusals,
 )
-from workers import adapters, devices, provisioning, storage_mounts, writable_storage
+from workers import adapters, devices, gangs, provisioning, storage_mounts, writable_storage
 from workers.hub_pins import VersionPins
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 from workers.runtimes.base import Report
@@ -85,6 +85,8 @@ def start_instance(
         )  # fmt: skip
         if row.role:
             placement = pd_placement(placement, row, spec)
+        if row.gang:  # a member of an instance across hosts: its rank, the leader's address
+            placement = gangs.member_placement(placement, row, spec)
         placement = _with_adapters(placement, spec, staged)
         _warn_if_it_cannot_fit(service, spec, placement)
         plan = render(spec, placement)

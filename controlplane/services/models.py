@@ -129,6 +129,13 @@ class Instance(models.Model):
     # serves and where its KV side channel listens. Null for other instances.
     port = models.PositiveIntegerField(null=True, blank=True)
     kv_port = models.PositiveIntegerField(null=True, blank=True)
+    # An instance across hosts (the spec's unit.size N > 1; workers.gang) is N rows, one per
+    # member and node, sharing `gang` (the leader's name); `rank` 0 is the leader, which serves
+    # HTTP, and its row holds the rendezvous port (from its node's WHARF_PD_PORTS range) that
+    # every member meets at. "" and 0 for an instance on one host.
+    gang = models.CharField(max_length=128, blank=True, db_index=True)
+    rank = models.PositiveSmallIntegerField(default=0)
+    master_port = models.PositiveIntegerField(null=True, blank=True)
     spec_hash = models.CharField(max_length=16)
     # What its engine key derives from where not its name (the pods of a Kubernetes
     # Deployment share their Deployment's key): contracts.engine_keys, contracts.routing.

@@ -35,7 +35,7 @@ from controlplane.queues.models import QueueItem, QueueName
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.groups import routed_groups
-from controlplane.services.models import Canary, Service, ServiceGroup
+from controlplane.services.models import Canary, Instance, Service, ServiceGroup
 from controlplane.tokens.models import ApiKey
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ def _routed_services() -> dict[str, RoutedService]:
 
 
 def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
+    rows = list(service.instances.all())
     ready = [
         RoutedInstance(
             name=i.name,
@@ -85,8 +86,8 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
             adapters=tuple(i.adapters.get("loaded") or ()) if i.adapters else None,
             track=i.track,
         )  # fmt: skip
-        for i in service.instances.all()
-        if i.state == InstanceState.READY and i.url
+        for i in rows
+        if i.state == InstanceState.READY and i.url and _serves(i, rows)
     ]
     if service.desired_state != DesiredState.RUNNING:
         ready = []
@@ -121,6 +122,15 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
         queue_window=window(spec) if is_async(spec) else 0,
         request_log=_request_log(spec),
     )
+
+
+def _serves(row: Instance, rows: list[Instance]) -> bool:
+    """An instance on one host serves when ready; one across hosts (workers.gangs) through its
+    leader alone, and only while every member of its gang runs."""
+    if not row.gang:
+        return True
+    running = (InstanceState.STARTING, InstanceState.READY)
+    return row.rank == 0 and all(r.state in running for r in rows if r.gang == row.gang)
 
 
 def _request_log(spec: ServiceSpec) -> RequestLogRouting | None:
