@@ -182,18 +182,6 @@ def _across_hosts(spec: ServiceSpec) -> dict[str, list[str]]:
     return {}
 
 
-def not_deployable_yet(spec: ServiceSpec) -> dict[str, list[str]]:
-    """What a spec may be previewed with but not saved yet: the workers do not start an
-    instance across hosts (unit.size > 1) yet, and one started on a single host would fail."""
-    if spec.unit_size() == 1:
-        return {}
-    return {"unit.size": [
-        "instances across hosts are checked and previewed (POST /api/v1/services/preview "
-        "shows each member's command) but not started by the workers yet; deploy with "
-        "unit.size 1"
-    ]}  # fmt: skip
-
-
 def _gang_cards(spec: ServiceSpec, role: str, cards: int, where: str) -> dict[str, list[str]]:
     """With unit.size N > 1: N machines x `cards` each (per machine, as in EAS) hold one copy
     of the model, split tensor x pipeline parallel; on CPU each machine runs as many of the
@@ -321,6 +309,12 @@ def runtime_checks(spec: ServiceSpec, runtime: str) -> dict[str, list[str]]:
             "a job (elasticjob) runs on Wharf's own nodes (the Docker or process runtime); "
             "this server hands its services to Kubernetes, which Wharf does not render a Job "
             "for yet: deploy it as a service, or on a Docker or process server"
+        ]
+    if spec.unit_size() > 1 and runtime == KUBERNETES:
+        errors["unit.size"] = [
+            "an instance across hosts runs on Wharf's own nodes (the Docker or process "
+            "runtime); this server hands its services to Kubernetes, which Wharf does not "
+            "render a LeaderWorkerSet for yet: use unit.size 1, or a Docker or process server"
         ]
     for i, entry in enumerate(spec.storage):
         if entry.dataset is not None and runtime == PROCESS:

@@ -167,12 +167,12 @@ def test_the_preview_api_answers_every_members_command(api):
 
 
 @pytest.mark.django_db
-def test_an_instance_across_hosts_is_not_saved_until_the_workers_start_one(api):
+def test_an_instance_across_hosts_is_saved_as_the_workers_start_one(api):
     llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
     answer = api.post("/api/v1/services", {"name": "big", "unit": {"size": 2}, "llm": llm},
                       format="json")  # fmt: skip
-    assert answer.status_code == 400
-    assert "not started by the workers yet" in answer.json()["errors"]["unit.size"][0]
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["spec"]["unit"] == {"size": 2}
 
 
 # Run by vLLM's own Python: parse a member's command with `vllm serve`'s parser (nothing is
@@ -250,3 +250,13 @@ def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
     members = [line for line in printed.output.splitlines() if "  member " in line]
     assert [line.split(":")[0].strip() for line in members] == ["member 0", "member 1"]
     assert "--headless" not in members[0] and members[1].endswith("--headless --enforce-eager")
+
+
+@pytest.mark.django_db
+def test_an_instance_across_hosts_is_refused_where_kubernetes_runs_the_services(api, settings):
+    settings.WHARF_RUNTIME = "kubernetes"
+    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
+    answer = api.post("/api/v1/services", {"name": "big", "unit": {"size": 2}, "llm": llm},
+                      format="json")  # fmt: skip
+    assert answer.status_code == 400
+    assert "LeaderWorkerSet" in answer.json()["errors"]["unit.size"][0]

@@ -26,7 +26,7 @@ class InstanceSerializer(serializers.ModelSerializer):
         model = Instance
         fields = ["name", "role", "state", "runtime", "node", "devices", "url", "kv_port",
                   "spec_hash", "message", "restarts", "restart_at", "ready_since", "created_at",
-                  "updated_at", "adapters"]  # fmt: skip
+                  "updated_at", "adapters", "gang", "rank", "master_port"]  # fmt: skip
 
 
 class EventSerializer(serializers.ModelSerializer):

@@ -23,7 +23,7 @@ from contracts.spec_facts import card_need, replicas
 from contracts.spec_instance import notes as instance_notes
 from contracts.spec_job import is_job
 from contracts.spec_labels import matches, parse_selector
-from contracts.spec_rules import not_deployable_yet, runtime_checks
+from contracts.spec_rules import runtime_checks
 from controlplane import intents, paging
 from controlplane.cluster import cluster_errors
 from controlplane.limits import tenant_limits
@@ -107,7 +107,6 @@ def _validated(data, workspace: Workspace | None) -> ServiceSpec:
     errors = {
         **validate(spec), **runtime_checks(spec, settings.WHARF_RUNTIME),
         **limit_errors(spec, tenant_limits()),
-        **(not_deployable_yet(spec) if workspace is not None else {}),  # saved, not previewed
     }  # fmt: skip
     if not errors:  # a spec valid as such, which the cluster may still not run
         errors = cluster_errors(spec)
