@@ -12,11 +12,13 @@ from django.utils import timezone
 
 from contracts.routing import SNAPSHOT_KEY, Snapshot
 from controlplane.nodes.models import Node
+from controlplane.services.choices import DesiredState
 from controlplane.services.models import Instance, Service
 from tests.fleet_support import FLEET, Fleet
 from tests.test_fleet import deploy, update
 from workers import gangs
 from workers.gangs import unit_state
+from workers.runtimes import InstanceError
 from workers.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
@@ -213,3 +215,38 @@ def test_a_gang_is_as_well_as_its_worst_member(states, expected):
     (member,) = gangs.as_rollout_members(rows, draining_nodes={"n1"})
     assert (member.name, member.state, member.movable) == ("g", expected, True)
     assert unit_state(rows) == expected
+
+
+def test_a_member_that_cannot_start_fails_the_whole_group(fleet, store):
+    for name in ("a", "b"):
+        fleet.node(name, cards=1)
+
+    def refuse(request):
+        raise InstanceError("no such image on this node")
+
+    fleet.runtimes["b"].create = refuse  # type: ignore[method-assign]
+    deploy(gang())
+    fleet.settle(3)
+    rows = members(fleet)
+    assert [r.state for r in rows] == ["failed", "failed"]
+    assert {r.node for r in rows} == {"a", "b"}
+    assert "no such image" in " ".join(r.message for r in rows)
+    assert fleet.runtimes["a"].created and fleet.runtimes["a"].list() == []  # not alone
+    assert routed(store) == []
+    assert Service.objects.get(name="big").phase == "failed"
+
+
+def test_a_draining_gang_on_a_node_gone_for_good_is_removed(fleet):
+    for name in ("a", "b"):
+        fleet.node(name, cards=1)
+    deploy(gang())
+    fleet.settle()
+    leader, member = members(fleet)
+    fleet.down.add(member.node)
+    Service.objects.filter(name="big").update(desired_state=DesiredState.STOPPED)
+    fleet.step()  # both drain; the leader's agent stops it, the member's node does not answer
+    assert [(r.name, r.state) for r in members(fleet)] == [(member.name, "draining")]
+    fleet.step(timezone.now() + timedelta(seconds=40))  # not_ready: a drain stays a drain
+    assert [r.state for r in members(fleet)] == ["draining"]
+    fleet.settle(2, timezone.now() + timedelta(seconds=100))  # past the eviction grace
+    assert members(fleet) == []

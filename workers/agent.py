@@ -64,9 +64,11 @@ def converge(
     reports: list[dict] | None = None
     due: list[tuple[Instance, ObservedInstance]] = []
     for row in rows.values():
+        found = observed.get(row.name)
+        if row.gang and row.state == InstanceState.FAILED and found and found.running:
+            touched |= background(row.name, partial(gangs.stop_member, row, runtime))  # whole
         if row.name in busy or row.state in (InstanceState.FAILED, InstanceState.SUCCEEDED):
             continue
-        found = observed.get(row.name)
         if row.state == InstanceState.DRAINING:
             if reports is None:
                 reports = _in_flight_reports()
@@ -214,6 +216,7 @@ def _crash_blocked(row: Instance, why: str, tail: str) -> None:
         .update(state=InstanceState.FAILED, message=message, url="", ready_since=None)
     )
     if blocked:
+        gangs.fail_all(row, why)
         record(row.service, "InstanceCrashBlocked",
                message + (f"; last log lines:\n{tail}" if tail else ""), row.name)  # fmt: skip
 

@@ -137,16 +137,18 @@ def give_up_broken(
 ) -> set[str]:
     """A gang with a member on a node that stopped answering (or is gone) is given up whole:
     its rows go at once (out of routing; the live members' agents remove what they run as no
-    longer assigned) and the scheduler places the instance again. The names of the rows
-    removed."""
+    longer assigned) and the scheduler places the instance again. A draining gang's members
+    go only from nodes gone or past the eviction grace (a drain stays a drain). The names of
+    the rows removed."""
     gone: set[str] = set()
-    rows = service.instances.exclude(gang="").exclude(state=InstanceState.DRAINING)
+    rows = service.instances.exclude(gang="").exclude(state=InstanceState.SUCCEEDED)
     for name, members in by_unit(list(rows)).items():
-        broken = [
-            m
-            for m in members
-            if m.node not in nodes or m.node in evicted or states.get(m.node) == NOT_READY
-        ]
+        lost = [m for m in members if m.node not in nodes or m.node in evicted]
+        if any(m.state == InstanceState.DRAINING for m in members):
+            Instance.objects.filter(pk__in=[m.pk for m in lost]).delete()
+            gone |= {m.name for m in lost}
+            continue
+        broken = lost or [m for m in members if states.get(m.node) == NOT_READY]
         if not broken:
             continue
         first = broken[0]
@@ -173,6 +175,18 @@ def fail_together(row: Instance, restarts: int, restart_at: datetime, why: str) 
                      probe_successes=0, liveness_failures=0, probed_at=None):  # fmt: skip
         record(row.service, "GangRestarting", message, row.gang)
     return nodes
+
+
+def fail_all(row: Instance, message: str) -> None:
+    """Every other member of `row`'s gang fails with it (a member that cannot start, or one
+    kept as it crashed): their agents stop what they still run."""
+    if not row.gang:
+        return
+    others = (Instance.objects.filter(gang=row.gang).exclude(pk=row.pk)
+              .exclude(state__in=(InstanceState.DRAINING, InstanceState.FAILED)))  # fmt: skip
+    why = f"member {row.rank} ({row.name}, node {row.node}) failed: {message}"
+    if others.update(state=InstanceState.FAILED, message=why[:2000], url="", ready_since=None):
+        record(row.service, "InstanceFailed", why, row.gang)
 
 
 def stop_member(row: Instance, runtime) -> set[str]:

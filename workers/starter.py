@@ -201,6 +201,7 @@ def _check_grants(service: Service, spec: ServiceSpec, runtime: str) -> None:
 def _fail(row: Instance, message: str) -> None:
     Instance.objects.filter(pk=row.pk).update(state=InstanceState.FAILED, message=message)
     record(row.service, "InstanceFailed", message, row.name)
+    gangs.fail_all(row, message)  # an instance across hosts fails whole
 
 
 def _kv_dir(service: str) -> str:
