@@ -167,6 +167,11 @@ def _across_hosts(spec: ServiceSpec) -> dict[str, list[str]]:
             "rank tables of an instance spanning hosts are not rendered yet; use unit.size 1 "
             "with rank tables, or a KV connector without them"
         ]}  # fmt: skip
+    if spec.metadata.workload_type is not None:
+        return {"unit.size": [
+            "a job (elasticjob) runs on one host: its end and retries are not kept in step "
+            "across hosts yet; use unit.size 1, or deploy it as a service"
+        ]}  # fmt: skip
     container = spec.containers[0] if spec.containers else None
     if llm is None or llm.engine not in MULTI_HOST_ENGINES:
         engine = f"engine {llm.engine}" if llm else "a service without an llm section"

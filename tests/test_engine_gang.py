@@ -260,3 +260,13 @@ def test_an_instance_across_hosts_is_refused_where_kubernetes_runs_the_services(
                       format="json")  # fmt: skip
     assert answer.status_code == 400
     assert "LeaderWorkerSet" in answer.json()["errors"]["unit.size"][0]
+
+
+@pytest.mark.django_db
+def test_a_job_across_hosts_is_refused(api):
+    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
+    sent = {"name": "big", "unit": {"size": 2}, "llm": llm,
+            "metadata": {"workload_type": "elasticjob"}}  # fmt: skip
+    answer = api.post("/api/v1/services", sent, format="json")
+    assert answer.status_code == 400
+    assert "a job (elasticjob) runs on one host" in answer.json()["errors"]["unit.size"][0]

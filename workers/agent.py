@@ -200,9 +200,9 @@ def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = 
     )  # fmt: skip
     if not backoff:
         return
-    wake(gangs.fail_together(row, restarts, now + timedelta(seconds=delay), why))
     record(row.service, "InstanceExited", message + (f"; last log lines:\n{tail}" if tail else ""),
            row.name)  # fmt: skip
+    wake(gangs.fail_together(row, restarts, now + timedelta(seconds=delay), why))  # whole
 
 
 def _crash_blocked(row: Instance, why: str, tail: str) -> None:
