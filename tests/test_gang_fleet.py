@@ -250,3 +250,19 @@ def test_a_draining_gang_on_a_node_gone_for_good_is_removed(fleet):
     assert [r.state for r in members(fleet)] == ["draining"]
     fleet.settle(2, timezone.now() + timedelta(seconds=100))  # past the eviction grace
     assert members(fleet) == []
+
+
+def test_deleting_one_member_replaces_the_whole_group(fleet, store):
+    for name in ("a", "b", "c", "d"):
+        fleet.node(name, cards=1)
+    deploy(gang())
+    fleet.settle()
+    old = members(fleet)
+    Instance.objects.filter(pk=old[1].pk).update(state="draining", draining_since=timezone.now())
+    fleet.settle(6)
+    new = members(fleet)
+    assert len(new) == 2 and not {r.name for r in old} & {r.name for r in new}
+    assert [r.state for r in new] == ["ready", "starting"]
+    assert routed(store) == [new[0].name]
+    for row in old:  # nothing of the old gang runs
+        assert row.name not in fleet.runtimes[row.node].instances

@@ -74,6 +74,16 @@ def as_rollout_members(rows: Sequence[Instance], draining_nodes: set[str]) -> li
     return found
 
 
+def half_drained(rows: Sequence[Instance]) -> list[Instance]:
+    """The members not yet draining of gangs with a member draining (one deleted through the
+    API, say): a gang drains whole."""
+    return [
+        m for members in by_unit(rows).values()
+        if any(m.state == InstanceState.DRAINING for m in members)
+        for m in members if m.state != InstanceState.DRAINING
+    ]  # fmt: skip
+
+
 def place(
     service: Service,
     spec: ServiceSpec,

@@ -68,6 +68,7 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     replicas = _replicas(service, spec)
     rows = list(service.instances.all())
     was_draining = {r.name for r in rows if r.state == InstanceState.DRAINING}
+    woken |= _drain(service, gangs.half_drained(rows), now)  # a gang drains whole
     waiting, paused = "", ""
     if error is None:
         stable = [r for r in rows if r.track != CANARY_TRACK]
