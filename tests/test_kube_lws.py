@@ -184,7 +184,8 @@ def test_the_service_selects_each_roles_leaders_only_on_their_fronts():
         assert service["metadata"]["name"] == f"pd-{role}-leaders"
         assert service["metadata"]["name"] == lws.leader_service_name("pd", role)
         assert service["spec"]["selector"] == {
-            **names.labels("pd", role), "leaderworkerset.sigs.k8s.io/worker-index": "0"
+            **names.labels("pd", role),
+            "leaderworkerset.sigs.k8s.io/worker-index": "0",
         }
         assert service["spec"]["ports"] == [
             {"name": "http", "port": 18999, "targetPort": "http", "protocol": "TCP"}
@@ -236,3 +237,23 @@ def test_the_missing_crd_message_names_it_and_how_to_install_it():
     assert "https://lws.sigs.k8s.io/docs/installation/" in lws.NOT_INSTALLED
     assert "rbac-lws.yaml" in lws.NOT_INSTALLED
     assert (Path(__file__).parents[1] / "deploy/kubernetes/base/rbac-lws.yaml").is_file()
+
+
+def test_the_crd_file_names_its_source_and_license():
+    header = gzip.decompress(CRD.read_bytes()).decode().splitlines()[:3]
+    assert "https://github.com/kubernetes-sigs/lws/blob/v0.7.0/" in header[0]
+    assert "Apache-2.0" in header[1]
+
+
+def test_the_lws_role_is_one_kubernetes_accepts_and_grants_what_the_runtime_calls():
+    path = Path(__file__).parents[1] / "deploy/kubernetes/base/rbac-lws.yaml"
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        kubernetes_validate.validate(doc, VERSIONS[0], strict=True)
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    granted = {(g, r): set(rule["verbs"]) for rule in role["rules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}  # fmt: skip
+    assert granted == {
+        (lws.GROUP, lws.PLURAL): {"create", "patch", "list", "delete"},
+        ("", "services"): {"create", "patch", "delete"},
+    }

@@ -2,12 +2,13 @@
 
 Wharf's own scheduler and node agents step aside: the pass applies what the service's current
 version renders (contracts.kube.manifests: a root ConfigMap owning a Secret and a Deployment per
-role, or for instances across hosts a LeaderWorkerSet per role, contracts.kube.lws) and hands placement, restarts and rolling updates to the cluster, and beside it what an
-active canary release's version renders (workers.kube.canary). It then reads back
-what the cluster did: each pod (of a LeaderWorkerSet, each group's leader) becomes an instance row (workers.kube.observe), which the
-routing snapshot serves as it serves any instance; the scheduler's and the kubelet's warnings
-become service events; a rollout past its progress deadline pauses the service's status.
-Deleting a service deletes its root, and the garbage collector removes the rest.
+role, or, for instances across hosts, a LeaderWorkerSet per role: contracts.kube.lws) and hands
+placement, restarts and rolling updates to the cluster, and beside it what an active canary
+release's version renders (workers.kube.canary). It then reads back what the cluster did: each
+pod (of a LeaderWorkerSet, each group's leader) becomes an instance row (workers.kube.observe),
+which the routing snapshot serves as it serves any instance; the scheduler's and the kubelet's
+warnings become service events; a rollout past its progress deadline pauses the service's
+status. Deleting a service deletes its root, and the garbage collector removes the rest.
 """
 
 from __future__ import annotations
