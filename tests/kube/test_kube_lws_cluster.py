@@ -61,3 +61,38 @@ def test_a_service_updated_to_span_hosts_stops_its_deployment_and_says_why(kube,
     service = settle(kube, cluster, "chat")
     assert cluster.deployments(names.selector("chat")) == []
     assert lws.CRD in service.last_error and cannot_run("chat")
+
+
+@pytest.fixture
+def lws_cluster(start_kube, store, settings):
+    """A fake cluster with the LeaderWorkerSet CRD installed (its resource served; no
+    controller makes the groups' pods)."""
+    settings.WHARF_RUNTIME = "kubernetes"
+    kube = start_kube(leader_worker_sets=True)
+    return kube, Cluster(kube.api_client, "default")
+
+
+def test_with_the_crd_a_leader_worker_set_and_its_leaders_service_are_applied(lws_cluster):
+    kube, cluster = lws_cluster
+    deploy(across_hosts())
+    reconcile("chat", cluster, KUBE)
+    assert cannot_run("chat") == []
+    (found,) = cluster.leader_worker_sets(names.selector("chat"))
+    assert found["metadata"]["name"] == "chat"
+    group = found["spec"]["leaderWorkerTemplate"]
+    assert (found["spec"]["replicas"], group["size"]) == (1, 2)
+    root = kube.core.read_namespaced_config_map(names.root_name("chat"), "default")
+    assert found["metadata"]["ownerReferences"][0]["uid"] == root.metadata.uid
+    leaders = kube.core.read_namespaced_service(lws.leader_service_name("chat"), "default")
+    assert leaders.spec.selector[lws.LABEL_WORKER_INDEX] == "0"
+    assert cluster.deployments(names.selector("chat")) == []
+    # Back on one host: the set and its leaders' Service go, a Deployment comes.
+    update("chat", spec("chat", instances=1))
+    reconcile("chat", cluster, KUBE)
+    assert cluster.leader_worker_sets(names.selector("chat")) == []
+    assert [s.metadata.name for s in kube.core.list_namespaced_service("default").items] == []
+    assert len(cluster.deployments(names.selector("chat"))) == 1
+    made = set(kube.cluster.authorized)
+    assert {("create", lws.GROUP, lws.PLURAL), ("list", lws.GROUP, lws.PLURAL),
+            ("delete", lws.GROUP, lws.PLURAL), ("create", "", "services"),
+            ("delete", "", "services")} <= made  # fmt: skip
