@@ -235,8 +235,8 @@ def test_a_workers_rank_is_the_kubelets_expansion_of_lws_worker_index(args, expe
 def test_the_missing_crd_message_names_it_and_how_to_install_it():
     assert "leaderworkersets.leaderworkerset.x-k8s.io" in lws.NOT_INSTALLED
     assert "https://lws.sigs.k8s.io/docs/installation/" in lws.NOT_INSTALLED
-    assert "rbac-lws.yaml" in lws.NOT_INSTALLED
-    assert (Path(__file__).parents[1] / "deploy/kubernetes/base/rbac-lws.yaml").is_file()
+    assert "components/leaderworkerset" in lws.NOT_INSTALLED
+    assert (Path(__file__).parents[1] / "deploy/kubernetes/components/leaderworkerset").is_dir()
 
 
 def test_the_crd_file_names_its_source_and_license():
@@ -246,7 +246,7 @@ def test_the_crd_file_names_its_source_and_license():
 
 
 def test_the_lws_role_is_one_kubernetes_accepts_and_grants_what_the_runtime_calls():
-    path = Path(__file__).parents[1] / "deploy/kubernetes/base/rbac-lws.yaml"
+    path = Path(__file__).parents[1] / "deploy/kubernetes/components/leaderworkerset/rbac.yaml"
     docs = list(yaml.safe_load_all(path.read_text()))
     for doc in docs:
         kubernetes_validate.validate(doc, VERSIONS[0], strict=True)

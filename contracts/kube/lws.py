@@ -47,8 +47,8 @@ NOT_INSTALLED = (
     "CustomResourceDefinition (or Wharf's worker may not list them): install "
     f"LeaderWorkerSet (v0.6 or later; {INSTALL}, e.g. "
     "`kubectl apply --server-side -f https://github.com/kubernetes-sigs/lws/releases/download/"
-    "v0.7.0/manifests.yaml`) and grant Wharf's worker deploy/kubernetes/base/rbac-lws.yaml, "
-    "or set unit.size to 1"
+    "v0.7.0/manifests.yaml`) and grant Wharf's worker the Kustomize component "
+    "deploy/kubernetes/components/leaderworkerset, or set unit.size to 1"
 )
 # The label LWS sets on every pod of a group: "0" on the leader.
 LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"

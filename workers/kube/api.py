@@ -124,7 +124,8 @@ class Cluster:
     def leader_worker_sets(self, selector: str) -> list[dict] | None:
         """The namespace's LeaderWorkerSets matching `selector`; None when the cluster has no
         such resource (its CRD is not installed: the API answers 404) or Wharf may not list
-        them (403: deploy/kubernetes/base/rbac-lws.yaml not applied), so none of Wharf's."""
+        them (403: the Kustomize component deploy/kubernetes/components/leaderworkerset is not
+        applied), so none of Wharf's."""
         try:
             response = self.custom.list_namespaced_custom_object(
                 lws.GROUP, lws.VERSION, self.namespace, lws.PLURAL, label_selector=selector,
