@@ -74,7 +74,7 @@ class SizeFigures:
     notes: list[str] = field(default_factory=list)
 
 
-def targets(evict_within: float, nodes: int) -> list[Target]:
+def targets(evict_within: float) -> list[Target]:
     """The issue's targets; the CPU one (under one core for the whole control plane at 500
     nodes) per 100 nodes is 0.2 cores."""
     return [
@@ -104,7 +104,7 @@ def cell(target: Target, value: float | None) -> str:
 
 def table(lines: list[SizeFigures], evict_within: float) -> str:
     """One line per size, each figure beside its verdict; the targets in the heading."""
-    heads = targets(evict_within, lines[-1].nodes if lines else 0)
+    heads = targets(evict_within)
     header = ["nodes", "instances"] + [
         t.heading + ("" if t.limit is None else f" (≤{t.limit:g})") for t in heads
     ]

@@ -112,7 +112,8 @@ def run(nodes: list[SimNode], interval: float, beat_every: float) -> None:
     while True:
         began = time.monotonic()
         close_old_connections()
-        down = {name.decode() for name in client().smembers(DOWN_KEY)}
+        down = {name if isinstance(name, str) else name.decode()
+                for name in client().smembers(DOWN_KEY)}  # fmt: skip
         wake = woken(nodes)
         for node in nodes:
             if node.name in down:

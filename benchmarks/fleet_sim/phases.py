@@ -174,7 +174,8 @@ def publishes(watch: Watch, redis_url: str, times: int = 5) -> dict[str, float]:
             "reload_ms": figures.percentile(reloads, 50) * 1000}  # fmt: skip
 
 
-def json_version(text: bytes | None) -> tuple[int, int]:
+def json_version(text: bytes | str | None) -> tuple[int, int]:
+    """A snapshot's version and its number of services."""
     data = json.loads(text or b"{}")
     return int(data.get("version", 0)), len(data.get("services", {}))
 
