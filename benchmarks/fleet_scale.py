@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -51,6 +52,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="control-plane workers")
     parser.add_argument("--redis", help="a Redis database to use (flushed): default, its own")
     args = parser.parse_args()
+    # Stopped (timeout, Ctrl-C): the processes it started are stopped too (run_size's finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else [args.nodes]
     timing = Timing(window=args.window)
     call_command("migrate", verbosity=0)

@@ -71,6 +71,10 @@ def run_size(options: Options, timing: Timing, redis_url: str, home: Path) -> fi
         burst, found.routed = phases.burst(stack, watch, token, services, options.start_delay,
                                            120 + services * 2.0)  # fmt: skip
         found.values |= burst
+        if found.routed < found.instances:
+            found.notes.append(f"only {found.routed} of {found.instances} instances routed "
+                               f"within {120 + services * 2.0:g} s of the burst; the placed "
+                               "and routed figures are of those")  # fmt: skip
         time.sleep(timing.heartbeat + 2)  # the last writes of the burst settle
         found.values |= phases.steady_state(stack, watch, redis_url, options.nodes, timing.window)
         found.values |= phases.lists(stack, token)
