@@ -88,17 +88,16 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
 
     def all_routed() -> bool:
         stack.check_alive()
-        return len(figures.first_at_or_after(watch.loaded, watch.first_routed)) >= total
+        return len(watch.routed()) >= total
 
     with contextlib.suppress(TimeoutError):  # the figures of those routed; the caller
         wait_for(all_routed, seconds, f"all {total} instances routed", every=0.5)  # says so
     service_of = {name: service for name, service, _ in watch.rows}
-    for name in watch.first_routed:  # placed and routed after the last look at the rows
+    routed_at = watch.routed()
+    for name in routed_at:  # placed and routed after the last look at the rows
         service_of.setdefault(name, name.rsplit("-", 1)[0])
-    placed = figures.since_create(created, watch.placed, service_of)
-    routed = figures.since_create(
-        created, figures.first_at_or_after(watch.loaded, watch.first_routed), service_of, delay
-    )
+    placed = figures.since_create(created, watch.placed_at(), service_of)
+    routed = figures.since_create(created, routed_at, service_of, delay)
     return {
         "create_p99_ms": figures.percentile(latencies, 99) * 1000,
         "placed_p50_s": figures.percentile(placed, 50),

@@ -20,6 +20,7 @@ import httpx
 import redis
 from django.db import connection
 
+from benchmarks.fleet_sim.figures import first_at_or_after
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
 from controlplane.services.models import Instance
 
@@ -100,6 +101,14 @@ class Watch:
                 except (httpx.HTTPError, KeyError, ValueError):
                     continue
                 self.loaded.setdefault(version, time.monotonic())
+
+    def routed(self) -> dict[str, float]:
+        """Instance → when the gateway first served a snapshot routing it (copies of what the
+        threads are still adding to)."""
+        return first_at_or_after(dict(self.loaded), dict(self.first_routed))
+
+    def placed_at(self) -> dict[str, float]:
+        return dict(self.placed)
 
     def gateway_loaded(self, version: int, seconds: float) -> float | None:
         """When the gateway first served `version` or a later one (None: not within `seconds`)."""
