@@ -27,12 +27,13 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from contracts.routing import RoutedService, Snapshot
-from gateway import errors, metrics
-from gateway.metrics import Metrics
-from gateway.pd import by_role
+from gateway import errors
+from gateway.observe import metrics
+from gateway.observe.metrics import Metrics
+from gateway.routing.pd import by_role
 
 QUEUE_FULL, TIMED_OUT, CLIENT_LEFT, REMOVED = "queue_full", "timed_out", "client_left", "removed"
-# nginx's status for "the client closed the connection before the answer" (as gateway.proxy).
+# nginx's status for "the client closed the connection before the answer" (as gateway.relay.proxy).
 _CLIENT_CLOSED = 499
 
 

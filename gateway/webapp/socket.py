@@ -1,5 +1,5 @@
 """A web application's WebSockets (Gradio's queue, ComfyUI's progress), relayed message by
-message between the browser and the instance its pass's session is on (gateway.webapp).
+message between the browser and the instance its pass's session is on (gateway.webapp.pages).
 
 Refused before the handshake completes (uvicorn answers 403) without a pass to the service,
 or when the page that opens it is another site's (its Origin is not the gateway's own host):
@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.typing import Subprotocol
 
 from contracts import engine_tls
-from gateway.webapp import app_headers, app_path, pass_of, pick_instance, web_service
+from gateway.webapp.pages import app_headers, app_path, pass_of, pick_instance, web_service
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ the request went out on it is tried once more, afresh, when the request may be r
 its method is idempotent (RFC 9110 9.2.2) or it carries an Idempotency-Key; or the close
 came within `reuse.UNREAD_WINDOW_S` of the request, before the engine could have acted on
 it (an idle timer firing, not an engine that read a request and then died: it would first
-have to run it). The rules are in gateway.reuse.
+have to run it). The rules are in gateway.relay.reuse.
 
 HEAD answers, and 204 and 304 ones, end with their head: no body is waited for.
 """
@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from contracts import engine_tls
-from gateway import reuse
+from gateway.relay import reuse
 
 
 class UpstreamError(Exception):

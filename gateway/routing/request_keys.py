@@ -1,4 +1,4 @@
-"""What a request offers the cache-aware routing policies (gateway.policies.RoutingKey): its
+"""What a request offers the cache-aware routing policies (gateway.routing.policies.RoutingKey): its
 prompt's text for prefix_cache, its session header for session. Only what a policy in use
 needs is read.
 
@@ -15,7 +15,7 @@ import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from gateway.policies import BLOCK_CHARS, MAX_BLOCKS, PREFIX_CACHE, SESSION, RoutingKey
+from gateway.routing.policies import BLOCK_CHARS, MAX_BLOCKS, PREFIX_CACHE, SESSION, RoutingKey
 
 PROMPT_CHARS = BLOCK_CHARS * MAX_BLOCKS
 # A session id longer than this is cut: it is only hashed.

@@ -23,8 +23,9 @@ from contracts.eas_signature import SignedCall, body_matches, date_problem, sign
 from contracts.routing import Snapshot
 from contracts.token_sealing import open_token, sealing_key
 from contracts.tokens import token_digest
-from gateway import errors, metrics
-from gateway.metrics import Metrics
+from gateway import errors
+from gateway.observe import metrics
+from gateway.observe.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The EAS form of call: /api/predict/<service>/<path> goes to <instance>/<path>.
 
 The service is named in the URL; the path reaches its engine only if the engine's routes allow
-it (contracts.engine_routes), matched on the path decoded and normalised (gateway.eas_paths),
+it (contracts.engine_routes), matched on the path decoded and normalised (gateway.eas.paths),
 and an inference route's body is read as the OpenAI form reads it: the same checks, the same
 tokens charged in advance, the same usage metered.
 """
@@ -25,10 +25,13 @@ from contracts.engine_routes import (
 )
 from contracts.routing import RoutedService
 from contracts.service_groups import RoutedGroup
-from gateway import body as bodies
-from gateway import callers, errors, groups, signing
-from gateway.eas_paths import EnginePath, PathRefusal, engine_path
-from gateway.forwarding import (
+from gateway import callers, errors
+from gateway.eas import signing
+from gateway.eas.paths import EnginePath, PathRefusal, engine_path
+from gateway.plane import EAS_FORM
+from gateway.queues.relay import SINK, relay
+from gateway.relay import body as bodies
+from gateway.relay.forwarding import (
     CallBody,
     forward,
     runtime_of,
@@ -36,8 +39,7 @@ from gateway.forwarding import (
     with_adapter,
     with_model,
 )
-from gateway.plane import EAS_FORM
-from gateway.queues.relay import SINK, relay
+from gateway.routing import groups
 from gateway.runtime import Runtime
 
 
@@ -187,7 +189,7 @@ def _call_body(
 
 def _eas_tail(request: Request) -> str:
     """The path after /api/predict/<service>, still percent-encoded as the client sent it:
-    gateway.eas_paths decodes it once, itself."""
+    gateway.eas.paths decodes it once, itself."""
     raw_path: bytes | None = request.scope.get("raw_path")
     if raw_path is None:
         return request.path_params.get("path", "")

@@ -1,5 +1,5 @@
-"""From an authorized, parsed request to the response that forwards it (gateway.proxy): what
-both forms of call (gateway.app's OpenAI routes, gateway.eas_form) share."""
+"""From an authorized, parsed request to the response that forwards it (gateway.relay.proxy): what
+both forms of call (gateway.app's OpenAI routes, gateway.eas.form) share."""
 
 from __future__ import annotations
 
@@ -12,16 +12,17 @@ from starlette.responses import Response
 
 from contracts.engine_routes import GENERATION
 from contracts.routing import RoutedService
-from gateway import body as bodies
-from gateway import errors, request_id
+from gateway import errors
 from gateway.callers import Caller
-from gateway.headers import upstream_request_headers
-from gateway.limit_rules import instance_bounds
-from gateway.limits import Demand
-from gateway.pd import PrefillLeg, by_role
+from gateway.limits.admission import Demand
+from gateway.limits.rules import instance_bounds
 from gateway.plane import EAS_FORM, Call
-from gateway.proxy import ProxyResponse
-from gateway.request_keys import routing_key
+from gateway.relay import body as bodies
+from gateway.relay import request_id
+from gateway.relay.headers import upstream_request_headers
+from gateway.relay.proxy import ProxyResponse
+from gateway.routing.pd import PrefillLeg, by_role
+from gateway.routing.request_keys import routing_key
 from gateway.runtime import Runtime
 
 
@@ -86,7 +87,7 @@ def forward(
     prefill, policy, used = None, service.routing, {service.routing}
     if service.pd is not None:
         # A prefill/decode service: decode instances answer, after a prefill leg for
-        # generation calls (gateway.pd), which the service's routing policy ranks.
+        # generation calls (gateway.routing.pd), which the service's routing policy ranks.
         if data is not None and body.kind == GENERATION:
             prefill = PrefillLeg(service.pd, by_role(service.instances, "prefill"), data)
         policy = service.pd.decode_policy
@@ -135,7 +136,7 @@ async def serviceable(
     form: str,
 ) -> RoutedService | Response:
     """The service with instances to serve the request (held while a service scaled to zero
-    starts one: gateway.activation), or the answer why not; `generation`: a call that needs
+    starts one: gateway.routing.activation), or the answer why not; `generation`: a call that needs
     a prefill instance too."""
     return await runtime.activator.serviceable(
         runtime.watcher.current, service, generation, request.receive, arrived,

@@ -24,9 +24,10 @@ from contracts.service_groups import (
     sticky_choice,
 )
 from contracts.usage import SERVICE_TOKEN_ID
-from gateway import errors, metrics
+from gateway import errors
 from gateway.callers import Caller
-from gateway.metrics import Metrics
+from gateway.observe import metrics
+from gateway.observe.metrics import Metrics
 
 
 class GroupSplit:

@@ -1,6 +1,6 @@
 """The balancer: the state routing needs (requests in flight, turns, cool-downs, the prefix
 table, the engines' figures), and the ranking of a service's instances by its policy
-(gateway.policies, pure); no I/O.
+(gateway.routing.policies, pure); no I/O.
 
 Counting in-flight requests per instance suits LLM engines: a request's cost varies by
 orders of magnitude (a long generation vs a short one), so spreading by what is still
@@ -19,8 +19,8 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 
 from contracts.routing import RoutedInstance
-from gateway import policies
-from gateway.policies import EngineFigures, Load, PrefixTable, RoutingKey
+from gateway.routing import policies
+from gateway.routing.policies import EngineFigures, Load, PrefixTable, RoutingKey
 
 
 class Balancer:
@@ -32,7 +32,8 @@ class Balancer:
         self._turn: dict[str, int] = {}
         self._cooling: dict[str, float] = {}  # url -> monotonic time it may be used again
         self.prefixes = PrefixTable(prefix_blocks)
-        # url -> the engine's latest figures (gateway.engine_figures replaces it every second).
+        # url -> the engine's latest figures (gateway.routing.engine_figures replaces it every
+        # second).
         self.figures: Mapping[str, EngineFigures] = {}
 
     def in_flight(self, url: str) -> int:
@@ -46,8 +47,8 @@ class Balancer:
         policy: str = policies.LEAST_OUTSTANDING,
         key: RoutingKey | None = None,
     ) -> list[RoutedInstance]:
-        """Candidates best first by `policy` (gateway.policies): healthy before cooling, ties
-        in turn. `service` names the pool (a service, or its prefill instances): turns and
+        """Candidates best first by `policy` (gateway.routing.policies): healthy before cooling,
+        ties in turn. `service` names the pool (a service, or its prefill instances): turns and
         prefix blocks are its own. Under prefix_cache the first candidate becomes the owner of
         the prompt's blocks no other instance of the pool owns, even when it is the only one
         (so that it keeps them once the service has more)."""

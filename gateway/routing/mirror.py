@@ -23,8 +23,8 @@ from contracts.call_figures import MIRROR
 from contracts.routing import RoutedService, Snapshot
 from contracts.usage import MIRROR_KEY_ID, usage_model
 from gateway.plane import Call, Plane
-from gateway.taps import EventTooLargeError, JsonTap, SseTap
-from gateway.upstream import Answer, UpstreamError
+from gateway.relay.taps import EventTooLargeError, JsonTap, SseTap
+from gateway.relay.upstream import Answer, UpstreamError
 
 log = logging.getLogger(__name__)
 

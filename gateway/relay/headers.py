@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from starlette.datastructures import Headers
 
 from contracts.routing import RoutedInstance
-from gateway.request_id import HEADER as REQUEST_ID
+from gateway.relay.request_id import HEADER as REQUEST_ID
 
 # RFC 9110 section 7.6.1: meaningful for one connection only, never forwarded.
 HOP_BY_HOP = frozenset(
@@ -27,10 +27,10 @@ HOP_BY_HOP = frozenset(
 # The token is for the gateway; engines must never see it (nor log it): they get their own
 # key instead (gateway.engine_auth). The gateway has the whole body before it calls an
 # engine, so the client's Expect is answered already. The request's id is the gateway's
-# choice (gateway.request_id), not necessarily the client's.
+# choice (gateway.relay.request_id), not necessarily the client's.
 _REQUEST_DROP = HOP_BY_HOP | {"host", "authorization", "content-length", "expect", REQUEST_ID}
 # uvicorn writes its own; passing the engine's too would duplicate them. The request's id
-# is added to every answer by gateway.request_id (vLLM echoes it: it would come twice).
+# is added to every answer by gateway.relay.request_id (vLLM echoes it: it would come twice).
 _RESPONSE_DROP = frozenset(
     name.encode() for name in HOP_BY_HOP | {"server", "date", "x-wharf-instance", REQUEST_ID}
 )

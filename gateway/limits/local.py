@@ -1,11 +1,11 @@
-"""The limits' algorithms for this process alone (gateway.limits' fallback while Redis is down):
-the same sliding logs and leases as the Lua script, in memory."""
+"""The limits' algorithms for this process alone (gateway.limits.admission's fallback while Redis
+is down): the same sliding logs and leases as the Lua script, in memory."""
 
 from __future__ import annotations
 
 from collections import deque
 
-from gateway.limit_rules import (
+from gateway.limits.rules import (
     ADMITTED,
     FIRST_INSTANCE,
     KEY_LEASES,

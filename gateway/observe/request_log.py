@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from contracts.routing import RequestLogRouting, Snapshot
 from contracts.spec_request_log import DEFAULT_KEEP_DAYS
 from contracts.usage import usage_model
-from gateway import request_id
+from gateway.relay import request_id
 
 if TYPE_CHECKING:
     from gateway.plane import Call

@@ -1,6 +1,6 @@
 """Rate, token, concurrency and queue limits, counted atomically in Redis across gateways.
 
-Every limit is checked and taken by one Lua script (ADMIT, in gateway.limit_scripts), so one
+Every limit is checked and taken by one Lua script (ADMIT, in gateway.limits.scripts), so one
 round trip admits or refuses a request against all of its limits at once, and any number of
 gateway processes share the counts exactly. A refused request takes nothing.
 
@@ -20,7 +20,8 @@ Algorithms (all windows slide, all counts are exact):
   third of it.
 
 With worker_threads, a request admitted where every worker slot is taken holds its place in
-the instance's queue and waits in the gateway for a slot (`wait_for_slot`, gateway.slot_waits).
+the instance's queue and waits in the gateway for a slot (`wait_for_slot`,
+gateway.limits.slot_waits).
 
 Ending a request (freeing its leases, correcting its tokens) costs no round trip of its
 own when another request follows within 10 ms: it rides along with that request's ADMIT
@@ -32,7 +33,7 @@ Redis layout, under `prefix` (``wharf:limit:``), every key expiring once idle:
 ``svc:<service>:leases``, ``instance:<url>:leases`` and ``instance:<url>:workers``. Times
 come from Redis (TIME), so gateways' clocks do not matter.
 
-Without Redis (unreachable), the same algorithms run in-process (gateway.local_limits): each
+Without Redis (unreachable), the same algorithms run in-process (gateway.limits.local): each
 gateway process then enforces every limit on its own, so N processes admit up to N times
 a limit until Redis is back. That keeps the data plane serving through an outage. An operator
 may choose otherwise (WHARF_LIMITS_ON_REDIS_DOWN): `open` admits limited calls uncounted,
@@ -59,7 +60,9 @@ from redis.exceptions import NoScriptError, RedisError
 
 from gateway.background import cancel
 from gateway.health import UNREACHABLE, RedisHealth
-from gateway.limit_rules import (
+from gateway.limits.local import LocalLimits
+from gateway.limits.pipelined import PipelinedRedis
+from gateway.limits.rules import (
     ADMITTED,
     FIRST_INSTANCE,
     KEY_LEASES,
@@ -77,10 +80,8 @@ from gateway.limit_rules import (
     limit_headers,
     refusal,
 )
-from gateway.limit_scripts import ADMIT_LUA, RENEW_LUA, SLOT_LUA
-from gateway.local_limits import LocalLimits
-from gateway.pipelined import PipelinedRedis
-from gateway.slot_waits import FIRST_WAIT_S, SlotWaits, backoff
+from gateway.limits.scripts import ADMIT_LUA, RENEW_LUA, SLOT_LUA
+from gateway.limits.slot_waits import FIRST_WAIT_S, SlotWaits, backoff
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
-"""The Redis Lua scripts of the limits (gateway.limits): ADMIT checks and takes every limit of a
-request in one round trip; RENEW extends a live gateway's leases. Times come from Redis (TIME).
+"""The Redis Lua scripts of the limits (gateway.limits.admission): ADMIT checks and takes every
+limit of a request in one round trip; RENEW extends a live gateway's leases. Times come from Redis
+(TIME).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 # First settles earlier requests (lease releases, token corrections) that rode along, then
 # admits this one; settling alone is the same call with every limit 0.
 # KEYS: service rps log, key rpm log, key tpm log, key tpm amounts, key leases, service leases
-# (gateway.limit_rules' slots); the candidate instances' lease sets (outstanding requests),
+# (gateway.limits.rules' slots); the candidate instances' lease sets (outstanding requests),
 # best first; with worker slots, the same instances' worker sets; the lease sets to release
 # from; the (tpm log, amounts) pairs to correct.
 # ARGV: id, rps, second ms, rpm, tpm, tokens, minute ms, max concurrency, lease ms, queue,

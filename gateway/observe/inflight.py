@@ -1,7 +1,7 @@
 """This gateway's requests in flight per instance, reported to Redis as contracts.inflight lays
 out, so that the control plane knows when an instance it took out of routing is drained; with
-them the autoscaler's signals: requests/s per service (gateway.request_rates) and requests
-held per service scaled to zero (gateway.activation).
+them the autoscaler's signals: requests/s per service (gateway.observe.request_rates) and requests
+held per service scaled to zero (gateway.routing.activation).
 
 The counts are the balancer's, which every call to an engine holds from connecting until the
 answer's last byte (both legs of prefill/decode routing included). The balancer counts by
@@ -30,8 +30,8 @@ from contracts.inflight import (
 )
 from contracts.routing import Snapshot
 from gateway.background import cancel
-from gateway.balancer import Balancer
 from gateway.health import UNREACHABLE, RedisHealth
+from gateway.routing.balancer import Balancer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class InflightReporter:
         self._task: asyncio.Task[None] | None = None
 
     def held_by(self, held: Callable[[], dict[str, int]]) -> None:
-        """Where the requests held per service come from (gateway.activation, which nudges
+        """Where the requests held per service come from (gateway.routing.activation, which nudges
         this reporter, so it is made after it)."""
         self._held = held
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gateway import metrics
+from gateway.observe import metrics
 
 # Verdict codes shared by the script and LocalLimits.
 ADMITTED, OVER_RPS, OVER_RPM, OVER_TPM, TOO_LARGE, OVER_CONCURRENCY, QUEUE_FULL = range(7)

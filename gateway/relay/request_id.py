@@ -3,7 +3,7 @@
 A caller's id is kept when it is 1 to 128 visible ASCII characters (it then fits a header and
 a log line unchanged); anything else, or none, is replaced by 32 new hex digits. The id goes
 to the engine on every upstream request (both legs of a prefill/decode call:
-gateway.headers.upstream_request_headers), comes back in the answer's head whoever made the
+gateway.relay.headers.upstream_request_headers), comes back in the answer's head whoever made the
 answer (the engine, or the gateway's own 401, 404, 429, 502, ...), and is on every line
 logged while the request is served, the access log's included (contracts.log_format).
 

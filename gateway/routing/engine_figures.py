@@ -21,9 +21,9 @@ from redis.exceptions import RedisError
 from contracts import engine_load
 from contracts.routing import RoutedService, Snapshot
 from gateway.background import cancel
-from gateway.balancer import Balancer
 from gateway.health import UNREACHABLE, RedisHealth
-from gateway.policies import KV_CACHE_LOAD, EngineFigures
+from gateway.routing.balancer import Balancer
+from gateway.routing.policies import KV_CACHE_LOAD, EngineFigures
 
 log = logging.getLogger(__name__)
 

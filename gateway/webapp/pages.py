@@ -7,7 +7,7 @@ Routes (gateway.app):
 - any method on /web/<service>/<path>: the app's <path> on one of its instances (the same one
   for one browser session, while it serves), its answer streamed back with its redirects and
   cookies kept under the prefix;
-- WebSockets on the same paths (gateway.webapp_socket).
+- WebSockets on the same paths (gateway.webapp.socket).
 
 Without a pass, or with another service's: 401, and nothing reaches the app. A service without
 enable_webservice has no web routes at all (404), tickets included. The pass's cookie is never
@@ -28,10 +28,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 
 from contracts import engine_tls, webapp
 from contracts.routing import RoutedInstance, RoutedService
-from gateway import errors, metrics
-from gateway.forwarding import runtime_of
-from gateway.headers import HOP_BY_HOP, upstream_request_headers
-from gateway.proxy import CLIENT_CLOSED
+from gateway import errors
+from gateway.observe import metrics
+from gateway.relay.forwarding import runtime_of
+from gateway.relay.headers import HOP_BY_HOP, upstream_request_headers
+from gateway.relay.proxy import CLIENT_CLOSED
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 _ANSWER_DROP = HOP_BY_HOP | {"server", "date", "content-length"}

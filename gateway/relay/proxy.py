@@ -7,7 +7,7 @@ or mid-stream) the upstream request is cancelled and its connection closed, whic
 an OpenAI-compatible engine learns to abort the generation and free its batch slot. It is
 also where the limits are taken and, whatever happens, given back.
 
-Upstream calls go through gateway.upstream, one set of connection pools per process: a lean
+Upstream calls go through gateway.relay.upstream, one set of connection pools per process: a lean
 HTTP/1.1 client, since its cost is paid on every request.
 """
 
@@ -25,23 +25,24 @@ from starlette.types import Receive, Scope, Send
 
 from contracts.routing import RoutedInstance
 from contracts.usage import usage_model
-from gateway import errors, metrics
+from gateway import errors
 from gateway.config import AnswerCaps
-from gateway.headers import client_response_headers
-from gateway.limit_rules import Refusal
-from gateway.limits import Admission, Demand
+from gateway.limits.admission import Admission, Demand
+from gateway.limits.rules import Refusal
+from gateway.observe import metrics
+from gateway.observe.request_log import call_entry, keep_head
+from gateway.observe.tracing import Span, SpanKind, operation
 from gateway.plane import EAS_FORM, OPENAI_FORM, Call, Plane
-from gateway.prefill import run_prefill
-from gateway.request_log import call_entry, keep_head
-from gateway.taps import EventTooLargeError, JsonTap, SseTap
-from gateway.tracing import Span, SpanKind, operation
-from gateway.upstream import (
+from gateway.relay.headers import client_response_headers
+from gateway.relay.taps import EventTooLargeError, JsonTap, SseTap
+from gateway.relay.upstream import (
     Answer,
     ConnectFailedError,
     UpstreamBrokenError,
     UpstreamError,
     UpstreamTimeoutError,
 )
+from gateway.routing.prefill import run_prefill
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,10 @@ class ProxyResponse(Response):
         self.call = call
         self.status_code = 0  # known once the engine answers
         self.background = None
-        self.on_admitted = on_admitted  # told once the limits took the call (gateway.mirror)
-        self.span: Span | None = None  # the call's span, when tracing is on (gateway.tracing)
+        # told once the limits took the call (gateway.routing.mirror)
+        self.on_admitted = on_admitted
+        # the call's span, when tracing is on (gateway.observe.tracing)
+        self.span: Span | None = None
         self.asked = call.body  # the request as the caller sent it, for the request log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,6 +1,6 @@
 """Waiting for a worker slot at an instance (metadata.rpc.worker_threads) without spinning Redis.
 
-A request queued at an instance asks Redis for a slot (gateway.limit_scripts' SLOT), then
+A request queued at an instance asks Redis for a slot (gateway.limits.scripts' SLOT), then
 sleeps: a short while at first, twice as long after each miss, at most MAX_WAIT_S, with
 jitter so that waiters spread out. A slot this process frees wakes this process's waiters at
 that instance at once (`SlotWaits.wake`, once Redis has the release); a slot freed by another

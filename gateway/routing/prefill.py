@@ -1,4 +1,4 @@
-"""The prefill leg of a prefill/decode service's request (gateway.pd has its bodies).
+"""The prefill leg of a prefill/decode service's request (gateway.routing.pd has its bodies).
 
 Its answer (one token, and the connector's transfer parameters) is read whole, up to the
 gateway's cap (WHARF_GATEWAY_MAX_PREFILL_ANSWER_BYTES), and never relayed: only decode's
@@ -12,10 +12,11 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway import errors, metrics
-from gateway.pd import PrefillLeg, prefill_body, with_transfer_params
+from gateway import errors
+from gateway.observe import metrics
 from gateway.plane import Call, Plane
-from gateway.upstream import AnswerTooLargeError, UpstreamBrokenError, UpstreamError
+from gateway.relay.upstream import AnswerTooLargeError, UpstreamBrokenError, UpstreamError
+from gateway.routing.pd import PrefillLeg, prefill_body, with_transfer_params
 
 
 async def run_prefill(plane: Plane, call: Call, leg: PrefillLeg) -> bytes | Response:
