@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import copy
 import gzip
+import os
+import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -257,3 +260,26 @@ def test_the_lws_role_is_one_kubernetes_accepts_and_grants_what_the_runtime_call
         (lws.GROUP, lws.PLURAL): {"create", "patch", "list", "delete"},
         ("", "services"): {"create", "patch", "delete"},
     }
+
+
+def test_the_component_adds_the_role_to_an_overlay_bound_to_the_worker(tmp_path):
+    kube = Path(__file__).parents[1] / "deploy/kubernetes"
+    # Kustomize takes only relative paths to other kustomizations.
+    production = os.path.relpath(kube / "overlays/production", tmp_path)
+    component = os.path.relpath(kube / "components/leaderworkerset", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": [production], "components": [component]})
+    )
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl not found: Kustomize comes with kubectl 1.27 or later"
+    run = subprocess.run([kubectl, "kustomize", str(tmp_path)], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    docs = [d for d in yaml.safe_load_all(run.stdout) if d]
+    (binding,) = [d for d in docs if d["metadata"]["name"] == "wharf-worker-lws"
+                  and d["kind"] == "RoleBinding"]  # fmt: skip
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    assert binding["subjects"][0]["name"] in accounts  # the worker the overlay runs
+    assert binding["metadata"]["namespace"] == binding["subjects"][0]["namespace"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, VERSIONS[0], strict=True)
