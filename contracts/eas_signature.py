@@ -7,7 +7,7 @@ custom URL: the token never travels; the request carries
                         "POST\\n<Content-MD5>\\n<Content-Type>\\n<Date>\\n<path>")>
 
 Pure: what is signed, whether a signature is a token's, whether a Date is fresh and whether a
-body is the one its Content-MD5 names. The gateway (gateway.signing) does the I/O.
+body is the one its Content-MD5 names. The gateway (gateway.eas.signing) does the I/O.
 """
 
 from __future__ import annotations

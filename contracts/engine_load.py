@@ -25,7 +25,7 @@ A sample, JSON::
 A field the engine does not report is left out. Rates (hit rate, TTFT, tokens/s) come from
 two samples' counters (``rates``). An engine serving LoRA adapters also has
 ``wharf:engine:adapters:<instance>``: the adapters its requests use now, a JSON list, expiring
-after ``STALE`` seconds (the LoRA-aware routing in gateway.policies).
+after ``STALE`` seconds (the LoRA-aware routing in gateway.routing.policies).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ in clear.
   reports its instances' URLs as https://.
 - The gateways and the workers verify those certificates against WHARF_ENGINE_TLS_CA (a CA
   bundle; unset: the system's CAs) on every call to an https:// instance: the gateway's own
-  client (gateway.upstream), its web-app relay and WebSockets, and the workers' readiness
+  client (gateway.relay.upstream), its web-app relay and WebSockets, and the workers' readiness
   checks, warm-up, adapter loading and metrics scrapes.
 """
 

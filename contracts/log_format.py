@@ -3,11 +3,11 @@
 Each line has a UTC timestamp with milliseconds, the level, the logger and the message, and
 the request's id when one is being served (REQUEST_ID, set by the gateway per request):
 
-    2026-11-24T10:15:02.371Z INFO gateway.proxy: instance a failed request_id=4f0c...
+    2026-11-24T10:15:02.371Z INFO gateway.relay.proxy: instance a failed request_id=4f0c...
 
 or, with WHARF_LOG_FORMAT=json, one JSON object per line:
 
-    {"timestamp": "2026-11-24T10:15:02.371Z", "level": "INFO", "logger": "gateway.proxy",
+    {"timestamp": "2026-11-24T10:15:02.371Z", "level": "INFO", "logger": "gateway.relay.proxy",
      "message": "instance a failed", "request_id": "4f0c..."}
 
 `logging_config()` is the dictConfig every process applies (Django's LOGGING, uvicorn's

@@ -32,7 +32,8 @@ Snapshot JSON::
           "routing": "least_outstanding",  # | prefix_cache | kv_cache_load | session
           "session_header": "x-session-id",# the header routing "session" reads
           "scale_from_zero": false,        # autoscaler min 0: with no instance, hold the
-                                           # request (gateway/activation.py) until one serves
+                                           # request (gateway/routing/activation.py) until
+                                           # one serves
           "adapters": ["sql", "chat"],     # LoRA adapters: models "<name>:<adapter>"
           "engine": "vllm",                # whose API its instances serve (contracts.engines:
                                            # "custom" for a given command): which routes the
@@ -41,9 +42,10 @@ Snapshot JSON::
                                            # under /web/<service>/ (contracts.webapp)
           "job": false,                    # metadata.workload_type elasticjob: it takes no
                                            # calls (409 naming the job)
-          "mirror": {"targets": ["qwen-next"], "ratio": 10},  # absent: none (gateway.mirror)
+          "mirror": {"targets": ["qwen-next"], "ratio": 10},  # absent: none
+                                           # (gateway.routing.mirror)
           "canary_weight": 10,             # a canary's share, %: its instances are those with
-                                           # "track": "canary" (gateway.canary); absent: 0
+                                           # "track": "canary" (gateway.routing.canary); absent: 0
           "queue": {"window": 5}           # metadata.type Async: EAS form calls go to its queues,
                                            # each instance fed `window` items at most; absent: none
         }
@@ -151,11 +153,11 @@ class RoutedService:
     # a token issued before Wharf sealed them has none, and is presented in clear only.
     sealed_tokens: frozenset[str] = frozenset()
     # EAS's ServiceMirror: `mirror_ratio` % of its calls are also sent to each service of
-    # `mirror_targets`, whose answers are discarded (gateway.mirror).
+    # `mirror_targets`, whose answers are discarded (gateway.routing.mirror).
     mirror_targets: tuple[str, ...] = ()
     mirror_ratio: int = 0
     # A canary release's share of its calls, percent: its "canary" instances take that share,
-    # the others the rest (gateway.canary).
+    # the others the rest (gateway.routing.canary).
     canary_weight: int = 0
     # metadata.type Async: calls in EAS form go to its input queue and its sink
     # (gateway.queues); the gateways feed its instances `queue_window` items each at most.

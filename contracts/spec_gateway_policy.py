@@ -3,7 +3,7 @@ global requests/s and in-flight caps) and `metadata.rpc.worker_threads` (each in
 concurrency), as spec mixins (contracts.spec_cloud.Networking, contracts.spec.Rpc), and how
 they become the routing snapshot's numbers (`service_rate_limit`, `policy_limit`).
 
-The gateway enforces them across all its processes (gateway.limits):
+The gateway enforces them across all its processes (gateway.limits.admission):
 - `gateway_policy.rate_limit` and `metadata.rpc.rate_limit` are both requests per second for
   the whole service; given both, the lower wins. (EAS means rpc.rate_limit per instance; Wharf
   has always counted it for the service, like the gateway policy's.)

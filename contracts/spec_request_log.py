@@ -6,7 +6,7 @@ when the service asks for it, for as many days as it says.
 This is the purpose of EAS's `sinker` (every request and answer persisted). `sinker` itself
 stays a cloud-only field (contracts.spec_cloud): its configuration names MaxCompute tables and
 SLS logstores, which Wharf has no equivalent of; Wharf's log is JSON lines on the gateways'
-hosts (gateway.request_log), which a team's log shipper can take from there. Pure.
+hosts (gateway.observe.request_log), which a team's log shipper can take from there. Pure.
 """
 
 from __future__ import annotations

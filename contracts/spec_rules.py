@@ -315,12 +315,6 @@ def runtime_checks(spec: ServiceSpec, runtime: str) -> dict[str, list[str]]:
             "this server hands its services to Kubernetes, which Wharf does not render a Job "
             "for yet: deploy it as a service, or on a Docker or process server"
         ]
-    if spec.unit_size() > 1 and runtime == KUBERNETES:
-        errors["unit.size"] = [
-            "an instance across hosts runs on Wharf's own nodes (the Docker or process "
-            "runtime); this server hands its services to Kubernetes, which Wharf does not "
-            "render a LeaderWorkerSet for yet: use unit.size 1, or a Docker or process server"
-        ]
     for i, entry in enumerate(spec.storage):
         if entry.dataset is not None and runtime == PROCESS:
             errors[f"storage[{i}].dataset"] = [

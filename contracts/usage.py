@@ -22,8 +22,8 @@ from contracts.routing import ADAPTER_SEPARATOR
 USAGE_PREFIX = "wharf:usage:"
 FLUSHING_SUFFIX = ":flushing"
 SERVICE_TOKEN_ID = "-"
-# The key id of the copies a gateway mirrors to a service (gateway.mirror): their tokens count
-# to that service's usage, apart from its callers'.
+# The key id of the copies a gateway mirrors to a service (gateway.routing.mirror): their tokens
+# count to that service's usage, apart from its callers'.
 MIRROR_KEY_ID = "~mirror"
 # latency_ms and ttft_ms are sums over the minute's requests (averages = sum / requests),
 # so the console can chart latency and time to first token without a metrics store.

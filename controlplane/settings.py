@@ -380,7 +380,7 @@ WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
 WHARF_BEAT_LEASE_S = envfloat("WHARF_BEAT_LEASE_S", 8.0, minimum=1.0)
 WHARF_HEALTH_TIMEOUT = envint("WHARF_HEALTH_TIMEOUT", 900)
 WHARF_GATEWAY_URL = envstr("WHARF_GATEWAY_URL", "http://127.0.0.1:9000")
-# Traces (gateway.tracing): the OTLP/HTTP collector the gateway sends its spans to, and the
+# Traces (gateway.observe.tracing): the OTLP/HTTP collector the gateway sends its spans to, and the
 # address the engines reach it at, which vLLM's --otlp-traces-endpoint is rendered with
 # (contracts.engines.vllm); "" : engines trace nothing.
 WHARF_OTLP_ENDPOINT = envstr("WHARF_OTLP_ENDPOINT") or envstr("OTEL_EXPORTER_OTLP_ENDPOINT")

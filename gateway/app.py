@@ -11,14 +11,14 @@ Routes:
   (gateway.queues.batches); the feeder runs the batches' requests.
 - GET  /healthz  liveness, with the routing snapshot's version.
 - GET  /readyz  readiness: 503 until a routing snapshot has been read.
-- GET  /metrics  Prometheus metrics (gateway.metrics), for the operator's scraper only
-  (gateway.metrics_access).
+- GET  /metrics  Prometheus metrics (gateway.observe.metrics), for the operator's scraper only
+  (gateway.observe.metrics_access).
 - /web/{service}/…  the web UI of a service with metadata.enable_webservice, pages and
-  WebSockets, for browsers the console signed in (gateway.webapp).
+  WebSockets, for browsers the console signed in (gateway.webapp.pages).
 
 A request is authorized by its service's own token or by an API key in the snapshot
-(gateway.callers) before its body is read, then admitted by the limits (gateway.limits)
-and forwarded (gateway.proxy).
+(gateway.callers) before its body is read, then admitted by the limits (gateway.limits.admission)
+and forwarded (gateway.relay.proxy).
 """
 
 from __future__ import annotations
@@ -39,12 +39,18 @@ from starlette.types import Receive, Scope, Send
 from contracts.engine_routes import GENERATION, POOLING, RESPONSES
 from contracts.routing import ModelMatch, RoutedService
 from contracts.webapp import SIGNIN_PATH
-from gateway import body as bodies
-from gateway import callers, errors, groups, metrics, request_id
+from gateway import callers, errors
 from gateway.callers import Caller
 from gateway.config import Settings, load_settings
-from gateway.eas_form import predict
-from gateway.forwarding import (
+from gateway.eas.form import predict
+from gateway.observe import metrics
+from gateway.observe.metrics_access import metrics_response
+from gateway.plane import OPENAI_FORM
+from gateway.queues.batches import files_and_batches
+from gateway.queues.socket import queue_socket
+from gateway.relay import body as bodies
+from gateway.relay import request_id
+from gateway.relay.forwarding import (
     CallBody,
     forward,
     runtime_of,
@@ -52,14 +58,11 @@ from gateway.forwarding import (
     with_adapter,
     with_model,
 )
-from gateway.metrics_access import metrics_response
-from gateway.plane import OPENAI_FORM
-from gateway.queues.batches import files_and_batches
-from gateway.queues.socket import queue_socket
+from gateway.routing import groups
 from gateway.runtime import Runtime, running
-from gateway.webapp import METHODS as WEB_METHODS
-from gateway.webapp import WebClient, signin, web_page
-from gateway.webapp_socket import web_socket
+from gateway.webapp.pages import METHODS as WEB_METHODS
+from gateway.webapp.pages import WebClient, signin, web_page
+from gateway.webapp.socket import web_socket
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +208,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    """The metrics, for the operator's scraper alone (gateway.metrics_access)."""
+    """The metrics, for the operator's scraper alone (gateway.observe.metrics_access)."""
     runtime = runtime_of(request)
     authorization = request.headers.get("authorization")
     exposition = runtime.plane.metrics.exposition
@@ -236,7 +239,7 @@ class _FastPath:
     Starlette's middleware layers (error and exception handlers, each wrapping `send`) and
     its route matching cost about a tenth of a proxied request's CPU; the hot routes need
     none of it (their handler answers every error itself; an unexpected exception becomes a
-    500 here). Every request gets its x-request-id here first (gateway.request_id).
+    500 here). Every request gets its x-request-id here first (gateway.relay.request_id).
     """
 
     def __init__(self, app: Starlette) -> None:

@@ -16,8 +16,9 @@ from starlette.responses import Response
 from contracts.routing import ADAPTER_SEPARATOR, ModelMatch, RoutedKey, RoutedService, Snapshot
 from contracts.tokens import bearer_token, token_digest
 from contracts.usage import SERVICE_TOKEN_ID
-from gateway import errors, metrics
-from gateway.metrics import Metrics
+from gateway import errors
+from gateway.observe import metrics
+from gateway.observe.metrics import Metrics
 
 # The service label of refusals made before a service is known (a stranger's token).
 NO_SERVICE = "-"
@@ -65,7 +66,7 @@ def authorize(
     snapshot: Snapshot, service: RoutedService, token: str | None, counters: Metrics
 ) -> Caller | Response:
     """Who may call `service` (named in an EAS URL): 401, then 403 in that order (whether it
-    has instances is asked next: gateway.activation)."""
+    has instances is asked next: gateway.routing.activation)."""
     if token is None:
         return errors.missing_token()
     caller = None

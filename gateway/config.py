@@ -9,13 +9,13 @@ from contracts import env
 from contracts.call_figures import PREFIX as FIGURES_PREFIX
 from contracts.routing import SNAPSHOT_CHANNEL, SNAPSHOT_KEY
 from contracts.usage import USAGE_PREFIX
-from gateway.limit_rules import ON_DOWN, ON_DOWN_LOCAL
+from gateway.limits.rules import ON_DOWN, ON_DOWN_LOCAL
 
 # A request body is held whole before it is forwarded (and a generation call's parsed), so
 # larger ones are refused with 413: four times a 1M-token prompt, room for inline images.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-# What the gateway holds of an engine's answer (gateway.taps, gateway.prefill): past these
-# the one request ends, so no engine can grow the gateway's memory or its work per byte.
+# What the gateway holds of an engine's answer (gateway.relay.taps, gateway.routing.prefill): past
+# these the one request ends, so no engine can grow the gateway's memory or its work per byte.
 # One streamed event is a token or a few (an echoed long prompt a few hundred KiB); a prefill
 # leg's answer is one token and the connector's transfer parameters.
 MAX_SSE_EVENT_BYTES = 1024 * 1024
@@ -26,7 +26,7 @@ MAX_PREFILL_ANSWER_BYTES = 4 * 1024 * 1024
 # WHARF_HOME's default, as the control plane's settings have it: .wharf in the checkout.
 DEFAULT_HOME = Path(__file__).resolve().parents[1] / ".wharf"
 UPSTREAM_KEEPALIVE_S = 4.0
-# Scale from zero (gateway.activation): requests held per service while its first instance
+# Scale from zero (gateway.routing.activation): requests held per service while its first instance
 # starts, and for how long. A vLLM engine loading a 7B model takes a minute or two, a
 # larger one several: five minutes covers most without holding a caller forever.
 ACTIVATION_QUEUE = 64
@@ -56,7 +56,7 @@ class Settings:
     # Redis (and its database-agnostic pub/sub) cannot see each other's snapshots.
     snapshot_key: str = SNAPSHOT_KEY
     snapshot_channel: str = SNAPSHOT_CHANNEL
-    # Where limit counters and usage counts live (gateway.limits, contracts.usage); tests
+    # Where limit counters and usage counts live (gateway.limits.admission, contracts.usage); tests
     # give each run its own so that nothing else sharing the Redis touches them.
     limits_prefix: str = "wharf:limit:"
     usage_prefix: str = USAGE_PREFIX
@@ -91,7 +91,7 @@ class Settings:
     # Idle connections to engines are closed after this long (0: one request per connection).
     # Below the engines' own idle timeout (uvicorn's, vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE: 5 s)
     # the gateway closes first; at or above it, a request can meet a connection the engine
-    # closes as it arrives, which gateway.upstream then sends again where that is safe.
+    # closes as it arrives, which gateway.relay.upstream then sends again where that is safe.
     upstream_keepalive: float = UPSTREAM_KEEPALIVE_S
     # Requests held per service scaled to zero (unless its max_queue_size says), and the
     # longest any is held (never past the service's keepalive).
@@ -114,7 +114,7 @@ class Settings:
     batch_window: int = 4
     # An OTLP/HTTP collector's base address for the gateway's traces ("": no traces).
     otlp_endpoint: str = ""
-    # Where services that ask for a request log have it written (gateway.request_log).
+    # Where services that ask for a request log have it written (gateway.observe.request_log).
     request_log_dir: str = str(DEFAULT_HOME / "request_logs")
 
 

@@ -3,7 +3,7 @@
 Engines Wharf starts refuse their OpenAI routes without their instance's key, so every call
 the gateway forwards (the plain relay, and both legs of prefill/decode routing) carries
 `Authorization: Bearer <key>`; the caller's own Authorization, their Wharf token, is never
-forwarded (gateway.proxy drops it). Keys are derived when a snapshot loads, not per request.
+forwarded (gateway.relay.proxy drops it). Keys are derived when a snapshot loads, not per request.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 
 from starlette.responses import JSONResponse
 
-from gateway.body import Invalid
+from gateway.relay.body import Invalid
 
 INVALID_REQUEST = "invalid_request_error"
 SERVER_ERROR = "server_error"

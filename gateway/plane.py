@@ -1,5 +1,6 @@
 """What forwarding a request works with: the process's parts (Plane) and one authorized
-request (Call), shared by the proxy (gateway.proxy) and the prefill leg (gateway.prefill)."""
+request (Call), shared by the proxy (gateway.relay.proxy) and the prefill leg
+(gateway.routing.prefill)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,19 @@ import logging
 from dataclasses import dataclass, field
 
 from contracts.routing import RoutedInstance, RoutedService
-from gateway import metrics
-from gateway.balancer import Balancer
 from gateway.config import AnswerCaps
 from gateway.engine_auth import EngineKeys
-from gateway.figures import FiguresRecorder
-from gateway.limits import Demand, Limiter
-from gateway.metrics import Metrics
-from gateway.pd import PrefillLeg
-from gateway.policies import RoutingKey
-from gateway.request_log import RequestLog
-from gateway.tracing import Tracing
-from gateway.upstream import Upstream
-from gateway.usage import UsageRecorder
+from gateway.limits.admission import Demand, Limiter
+from gateway.observe import metrics
+from gateway.observe.figures import FiguresRecorder
+from gateway.observe.metrics import Metrics
+from gateway.observe.request_log import RequestLog
+from gateway.observe.tracing import Tracing
+from gateway.observe.usage import UsageRecorder
+from gateway.relay.upstream import Upstream
+from gateway.routing.balancer import Balancer
+from gateway.routing.pd import PrefillLeg
+from gateway.routing.policies import RoutingKey
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,8 @@ class Plane:
     engine_keys: EngineKeys
     caps: AnswerCaps = field(default_factory=AnswerCaps)  # what one answer may make it hold
     figures: FiguresRecorder | None = None  # each call's errors, TTFT and inter-token latency
-    tracing: Tracing | None = None  # OpenTelemetry traces (gateway.tracing); None: off
-    request_log: RequestLog | None = None  # services' request logs (gateway.request_log)
+    tracing: Tracing | None = None  # OpenTelemetry traces (gateway.observe.tracing); None: off
+    request_log: RequestLog | None = None  # services' request logs (gateway.observe.request_log)
 
     def instance_failed(
         self, service: str, instance: RoutedInstance, kind: str, why: BaseException | str
@@ -69,13 +70,13 @@ class Call:
     prompt_estimate: int  # tokens, from the body's size
     strip_usage: bool = False  # the gateway asked for the stream's usage event, not the client
     arrived: float = 0.0  # time.perf_counter() when the request came in
-    policy: str = "least_outstanding"  # how instances are ranked (gateway.policies)
+    policy: str = "least_outstanding"  # how instances are ranked (gateway.routing.policies)
     routing_key: RoutingKey | None = None  # the prompt and session, for the policies needing them
     prefill: PrefillLeg | None = None  # a prefill/decode service: prefill first, then decode
     form: str = OPENAI_FORM  # how the caller called: OpenAI's routes or EAS's /api/predict/...
     keepalive: float | None = None  # seconds for the whole request (metadata.rpc.keepalive)
     adapter: str = ""  # the LoRA adapter called ("" for the base model)
-    track: str = ""  # "canary": a canary release's instances took it (gateway.canary)
+    track: str = ""  # "canary": a canary release's instances took it (gateway.routing.canary)
 
     @property
     def target(self) -> str:

@@ -13,31 +13,31 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from contracts.routing import Snapshot
-from gateway.activation import Activator
-from gateway.balancer import Balancer
-from gateway.canary import TrackSplit
 from gateway.config import Settings, listen_address
+from gateway.eas.signing import SigningTokens
 from gateway.engine_auth import EngineKeys
-from gateway.engine_figures import EngineFiguresReader
-from gateway.figures import FiguresRecorder
-from gateway.groups import GroupSplit
 from gateway.health import RedisHealth
-from gateway.inflight import InflightReporter
-from gateway.limits import Limiter
-from gateway.metrics import Metrics
-from gateway.metrics_access import MetricsListener
-from gateway.mirror import Mirrors
-from gateway.pipelined import PipelinedRedis
+from gateway.limits.admission import Limiter
+from gateway.limits.pipelined import PipelinedRedis
+from gateway.observe.figures import FiguresRecorder
+from gateway.observe.inflight import InflightReporter
+from gateway.observe.metrics import Metrics
+from gateway.observe.metrics_access import MetricsListener
+from gateway.observe.request_log import RequestLog
+from gateway.observe.request_rates import RequestRates
+from gateway.observe.tracing import Tracing
+from gateway.observe.usage import UsageRecorder
 from gateway.plane import Plane
 from gateway.queues.feeder import Queues
 from gateway.queues.online import OnlineElsewhere
-from gateway.request_log import RequestLog
-from gateway.request_rates import RequestRates
-from gateway.signing import SigningTokens
-from gateway.snapshot import SnapshotWatcher
-from gateway.tracing import Tracing
-from gateway.upstream import Upstream
-from gateway.usage import UsageRecorder
+from gateway.relay.upstream import Upstream
+from gateway.routing.activation import Activator
+from gateway.routing.balancer import Balancer
+from gateway.routing.canary import TrackSplit
+from gateway.routing.engine_figures import EngineFiguresReader
+from gateway.routing.groups import GroupSplit
+from gateway.routing.mirror import Mirrors
+from gateway.routing.snapshot import SnapshotWatcher
 
 # Limits and usage sit on the request path: a Redis that does not answer within this is
 # treated as down (limits count in-process) rather than holding requests up.

@@ -14,7 +14,7 @@ import yaml
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.metrics import Metrics
+from gateway.observe.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy/prometheus"

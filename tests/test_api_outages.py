@@ -5,22 +5,18 @@ stops and starts. Down, every call is a 503 that names the database, with retry-
 
 from __future__ import annotations
 
-import os
 import selectors
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings as django_settings
 from django.db import connection
 
 from tests.api_support import client_for
+from tests.live_api import LiveApi, database_url
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [
@@ -83,30 +79,14 @@ class Forwarder:
         chooser.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_the_api_answers_503_naming_the_database_while_it_is_down(redis_url, tmp_path):
     token = client_for("alice")._credentials["HTTP_AUTHORIZATION"]
     db = connection.settings_dict
     forwarder = Forwarder((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
     forwarder.start()
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url,
-           "DATABASE_URL": f"postgresql://{db['USER']}:{db['PASSWORD']}@127.0.0.1:"
-                           f"{forwarder.port}/{db['NAME']}",
-           "WHARF_HOME": str(tmp_path), "WHARF_SECRET_KEY": django_settings.SECRET_KEY,
-           "WHARF_TOKEN_KEY": django_settings.WHARF_TOKEN_KEY}  # fmt: skip
-    api = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host",
-         "127.0.0.1", "--port", str(port), "--no-access-log"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/api/v1/services"
+    live = LiveApi(redis_url, tmp_path, database_url("127.0.0.1", forwarder.port), wait=False)
+    api = live.process
+    url = f"{live.url}/api/v1/services"
     headers = {"Authorization": token}
 
     def answer() -> httpx.Response | None:
@@ -137,5 +117,4 @@ def test_the_api_answers_503_naming_the_database_while_it_is_down(redis_url, tmp
         until(lambda r: r.status_code == 200)  # no restart needed
     finally:
         forwarder.stop()
-        os.killpg(api.pid, signal.SIGTERM)
-        api.wait(15)
+        live.stop()

@@ -25,9 +25,9 @@ from controlplane.queues.models import ItemState, QueueItem
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
-from gateway.body import DEFAULT_MAX_TOKENS
-from gateway.limit_rules import Refusal
+from gateway.limits.rules import Refusal
 from gateway.queues.holds import DEFAULT_HOLD_S, batch_demand, hold_s
+from gateway.relay.body import DEFAULT_MAX_TOKENS
 from tests.api_support import default_workspace
 from tests.test_async_queues import ROOT, _wait
 from tests.test_batches import SPEC, _EchoEngine, _jsonl, _line, _run, _serves, _until

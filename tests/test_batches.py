@@ -266,5 +266,7 @@ def test_the_cli_runs_a_batch_and_prints_its_output(stack, tmp_path):
     assert code == 0 and json.loads(out)["error"]["code"] == "model_not_found", out
     code, out = wharf("list")
     assert code == 0 and batch_id in out, out
+    listed = CliRunner().invoke(cli, ["batches", "list"], env=env)  # the plural, as OpenAI's API
+    assert listed.exit_code == 0 and batch_id in listed.output, listed.output
     code, out = wharf("show", "batch_nope")
     assert code == 4 and "404" in out, out

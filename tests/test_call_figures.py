@@ -1,5 +1,5 @@
-"""Call figures (contracts.call_figures) and the mirror's share (gateway.mirror.Mirrors.due):
-pure, table-driven."""
+"""Call figures (contracts.call_figures) and the mirror's share
+(gateway.routing.mirror.Mirrors.due): pure, table-driven."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from contracts.call_figures import Figures, bucket, is_error, percentile, slots_between
 from contracts.routing import RoutedService
-from gateway.mirror import Mirrors
+from gateway.routing.mirror import Mirrors
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,7 @@ def test_metrics_show_quota_used_against_limit_within_the_ceiling(settings):
 
 
 def gateway_counts(client: redis.Redis, at: float, key: str | None = None) -> None:
-    """What a gateway's usage pipeline sends for one call at `at` (gateway.usage)."""
+    """What a gateway's usage pipeline sends for one call at `at` (gateway.observe.usage)."""
     key = key or usage_key(at)
     for kind, amount in (("requests", 1), ("prompt", 12), ("completion", 30)):
         client.hincrby(key, usage_field("chat", "k1", kind), amount)

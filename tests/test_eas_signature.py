@@ -22,7 +22,7 @@ from contracts.eas_signature import (
 from contracts.routing import RoutedKey, RoutedService, Snapshot
 from contracts.token_sealing import open_token, seal_token, sealing_key
 from contracts.tokens import token_digest
-from gateway.signing import SigningTokens
+from gateway.eas.signing import SigningTokens
 
 TOKEN = "wsk-the-services-token-0123456789"
 NOW = 1_795_000_000.0

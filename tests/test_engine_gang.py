@@ -253,16 +253,6 @@ def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
 
 
 @pytest.mark.django_db
-def test_an_instance_across_hosts_is_refused_where_kubernetes_runs_the_services(api, settings):
-    settings.WHARF_RUNTIME = "kubernetes"
-    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
-    answer = api.post("/api/v1/services", {"name": "big", "unit": {"size": 2}, "llm": llm},
-                      format="json")  # fmt: skip
-    assert answer.status_code == 400
-    assert "LeaderWorkerSet" in answer.json()["errors"]["unit.size"][0]
-
-
-@pytest.mark.django_db
 def test_a_job_across_hosts_is_refused(api):
     llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
     sent = {"name": "big", "unit": {"size": 2}, "llm": llm,

@@ -16,7 +16,7 @@ from contracts import engine_front as front
 from contracts import engine_tls
 from contracts.engines.plan import ContainerPlan
 from contracts.serving_tls import ServingTls
-from gateway.upstream import ConnectFailedError, Upstream
+from gateway.relay.upstream import ConnectFailedError, Upstream
 from tests.test_engine_front import KEY, Engine, engine, start_front  # noqa: F401 (fixture)
 from tests.tls_support import Authority, authority, server_pair
 from workers.health import is_healthy

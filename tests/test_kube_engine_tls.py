@@ -19,7 +19,7 @@ from cryptography import x509
 
 from contracts import engine_tls
 from contracts.kube import front
-from gateway.upstream import ConnectFailedError
+from gateway.relay.upstream import ConnectFailedError
 from tests import test_engine_front
 from tests.test_engine_tls import fetch
 from tests.test_kube_manifests import BASE, SETTINGS, VERSIONS, deployment, example, objects

@@ -9,11 +9,13 @@ import json
 import pytest
 from click.testing import CliRunner
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from controlplane import paging
 from controlplane.nodes.models import Node
-from controlplane.services.models import Service
+from controlplane.services.models import Instance, Service
 from controlplane.tokens.models import ApiToken
 from tests.api_support import default_workspace, member
 from wharfcli.main import cli
@@ -69,6 +71,35 @@ def test_nodes_come_in_pages_and_by_state(api):
     assert [names for names, _, _ in pages] == [["gpu-0", "gpu-1"], ["gpu-2", "gpu-3"], ["gpu-4"]]
     cordoned = _pages(api, "/api/v1/nodes?state=cordoned&limit=1")
     assert [names for names, _, _ in cordoned] == [["gpu-1"], ["gpu-3"]]
+
+
+def test_a_page_of_nodes_reads_only_its_own_nodes_instances(api):
+    service = Service.objects.create(
+        name="chat", workspace=default_workspace(),
+        spec={"name": "chat", "containers": [{"image": "i", "command": "c", "port": 8000}]},
+    )  # fmt: skip
+
+    def grow(to: int) -> None:
+        for i in range(Node.objects.count(), to):
+            Node.objects.create(name=f"n-{i:03}", address=f"10.0.1.{i}",
+                                heartbeat_at=timezone.now())  # fmt: skip
+            Instance.objects.create(service=service, name=f"chat-{i:03}", node=f"n-{i:03}",
+                                    runtime="process", spec_hash="h", state="ready")  # fmt: skip
+
+    def page() -> tuple[list, int]:
+        with CaptureQueriesContext(connection) as queries:
+            rows = api.get("/api/v1/nodes?limit=2").json()
+        # Instances are read for the page's nodes only, not the whole fleet's.
+        read = [q["sql"] for q in queries if 'FROM "services_instance"' in q["sql"]]
+        assert read and all("n-001" in sql and "n-002" not in sql for sql in read), read
+        return [(r["name"], [i["name"] for i in r["instances"]]) for r in rows], len(queries)
+
+    grow(3)
+    small = page()
+    grow(40)
+    large = page()
+    assert small[0] == large[0] == [("n-000", ["chat-000"]), ("n-001", ["chat-001"])]
+    assert small[1] == large[1]  # the same queries, whatever the fleet's size
 
 
 BAD = [("limit=0", "limit"), ("limit=1001", "limit"), ("limit=x", "limit"),

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -24,8 +22,9 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.tokens.models import ServiceToken
 from tests.api_support import default_workspace
+from tests.live_api import LiveApi
 from tests.test_async_queues import SPEC, _Engine, _wait
-from tests.test_eas_sdk import _free_port, _GatewayProcess
+from tests.test_eas_sdk import _GatewayProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = 6
@@ -36,48 +35,7 @@ pytestmark = [
 ]
 
 
-class _Api:
-    """`uvicorn controlplane.asgi` as production starts it, on the test database."""
-
-    def __init__(self, redis_url: str, home: Path) -> None:
-        db = connection.settings_dict
-        self.url = f"http://127.0.0.1:{_free_port()}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "REDIS_URL": redis_url,
-            "DATABASE_URL": f"postgresql://{db['USER']}:{db['PASSWORD']}@"
-            f"{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-            "WHARF_HOME": str(home),
-            "WHARF_SECRET_KEY": django_settings.SECRET_KEY,
-            "WHARF_TOKEN_KEY": django_settings.WHARF_TOKEN_KEY,
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "controlplane.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                self.url.rsplit(":", 1)[1],
-                "--no-access-log",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        _wait(lambda: httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200)
-
-    def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-
-def _gateway(api: _Api, redis_url: str, log: Path) -> _GatewayProcess:
+def _gateway(api: LiveApi, redis_url: str, log: Path) -> _GatewayProcess:
     os.environ.update(WHARF_API_URL=api.url, WHARF_GATEWAY_QUEUE_LEASE="3")
     try:
         return _GatewayProcess(redis_url, django_settings.WHARF_TOKEN_KEY, log)
@@ -101,7 +59,7 @@ def test_killing_the_api_and_the_gateway_mid_queue_loses_nothing(store, redis_ur
         )
     token = ServiceToken.issue(service)
     publish_snapshot(force=True)
-    apis, gateways = [_Api(redis_url, tmp_path)], []
+    apis, gateways = [LiveApi(redis_url, tmp_path)], []
     try:
         gateways.append(_gateway(apis[0], redis_url, tmp_path / "gateway-1.log"))
         url = f"http://{gateways[0].address}/api/predict/sd"
@@ -125,7 +83,7 @@ def test_killing_the_api_and_the_gateway_mid_queue_loses_nothing(store, redis_ur
         apis[0].kill()  # the gateway cannot record the answers it gets now
         gateways[0].process.send_signal(signal.SIGKILL)
         gateways[0].process.wait(10)
-        apis.append(_Api(redis_url, tmp_path))
+        apis.append(LiveApi(redis_url, tmp_path))
         gateways.append(_gateway(apis[1], redis_url, tmp_path / "gateway-2.log"))
         _wait(lambda: QueueItem.objects.filter(queue="sink").count() == ITEMS, timeout=90)
         answers = list(QueueItem.objects.filter(queue="sink"))

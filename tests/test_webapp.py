@@ -1,4 +1,4 @@
-"""The pure parts of web applications (contracts.webapp, gateway.webapp.pick_instance): where
+"""The pure parts of web applications (contracts.webapp, gateway.webapp.pages.pick_instance): where
 an app's redirects and cookies go under its prefix, what a ticket or pass is valid for, which
 instance a browser stays on, and the spec hash left as it was."""
 
@@ -9,7 +9,7 @@ import pytest
 from contracts import webapp
 from contracts.routing import RoutedInstance
 from contracts.spec import parse_spec
-from gateway.webapp import pick_instance
+from gateway.webapp.pages import pick_instance
 
 SECRET = b"a token key"
 NOW = 1_800_000_000.0

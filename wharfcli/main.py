@@ -19,9 +19,11 @@ from wharfcli.tools import call, estimate, login, preview
 from wharfcli.workspaces import audit, members, workspaces
 
 # eascmd's verbs, for hands used to EAS: `wharf desc NAME` is `wharf services describe NAME`;
-# and kubectl's `describe`, for hands used to Kubernetes.
+# and kubectl's `describe`, for hands used to Kubernetes; `batches` beside `batch`, as OpenAI
+# names its API.
 VERB_ALIASES = {"create": create, "modify": update, "desc": describe, "describe": describe,
-                "list": list_services, "delete": delete, "start": start, "stop": stop}  # fmt: skip
+                "list": list_services, "delete": delete, "start": start, "stop": stop,
+                "batches": batch}  # fmt: skip
 
 
 @click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})

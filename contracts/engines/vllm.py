@@ -166,7 +166,7 @@ def server_args(
 def traces_args(llm: Llm, placement: Placement) -> list[str]:
     """vLLM's own spans (its queue, prefill and decode times per request) to the platform's
     collector, under the gateway's span of the call: vLLM joins the `traceparent` the gateway
-    sends (gateway.tracing). A flag of the user's own wins."""
+    sends (gateway.observe.tracing). A flag of the user's own wins."""
     given = "--otlp-traces-endpoint"
     if not placement.otlp_endpoint or given in llm.options:
         return []

@@ -4,7 +4,9 @@
 they are applied: the Secret (engine keys, object-storage credentials from the spec), the
 image pull Secret where the spec has dockerAuth, the Ascend rank tables' ConfigMap where it
 has them (contracts.kube.rank_tables), then per role ("" for a plain service, "prefill" and
-"decode") its Deployment (contracts.kube.pod_template builds the pod). A value of a Secret
+"decode") its Deployment (contracts.kube.pod_template builds the pod), or, for a spec whose
+instances span hosts (unit.size > 1), its LeaderWorkerSet and the Service of its leaders
+(contracts.kube.lws). A value of a Secret
 never appears in any other object: pods read secrets by reference.
 
 Names, labels and settings: contracts.kube.names. Deployments are applied server-side by field
@@ -31,11 +33,12 @@ from dataclasses import dataclass, replace
 
 from contracts.engines import render as render_plan
 from contracts.grants import registry_host
-from contracts.kube import names, rank_tables
+from contracts.kube import lws, names, rank_tables
 from contracts.kube.front import ANNOTATION_TLS_DOMAIN, METRICS_TOKEN, tls_domain
 from contracts.kube.names import KubeSettings
 from contracts.kube.pod_template import (
     HUB_TOKEN,
+    POD_IP,
     ManifestError,
     PodNames,
     StagedSource,
@@ -100,6 +103,9 @@ def render(
     if track and rank_tables.enabled(spec):
         raise ManifestError("llm.pd.rank_table", "rank tables list one version's pods: a "
                             "canary of a spec with them cannot run on the cluster")  # fmt: skip
+    if track and lws.enabled(spec):
+        raise ManifestError("unit.size", "an instance across hosts runs as a LeaderWorkerSet, "
+                            "which has no canary on the cluster yet")  # fmt: skip
     staged = staged_sources(spec, hub_commits)
     placements = {
         role: replace(
@@ -125,6 +131,9 @@ def render(
         objects.append(_network_policy(meta))
     for role, count in replicas.items():
         refs = PodNames(names.secret_name(service, track), engine_key_entry(role), files, pull)
+        if lws.enabled(spec):
+            objects += _leader_worker_set(meta, spec, role, count, placements[role], refs, staged)
+            continue
         pod = pod_spec(spec, plans[role], placements[role], settings, staged, refs)
         pod["containers"] += sidecar_containers(spec, plans[role].sidecars, pod, settings)
         objects.append(_deployment(meta, spec, role, count, spec_hash, pod))
@@ -256,6 +265,36 @@ def _network_policy(meta: _Meta) -> dict:
     }
 
 
+def _leader_worker_set(
+    meta: _Meta, spec: ServiceSpec, role: str, count: int, placement, refs: PodNames,
+    staged: list[StagedSource],
+) -> list[dict]:  # fmt: skip
+    """A role of a spec whose instances span hosts: its LeaderWorkerSet and the Service of
+    its leaders (contracts.kube.lws)."""
+    settings, service, spec_hash = meta.settings, meta.service, spec.spec_hash()
+    leading, working = lws.members(spec, placement, POD_IP)
+    leader_plan = render_plan(spec, leading)
+    worker_plan = lws.worker_plan(render_plan(spec, working))
+    leader = pod_spec(spec, leader_plan, leading, settings, staged, refs)
+    leader["containers"] += sidecar_containers(spec, leader_plan.sidecars, leader, settings)
+    worker = lws.worker_pod(pod_spec(spec, worker_plan, working, settings, staged, refs))
+    labels = names.labels(service, role, spec_hash)
+    name = names.deployment_name(service, role)
+    return [
+        lws.leader_worker_set(meta(name, labels), spec, count, _template_meta(meta, labels),
+                              leader, worker),
+        lws.leader_service(meta(lws.leader_service_name(service, role),
+                                names.labels(service, role)), service, role, leader_plan),
+    ]  # fmt: skip
+
+
+def _template_meta(meta: _Meta, labels: dict) -> dict:
+    annotations = {names.ANNOTATION_SERVICE: meta.service}
+    if domain := tls_domain(meta.settings):  # its pods' fronts serve TLS: their name
+        annotations[ANNOTATION_TLS_DOMAIN] = domain
+    return {"labels": dict(labels), "annotations": annotations}
+
+
 def _deployment(
     meta: _Meta, spec: ServiceSpec, role: str, count: int, spec_hash: str, pod: dict
 ) -> dict:
@@ -264,10 +303,7 @@ def _deployment(
     if not surge and not unavailable:  # no pods: Kubernetes refuses a strategy of 0 and 0
         surge = 1
     labels = names.labels(service, role, spec_hash, track)
-    annotations = {names.ANNOTATION_SERVICE: service}
-    if domain := tls_domain(meta.settings):  # its pods' fronts serve TLS: their name
-        annotations[ANNOTATION_TLS_DOMAIN] = domain
-    template_meta = {"labels": dict(labels), "annotations": annotations}
+    template_meta = _template_meta(meta, labels)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -24,7 +24,7 @@ from contracts.engines.plan import ContainerPlan, Mount, Placement
 from contracts.engines.vllm_ascend import DRIVER_FILES
 from contracts.grants import own_image
 from contracts.hub_refs import is_hub_ref
-from contracts.kube import rank_tables
+from contracts.kube import lws, rank_tables
 from contracts.kube.front import ENGINE_PORT, front_container, tls_volume
 from contracts.kube.names import KubeSettings
 from contracts.kube.probes import probes
@@ -117,10 +117,10 @@ def pod_placement(
 
 def literal(text: str) -> str:
     """`text` as the kubelet leaves it: it expands `$(NAME)` in commands and variables, and
-    `$$` to `$`. Only the pod's own variables (WHARF_POD_IP, WHARF_POD_NAME) are meant to
-    expand."""
+    `$$` to `$`. Only the pod's own variables (WHARF_POD_IP, WHARF_POD_NAME) and those
+    LeaderWorkerSet sets in its groups' pods (contracts.kube.lws) are meant to expand."""
     text = text.replace("$", "$$")
-    for name in DOWNWARD:
+    for name in (*DOWNWARD, *lws.EXPANDED):
         text = text.replace(f"$$({name})", f"$({name})")
     return text
 

@@ -5,8 +5,9 @@ database: the age of the oldest usage minute waiting there for the workers' flus
 (controlplane.metrics.usage_backlog).
 
 They name every workspace, service and node, so the page is closed like the gateway's
-(gateway/metrics_access.py): it answers only `Authorization: Bearer <WHARF_API_METRICS_TOKEN>`,
-and with no token configured it answers no one (403).
+(gateway/observe/metrics_access.py): it answers only
+`Authorization: Bearer <WHARF_API_METRICS_TOKEN>`, and with no token configured it answers no
+one (403).
 """
 
 from __future__ import annotations

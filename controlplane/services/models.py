@@ -50,7 +50,7 @@ class Service(models.Model):
     )
     group_weight = models.PositiveSmallIntegerField(default=DEFAULT_WEIGHT)
     # EAS's ServiceMirror: {"targets": [service, ...], "ratio": percent}; {} for none
-    # (controlplane.services.api.mirror, gateway.mirror).
+    # (controlplane.services.api.mirror, gateway.routing.mirror).
     mirror = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

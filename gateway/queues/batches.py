@@ -12,8 +12,8 @@ from starlette.responses import Response, StreamingResponse
 
 from contracts.usage import SERVICE_TOKEN_ID
 from gateway import callers, errors
-from gateway.forwarding import runtime_of
 from gateway.queues.plane_client import PlaneError
+from gateway.relay.forwarding import runtime_of
 
 KEPT = ("content-type", "content-disposition")
 TIMEOUT_S = 300.0  # an upload or a download of a large file

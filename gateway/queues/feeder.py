@@ -34,16 +34,16 @@ from contracts.batch import usage_of
 from contracts.routing import RoutedInstance, RoutedService, Snapshot
 from contracts.sharing import queued_slots
 from contracts.usage import SERVICE_TOKEN_ID
-from gateway.balancer import Balancer
 from gateway.config import Settings
 from gateway.engine_auth import EngineKeys
 from gateway.errors import RATE_LIMITED, error_body
-from gateway.limits import Admission, Limiter
-from gateway.metrics import Metrics
+from gateway.limits.admission import Admission, Limiter
+from gateway.observe.metrics import Metrics
+from gateway.observe.usage import UsageRecorder
 from gateway.queues.holds import KeyHolds, Refused
 from gateway.queues.online import OnlineElsewhere
 from gateway.queues.plane_client import PlaneClient, PlaneError
-from gateway.usage import UsageRecorder
+from gateway.routing.balancer import Balancer
 
 log = logging.getLogger(__name__)
 

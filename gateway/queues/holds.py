@@ -1,7 +1,7 @@
 """An API key's `rpm` and `tpm` hold its batch requests back, as they limit its online calls:
 before the feeder sends a leased batch request to an instance it is admitted by the same
-limiter (gateway.limits, counted in Redis across gateways with the key's online calls), its
-tokens estimated as an online call's (a quarter of the body's bytes + its max_tokens) and
+limiter (gateway.limits.admission, counted in Redis across gateways with the key's online calls),
+its tokens estimated as an online call's (a quarter of the body's bytes + its max_tokens) and
 replaced by the answer's usage when it ends. A refused one goes back to the store undelivered,
 and the key is *held* until the limiter's retry hint: the feeder's next leases skip its batch
 requests (controlplane.queues.store.lease), so other keys' requests behind them run meanwhile.
@@ -22,9 +22,9 @@ from typing import Any
 
 from contracts.engine_routes import GENERATION, POOLING
 from contracts.routing import RoutedKey, Snapshot
-from gateway.body import completion_budget
-from gateway.limit_rules import Demand, Refusal
-from gateway.limits import Admission, Limiter
+from gateway.limits.admission import Admission, Limiter
+from gateway.limits.rules import Demand, Refusal
+from gateway.relay.body import completion_budget
 
 DEFAULT_HOLD_S = 1.0  # a refusal without a retry hint (it has one but for TOO_LARGE)
 

@@ -1,5 +1,5 @@
 """EAS's queue API at /api/predict/<service>[/sink] for an Async service: the caller is
-authenticated and its key's scope checked (gateway.eas_form), then the call goes to the store as
+authenticated and its key's scope checked (gateway.eas.form), then the call goes to the store as
 it came (method, query, body), with who put it and the path its instance is to be called on.
 
 A Put through this gateway wakes its feeder at once; other gateways' feeders find the item on
@@ -15,10 +15,10 @@ from starlette.responses import Response
 
 from contracts.queue_calls import wait_seconds
 from contracts.routing import RoutedService
-from gateway import body as bodies
 from gateway import errors
 from gateway.callers import Caller
 from gateway.queues.plane_client import PlaneError, relay_headers
+from gateway.relay import body as bodies
 
 if TYPE_CHECKING:
     from gateway.runtime import Runtime
@@ -56,7 +56,7 @@ async def relay(
     path: str | None = None,
 ) -> Response:
     """The call to the store; `path`: the instance's path for a put (checked by the caller,
-    gateway.eas_form), else the one `tail` names."""
+    gateway.eas.form), else the one `tail` names."""
     queue, named = queue_and_path(tail)
     path = named if path is None else path
     body = b""

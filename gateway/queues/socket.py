@@ -22,9 +22,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from contracts.queue_calls import QueueCallError, Watch, read_call
 from contracts.queue_frames import Frame, frame
 from gateway import callers
-from gateway.forwarding import runtime_of
 from gateway.queues.plane_client import PlaneError
 from gateway.queues.relay import queue_and_path
+from gateway.relay.forwarding import runtime_of
 
 log = logging.getLogger(__name__)
 

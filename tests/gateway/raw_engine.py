@@ -1,4 +1,4 @@
-"""A stand-in engine on raw sockets for the tests of gateway.upstream: it writes exactly the
+"""A stand-in engine on raw sockets for the tests of gateway.relay.upstream: it writes exactly the
 bytes under test (framings, silences, closes) and records what it got."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from gateway.upstream import Upstream
+from gateway.relay.upstream import Upstream
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -11,7 +11,7 @@ from gateway_support import assert_error, make_token, snapshot
 
 from contracts.engine_routes import engine_route
 from contracts.routing import RoutedInstance, RoutedService
-from gateway.eas_paths import EnginePath, engine_path
+from gateway.eas.paths import EnginePath, engine_path
 
 
 def reaches(engine: str, tail: str) -> bool:

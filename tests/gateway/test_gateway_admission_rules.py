@@ -1,6 +1,6 @@
 """The admission rules of worker slots, instance queues and the service's concurrency, run as one
 table against both implementations: the Lua script in a real Redis, and the in-process
-fallback (gateway.local_limits) that a gateway uses while Redis is down."""
+fallback (gateway.limits.local) that a gateway uses while Redis is down."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.health import RedisHealth
-from gateway.limit_rules import (
+from gateway.limits.admission import Admission, Limiter
+from gateway.limits.pipelined import PipelinedRedis
+from gateway.limits.rules import (
     OVER_SERVICE_CONCURRENCY,
     QUEUE_FULL,
     REASONS,
     Demand,
     instance_bounds,
 )
-from gateway.limits import Admission, Limiter
-from gateway.pipelined import PipelinedRedis
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -24,10 +24,10 @@ from gateway_support import (
 )
 
 from contracts.inflight import QPS_WINDOW, read_reports
-from gateway.balancer import Balancer
 from gateway.health import RedisHealth
-from gateway.inflight import InflightReporter
-from gateway.request_rates import RequestRates
+from gateway.observe.inflight import InflightReporter
+from gateway.observe.request_rates import RequestRates
+from gateway.routing.balancer import Balancer
 
 pytestmark = pytest.mark.timeout(60)
 

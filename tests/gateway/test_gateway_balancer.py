@@ -6,7 +6,7 @@ import time
 from collections import Counter
 
 from contracts.routing import RoutedInstance
-from gateway.balancer import Balancer
+from gateway.routing.balancer import Balancer
 
 A = RoutedInstance("a", "http://10.0.0.1:8000")
 B = RoutedInstance("b", "http://10.0.0.2:8000")

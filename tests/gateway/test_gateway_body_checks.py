@@ -1,4 +1,4 @@
-"""What the gateway makes of a generation body, without servers: gateway.body's pure parts."""
+"""What the gateway makes of a generation body, without servers: gateway.relay.body's pure parts."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from contracts.engine_routes import POOLING, RESPONSES
-from gateway import body
-from gateway.body import MAX_CHOICES, MAX_DEPTH, MAX_MODEL_LENGTH, MAX_TOKENS, Invalid
 from gateway.config import MAX_BODY_BYTES, ConfigError, load_settings
+from gateway.relay import body
+from gateway.relay.body import MAX_CHOICES, MAX_DEPTH, MAX_MODEL_LENGTH, MAX_TOKENS, Invalid
 
 
 def _nested(levels: int) -> bytes:

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contracts.routing import RoutedKey
-from gateway.body import MAX_DEPTH
+from gateway.relay.body import MAX_DEPTH
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,6 +1,6 @@
-"""gateway.upstream reusing kept-alive engine connections, against real sockets: a pooled
+"""gateway.relay.upstream reusing kept-alive engine connections, against real sockets: a pooled
 connection the engine closed is passed over, a request that meets a close unanswered is sent
-again only where that is safe (gateway/reuse.py), and the keep-alive is configurable."""
+again only where that is safe (gateway/relay/reuse.py), and the keep-alive is configurable."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from raw_engine import (
 )
 
 from gateway.config import ConfigError, load_settings
-from gateway.upstream import Upstream, UpstreamBrokenError
+from gateway.relay.upstream import Upstream, UpstreamBrokenError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,5 +1,5 @@
 """Which engine routes the EAS form reaches (contracts.engine_routes), matched on the path as
-the engine reads it (gateway.eas_paths), and read as the OpenAI form reads them: the same
+the engine reads it (gateway.eas.paths), and read as the OpenAI form reads them: the same
 admission (max_tokens times n or best_of) and the same metering (the Responses API's too)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from contracts.engine_routes import (
 )
 from contracts.engines import MODULES
 from contracts.routing import RoutedKey, RoutedService
-from gateway.eas_paths import EnginePath, PathRefusal, engine_path
+from gateway.eas.paths import EnginePath, PathRefusal, engine_path
 
 pytestmark = pytest.mark.timeout(60)
 

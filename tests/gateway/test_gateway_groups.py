@@ -1,7 +1,8 @@
 """Service groups on two real gateway processes sharing one Redis, as two replicas would: the
 weighted split holds across them, a member with no ready instance takes none, a session
 sticks to one member, a blue-green switch in one routing change fails no request, and who
-may call the group is decided as for a service (contracts.service_groups, gateway.groups)."""
+may call the group is decided as for a service (contracts.service_groups,
+gateway.routing.groups)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The gateway's in-flight report (gateway.inflight, contracts.inflight): an instance that left
-routing counts as drained only once no request of any gateway is still at it.
+"""The gateway's in-flight report (gateway.observe.inflight, contracts.inflight): an instance that
+left routing counts as drained only once no request of any gateway is still at it.
 
 Each test has a Redis of its own, so the only reports in it are its own gateway's.
 """
@@ -29,8 +29,8 @@ from gateway_support import (
 
 from contracts.inflight import INFLIGHT_PREFIX, REPORT_TTL, drained, read_reports
 from contracts.routing import PdRouting, RoutedInstance
-from gateway.balancer import Balancer
-from gateway.inflight import InflightReporter
+from gateway.observe.inflight import InflightReporter
+from gateway.routing.balancer import Balancer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.limit_rules import (
+from gateway.limits.local import LocalLimits
+from gateway.limits.rules import (
     ADMITTED,
     OVER_CONCURRENCY,
     OVER_RPM,
@@ -13,9 +14,8 @@ from gateway.limit_rules import (
     Demand,
     duration,
 )
-from gateway.local_limits import LocalLimits
 
-# gateway.limit_rules' slots: the fixed keys, then one lease set per candidate instance.
+# gateway.limits.rules' slots: the fixed keys, then one lease set per candidate instance.
 KEYS = ["rps", "rpm", "tpm", "tpm:amounts", "leases", "service-leases", "instance-a", "instance-b"]
 
 

@@ -1,7 +1,7 @@
 """Mirroring (EAS's ServiceMirror) on a real gateway process: exactly ratio % of a service's
 calls are copied to the target with its model name, the copies' answers are discarded, a slow
 or failing target neither slows nor fails nor changes the caller's answers, and the copies'
-figures and tokens are the target's own (contracts.call_figures, gateway.mirror)."""
+figures and tokens are the target's own (contracts.call_figures, gateway.routing.mirror)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The routing policies (gateway.policies) as pure functions, and the balancer holding their
+"""The routing policies (gateway.routing.policies) as pure functions, and the balancer holding their
 state: tables of candidates, loads and keys, and the order each policy ranks them in."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from contracts.routing import RoutedInstance
-from gateway import policies
-from gateway.balancer import Balancer
-from gateway.policies import (
+from gateway.routing import policies
+from gateway.routing.balancer import Balancer
+from gateway.routing.policies import (
     BLOCK_CHARS,
     KV_CACHE_LOAD,
     LEAST_OUTSTANDING,

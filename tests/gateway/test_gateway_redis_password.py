@@ -20,7 +20,7 @@ import pytest
 import redis
 from gateway_support import Engine, Gateway, make_token, service, snapshot, unique
 
-from gateway.pipelined import PipelinedRedis
+from gateway.limits.pipelined import PipelinedRedis
 
 pytestmark = [
     pytest.mark.timeout(60),

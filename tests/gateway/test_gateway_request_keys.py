@@ -1,4 +1,4 @@
-"""What a request offers the cache-aware policies (gateway.request_keys): the prompt's text,
+"""What a request offers the cache-aware policies (gateway.routing.request_keys): the prompt's text,
 read from the fields the engine's prefix cache is keyed by, and the session header."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.policies import LEAST_OUTSTANDING, PREFIX_CACHE, SESSION
-from gateway.request_keys import PROMPT_CHARS, prompt_text, routing_key
+from gateway.routing.policies import LEAST_OUTSTANDING, PREFIX_CACHE, SESSION
+from gateway.routing.request_keys import PROMPT_CHARS, prompt_text, routing_key
 
 
 @pytest.mark.parametrize(

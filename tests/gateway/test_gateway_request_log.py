@@ -18,7 +18,7 @@ from gateway_support import Engine, Gateway, make_token, service, snapshot, uniq
 from contracts.routing import RequestLogRouting, Snapshot
 from contracts.spec import SpecError, parse_spec
 from contracts.spec_request_log import logged
-from gateway.request_log import RequestLog, expired
+from gateway.observe.request_log import RequestLog, expired
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,11 +1,11 @@
-"""gateway.reuse's rules, alone: when a request that met a closing kept-alive connection is
+"""gateway.relay.reuse's rules, alone: when a request that met a closing kept-alive connection is
 sent again (Go's net/http, urllib3 and aiohttp's rules, plus the engine's idle-timer race)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.reuse import UNREAD_WINDOW_S, may_resend, replayable
+from gateway.relay.reuse import UNREAD_WINDOW_S, may_resend, replayable
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,7 @@ def test_kv_cache_load_follows_the_engines_figures(
     assert {routed.instance() for _ in range(4)} == {routed.a.name, routed.b.name}
     figures(routed.a, {"waiting": 4, "running": 8, "kv_cache": 0.9})
     figures(routed.b, {"waiting": 0, "running": 2, "kv_cache": 0.2})
-    # Read within a second or so (gateway.engine_figures), then B takes every request.
+    # Read within a second or so (gateway.routing.engine_figures), then B takes every request.
     assert wait_until(lambda: routed.instances(4) == {routed.b.name}, 5)
     assert routed.instances(6) == {routed.b.name}
     figures(routed.b, {"waiting": 6, "running": 8, "kv_cache": 0.95})

@@ -1,4 +1,4 @@
-"""Scale from zero, the gateway's side (gateway.activation): a request for a service whose
+"""Scale from zero, the gateway's side (gateway.routing.activation): a request for a service whose
 autoscaler may stop every instance is held until an instance is published, reported as held
 for the autoscaler meanwhile, and then served; within a bound on how many, and for how long.
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gateway.taps import EventTooLargeError, JsonTap, SseTap
+from gateway.relay.taps import EventTooLargeError, JsonTap, SseTap
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
 

@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from contracts.otlp import traces_url
 from contracts.routing import PdRouting
 from gateway import config
-from gateway.tracing import ExportFailures, operation
+from gateway.observe.tracing import ExportFailures, operation
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""gateway.upstream, the client the gateway calls engines with, against real sockets.
+"""gateway.relay.upstream, the client the gateway calls engines with, against real sockets.
 
 Each test runs an engine stand-in on asyncio's own server in the test's event loop: it
 writes exactly the bytes under test (framings, silences, closes) and records what it got.
@@ -21,7 +21,7 @@ from raw_engine import (
     run,
 )
 
-from gateway.upstream import (
+from gateway.relay.upstream import (
     ConnectFailedError,
     Upstream,
     UpstreamBrokenError,

@@ -34,7 +34,7 @@ from test_gateway_openai_form import raw_head_only
 
 from contracts.engine_keys import engine_key
 from contracts.routing import RoutedInstance
-from gateway.upstream import Upstream
+from gateway.relay.upstream import Upstream
 from tests import vllm_support
 from tests.vllm_support import VLLM_PYTHON, VLLM_VENV
 

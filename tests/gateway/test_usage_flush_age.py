@@ -1,4 +1,4 @@
-"""The age of the oldest usage count not yet in Redis (gateway.usage.UsageRecorder): what
+"""The age of the oldest usage count not yet in Redis (gateway.observe.usage.UsageRecorder): what
 deploy/prometheus/alerts.yaml's WharfUsageFlushBehind watches, against a real Redis and one
 that is not there."""
 
@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gateway.health import RedisHealth
-from gateway.metrics import Metrics
-from gateway.usage import UsageRecorder
+from gateway.observe.metrics import Metrics
+from gateway.observe.usage import UsageRecorder
 
 pytestmark = pytest.mark.timeout(30)
 

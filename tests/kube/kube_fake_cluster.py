@@ -42,10 +42,14 @@ class FakeCluster:
         history: int = 10_000,
         seed: int = 0,
         npu_annotations: bool = True,
+        leader_worker_sets: bool = False,
     ) -> None:
         self.clock = Clock()
         self.store = Store(self.clock, seed=seed, history=history)
         self.auto_settle = auto_settle
+        # The LeaderWorkerSet CRD installed: its resource served (else a 404, as a cluster
+        # without it answers).
+        self.leader_worker_sets = leader_worker_sets
         recorder = Recorder(self.store)
         self._deployments = DeploymentController(self.store)
         self._scheduler = Scheduler(self.store, recorder)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from kube_fake_cluster import FakeCluster
 
 _NAMESPACED = re.compile(
-    r"^/(?:api/v1|apis/(?P<group>apps|networking\.k8s\.io)/v1)/namespaces/(?P<ns>[^/]+)/"
+    r"^/(?:api/v1|apis/(?P<group>apps|networking\.k8s\.io|leaderworkerset\.x-k8s\.io)/v1)/namespaces/(?P<ns>[^/]+)/"
     r"(?P<plural>[^/]+)"
     r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
 )
@@ -48,6 +48,8 @@ _VERBS = {  # what the fake serves, by resource ("list": list and watch)
     "secrets": {"get", "list", "apply", "delete"},
     "deployments": {"get", "list", "apply", "delete"},
     "networkpolicies": {"get", "list", "apply", "delete"},
+    "services": {"get", "list", "apply", "delete"},
+    "leaderworkersets": {"get", "list", "apply", "delete"},
     "pods": {"get", "list", "delete", "log"},
     "events": {"get", "list"},
     "nodes": {"get", "list"},
@@ -169,6 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
             or kind.plural not in _VERBS
             or (groups.get("group") or "") != kind.group
             or ("ns" in groups and not kind.namespaced)
+            or (kind.plural == "leaderworkersets" and not self.server.cluster.leader_worker_sets)
         ):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         namespace, name, sub = groups.get("ns") or "", groups.get("name"), groups.get("sub")

@@ -54,6 +54,16 @@ KINDS = {
         Kind("Deployment", "deployments", "apps", generation=True, status=True),
         Kind("ReplicaSet", "replicasets", "apps", generation=True, status=True),
         Kind("NetworkPolicy", "networkpolicies", "networking.k8s.io", generation=True),
+        Kind("Service", "services"),
+        # A custom resource: served only by a cluster started with leader_worker_sets=True
+        # (its CRD installed); no controller makes its pods.
+        Kind(
+            "LeaderWorkerSet",
+            "leaderworkersets",
+            "leaderworkerset.x-k8s.io",
+            generation=True,
+            status=True,
+        ),  # fmt: skip
     )
 }
 BY_KIND = {kind.kind: kind for kind in KINDS.values()}

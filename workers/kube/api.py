@@ -1,7 +1,8 @@
 """The Kubernetes runtime's calls to the cluster, through the official client, and nothing else.
 
 Few and standard, so that a real cluster behaves as the tests' fake does: server-side apply
-of ConfigMaps, Secrets and Deployments under Wharf's field manager; lists and watches of pods,
+of ConfigMaps, Secrets, Deployments, Services and LeaderWorkerSets (a custom resource, for
+instances across hosts: contracts.kube.lws) under Wharf's field manager; lists and watches of pods,
 Deployments and Events by Wharf's labels; deletes; pod logs; the nodes. Objects go out and
 come back as plain dicts (`_preload_content=False`), the shape the manifests and the observer
 (pure functions) read and write.
@@ -16,7 +17,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from contracts.kube import names
+from contracts.kube import lws, names
 from contracts.kube.pod_template import ENGINE
 
 APPLY = "application/apply-patch+yaml"  # server-side apply; a JSON body is YAML too
@@ -44,6 +45,7 @@ class Cluster:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.networking = client.NetworkingV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -56,6 +58,8 @@ class Cluster:
             "Secret": self.core.patch_namespaced_secret,
             "Deployment": self.apps.patch_namespaced_deployment,
             "NetworkPolicy": self.networking.patch_namespaced_network_policy,
+            "Service": self.core.patch_namespaced_service,
+            lws.KIND: self._patch_leader_worker_set,
         }[kind]
         response = patch(
             name, self.namespace, obj, field_manager=names.FIELD_MANAGER, force=True,
@@ -72,6 +76,8 @@ class Cluster:
             "Deployment": self.apps.delete_namespaced_deployment,
             "NetworkPolicy": self.networking.delete_namespaced_network_policy,
             "Pod": self.core.delete_namespaced_pod,
+            "Service": self.core.delete_namespaced_service,
+            lws.KIND: self._delete_leader_worker_set,
         }[kind]
         try:
             remove(
@@ -83,6 +89,16 @@ class Cluster:
                 return False
             raise
         return True
+
+    def _patch_leader_worker_set(self, name: str, namespace: str, body: dict, **kwargs):
+        return self.custom.patch_namespaced_custom_object(
+            lws.GROUP, lws.VERSION, namespace, lws.PLURAL, name, body, **kwargs
+        )
+
+    def _delete_leader_worker_set(self, name: str, namespace: str, **kwargs):
+        return self.custom.delete_namespaced_custom_object(
+            lws.GROUP, lws.VERSION, namespace, lws.PLURAL, name, **kwargs
+        )
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -104,6 +120,22 @@ class Cluster:
 
     def deployments(self, selector: str) -> list[dict]:
         return self._items(self.apps.list_namespaced_deployment, selector)
+
+    def leader_worker_sets(self, selector: str) -> list[dict] | None:
+        """The namespace's LeaderWorkerSets matching `selector`; None when the cluster has no
+        such resource (its CRD is not installed: the API answers 404) or Wharf may not list
+        them (403: the Kustomize component deploy/kubernetes/components/leaderworkerset is not
+        applied), so none of Wharf's."""
+        try:
+            response = self.custom.list_namespaced_custom_object(
+                lws.GROUP, lws.VERSION, self.namespace, lws.PLURAL, label_selector=selector,
+                _preload_content=False, _request_timeout=TIMEOUT,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        return list(_json(response).get("items") or [])
 
     def events(self, involved: str | None = None) -> list[dict]:
         """The namespace's events, or those about the object named `involved`."""

@@ -2,12 +2,13 @@
 
 Wharf's own scheduler and node agents step aside: the pass applies what the service's current
 version renders (contracts.kube.manifests: a root ConfigMap owning a Secret and a Deployment per
-role) and hands placement, restarts and rolling updates to the cluster, and beside it what an
-active canary release's version renders (workers.kube.canary). It then reads back
-what the cluster did: each pod becomes an instance row (workers.kube.observe), which the
-routing snapshot serves as it serves any instance; the scheduler's and the kubelet's warnings
-become service events; a rollout past its progress deadline pauses the service's status.
-Deleting a service deletes its root, and the garbage collector removes the rest.
+role, or, for instances across hosts, a LeaderWorkerSet per role: contracts.kube.lws) and hands
+placement, restarts and rolling updates to the cluster, and beside it what an active canary
+release's version renders (workers.kube.canary). It then reads back what the cluster did: each
+pod (of a LeaderWorkerSet, each group's leader) becomes an instance row (workers.kube.observe),
+which the routing snapshot serves as it serves any instance; the scheduler's and the kubelet's
+warnings become service events; a rollout past its progress deadline pauses the service's
+status. Deleting a service deletes its root, and the garbage collector removes the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from contracts import spec_facts
 from contracts.engine_keys import engine_key
-from contracts.kube import manifests, names, rank_tables
+from contracts.kube import lws, manifests, names, rank_tables
 from contracts.spec import ServiceSpec, SpecError
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
@@ -57,6 +58,7 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
         error = ""
     replicas: dict[str, int] = {}
     wanted: set[str] = set()  # the Deployments it has now; others are of roles gone
+    sets: set[str] = set()  # its LeaderWorkerSets now (unit.size > 1)
     trial: set[str] = set()  # those of its active canary release
     tables = ""  # what the rank tables wait for
     if spec is not None:
@@ -64,7 +66,7 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
         if service.desired_state != DesiredState.RUNNING:
             replicas = dict.fromkeys(replicas, 0)
         try:
-            wanted, trial, tables = _apply(service, spec, replicas, cluster, kube)
+            wanted, trial, tables, sets = _apply(service, spec, replicas, cluster, kube)
         except HubUnreachable as exc:  # may pass: what runs stays, the next pass tries again
             record_once(service, "HubUnreachable", str(exc))
             return HUB_RETRY
@@ -73,9 +75,11 @@ def reconcile(name: str, cluster: Cluster, kube: names.KubeSettings) -> float | 
             record_once(service, "CannotRunOnCluster", error)
     target = spec.spec_hash() if spec else ""
     rollouts = _prune(service, cluster, wanted | trial, target)
+    _prune_sets(service, cluster, sets)
     pods = cluster.pods(names.selector(service.name))
     active = canary.active(service) if trial else None
-    newly_draining = _sync_instances(service, pods, target, active.spec_hash if active else "")
+    serving = [pod for pod in pods if lws.serves(pod)]  # a group's workers serve nothing
+    newly_draining = _sync_instances(service, serving, target, active.spec_hash if active else "")
     _record_warnings(service, cluster, pods)
     settled = _write_status(service, spec, replicas, rollouts, error, tables)
     publish_snapshot(force=newly_draining)
@@ -102,6 +106,18 @@ def _prune(service: Service, cluster: Cluster, wanted: set[str], target: str) ->
     return rollouts
 
 
+def _prune_sets(service: Service, cluster: Cluster, wanted: set[str]) -> None:
+    """Delete the service's LeaderWorkerSets not `wanted` (of roles gone, of a spec that no
+    longer spans hosts or may not run), and their leaders' Services; nothing on a cluster
+    without the resource."""
+    for found in cluster.leader_worker_sets(names.selector(service.name)) or []:
+        name = found["metadata"]["name"]
+        if name not in wanted:
+            cluster.delete(lws.KIND, name)
+            role = found["metadata"]["labels"].get(names.LABEL_ROLE, "")
+            cluster.delete("Service", lws.leader_service_name(service.name, role))
+
+
 def _canary_names(deployments: list[dict]) -> set[str]:
     return {
         d["metadata"]["name"]
@@ -112,10 +128,14 @@ def _canary_names(deployments: list[dict]) -> set[str]:
 
 def _apply(
     service: Service, spec: ServiceSpec, replicas, cluster: Cluster, kube
-) -> tuple[set[str], set[str], str]:
+) -> tuple[set[str], set[str], str, set[str]]:
     """Apply the root, then what the spec renders, then what its active canary release's
-    does; the names of its Deployments and of the canary's, and what its rank tables wait for
-    ("" when it has none, or they are complete)."""
+    does; the names of its Deployments and of the canary's, what its rank tables wait for
+    ("" when it has none, or they are complete), and the names of its LeaderWorkerSets. A
+    spec whose instances span hosts on a cluster without LeaderWorkerSet applies nothing:
+    ManifestError naming unit.size."""
+    if lws.enabled(spec) and cluster.leader_worker_sets(names.selector(service.name)) is None:
+        raise manifests.ManifestError("unit.size", lws.NOT_INSTALLED)
     tables = None
     if rank_tables.enabled(spec):  # written from the pods as they are now
         pods = cluster.pods(names.selector(service.name))
@@ -131,10 +151,11 @@ def _apply(
     for obj in rendered:
         cluster.apply(obj)
     deployments = {o["metadata"]["name"] for o in rendered if o["kind"] == "Deployment"}
+    sets = {o["metadata"]["name"] for o in rendered if o["kind"] == lws.KIND}
     given = canary.Rendering(version, kube, owner, replicas,
                              lambda of: _hub_commits(service, of))  # fmt: skip
     trial = canary.apply(service, canary.active(service), cluster, given)
-    return deployments, trial, tables.waiting if tables else ""
+    return deployments, trial, tables.waiting if tables else "", sets
 
 
 def _hub_commits(service: Service, spec: ServiceSpec) -> dict[str, str]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 from django.conf import settings
 from rest_framework import serializers
@@ -52,6 +53,15 @@ def workspace_uses(workspace_id: int) -> tuple[set[str], set[str]]:
     return images, models
 
 
+def instances_by_node(nodes: Iterable[Node]) -> dict[str, list[Instance]]:
+    """The instances on these nodes, by node name: one query for a page of nodes, not a read
+    of the whole fleet's."""
+    by_node: dict[str, list[Instance]] = {node.name: [] for node in nodes}
+    for instance in Instance.objects.filter(node__in=list(by_node)).select_related("service"):
+        by_node[instance.node].append(instance)
+    return by_node
+
+
 class NodeSerializer(serializers.ModelSerializer):
     """What a node offers. Its images and cached models are shared ground: staff see them all;
     others only those their own workspace's services name (another workspace's private image
@@ -72,11 +82,12 @@ class NodeSerializer(serializers.ModelSerializer):
                   "instances"]  # fmt: skip
 
     def _instances(self, node: Node) -> list[Instance]:
+        """Its instances: from the context's `instances_by_node` (a page's, read at once by
+        the view), else read for this node alone."""
         by_node = self.context.setdefault("instances_by_node", {})
-        if not by_node:
-            for instance in Instance.objects.select_related("service"):
-                by_node.setdefault(instance.node, []).append(instance)
-        return by_node.get(node.name, [])
+        if node.name not in by_node:
+            by_node.update(instances_by_node([node]))
+        return by_node[node.name]
 
     def _uses(self) -> tuple[set[str], set[str]] | None:
         """The caller's workspace's images and models; None for staff (everything)."""

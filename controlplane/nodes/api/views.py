@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from contracts.node_logs import CLUSTER
 from controlplane import intents, paging
-from controlplane.nodes.api.serializers import NodeSerializer
+from controlplane.nodes.api.serializers import NodeSerializer, instances_by_node
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import STATES
 from controlplane.workspaces.access import access
@@ -48,7 +48,8 @@ class NodeList(APIView):
             page = paging.page_of_list(chosen, wanted, key=lambda node: node.name)
         else:
             page = paging.page_of_rows(Node.objects.all(), wanted)
-        data = NodeSerializer(page.items, many=True, context=_seen_by(request)).data
+        context = {**_seen_by(request), "instances_by_node": instances_by_node(page.items)}
+        data = NodeSerializer(page.items, many=True, context=context).data
         return paging.paged(request, page, data)
 
 

@@ -1,4 +1,4 @@
-"""Mirroring in the REST API (EAS's ServiceMirror; the gateway's part is gateway.mirror):
+"""Mirroring in the REST API (EAS's ServiceMirror; the gateway's part is gateway.routing.mirror):
 
 - GET    /services/<name>/mirror   where its calls are mirrored, what share, and the figures
                                    the gateways measured side by side: the service's own calls

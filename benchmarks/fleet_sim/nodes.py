@@ -1,0 +1,154 @@
+"""Simulated nodes: `python -m benchmarks.fleet_sim.nodes --first 0 --count 100` runs nodes
+sim-0000 … sim-0099 in one process, each with its own in-memory runtime.
+
+Each node does what a real worker's node does, through the same functions: it registers and
+heartbeats with workers.node.heartbeat (every WHARF_NODE_HEARTBEAT s) and runs the agent's
+converge (every agent interval, or at once when a scheduler wakes it), which starts what is
+placed on it with workers.starter.start_instance. What is simulated is the host: its cards
+(WHARF_SIM_CARDS GPUs, reported instead of nvidia-smi's), and its engines, which are ready
+WHARF_SIM_START_DELAY seconds after they were created. The nodes of one process take turns on
+one thread (the host settings heartbeat reads are swapped per node), so a process holds one
+database connection whatever its node count. A node named in the Redis set DOWN_KEY stops
+heartbeating and acting, as a host that died: its runtime's engines are simply left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from dataclasses import replace
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.db import close_old_connections  # noqa: E402
+
+from workers import node as host  # noqa: E402
+from workers.agent import converge  # noqa: E402
+from workers.devices import Device, DeviceCache  # noqa: E402
+from workers.fleet import WAKE_KEY, FleetSettings  # noqa: E402
+from workers.locks import client  # noqa: E402
+from workers.runtimes.memory import MemoryRuntime  # noqa: E402
+from workers.starter import start_instance  # noqa: E402
+
+log = logging.getLogger("fleetsim.nodes")
+DOWN_KEY = "fleetsim:down"  # the names of nodes whose hosts are dead
+LABELS = "resource=sim"  # what the simulated services select
+ROUND_REPORT = 30.0  # seconds between reports of the slowest round (in the process's log)
+
+
+def node_name(index: int) -> str:
+    return f"sim-{index:04d}"
+
+
+def node_address(index: int) -> str:
+    return f"10.{64 + index // 65536}.{index // 256 % 256}.{index % 256}"
+
+
+class SimRuntime(MemoryRuntime):
+    """An in-memory runtime whose engines pass their checks `delay` s after they started."""
+
+    def __init__(self, node: str, address: str, delay: float):
+        super().__init__(node=node, address=address)
+        self.delay = delay
+        self.started: dict[str, float] = {}  # url → when its engine was created
+
+    def create(self, request):
+        observed = super().create(request)
+        self.started[observed.url] = time.monotonic()
+        return observed
+
+    def check(self, url: str, default_path: str, probe, key: str = "") -> bool:
+        started = self.started.get(url)
+        return started is not None and time.monotonic() - started >= self.delay
+
+
+class SimNode:
+    """One simulated host: its heartbeat and its agent's passes."""
+
+    def __init__(self, index: int, fleet: FleetSettings, delay: float):
+        self.name, self.address = node_name(index), node_address(index)
+        self.runtime = SimRuntime(self.name, self.address, delay)
+        self.fleet = fleet
+        self.beat_at = 0.0
+
+    def heartbeat(self) -> None:
+        settings.WHARF_NODE_NAME, settings.WHARF_NODE_ADDRESS = self.name, self.address
+        settings.WHARF_NODE_LABELS = LABELS
+        host.heartbeat(self.runtime)
+        self.beat_at = time.monotonic()
+
+    def converge(self) -> None:
+        def start(instance: str) -> None:
+            start_instance(instance, self.name, self.runtime, self.fleet)
+
+        converge(self.name, self.runtime, self.fleet, start, check=self.runtime.check)
+
+
+def simulated_cards(count: int) -> DeviceCache:
+    cards = [Device("gpu", i, "NVIDIA H200 (simulated)", 143771) for i in range(count)]
+    return DeviceCache(lambda: cards, ttl=1e9)
+
+
+def woken(nodes: list[SimNode]) -> set[str]:
+    """The nodes a scheduler woke since the last look (their wake lists emptied)."""
+    with client().pipeline() as pipe:
+        for node in nodes:
+            pipe.lpop(WAKE_KEY.format(node=node.name))
+        answers = pipe.execute()
+    return {node.name for node, answer in zip(nodes, answers, strict=True) if answer}
+
+
+def run(nodes: list[SimNode], interval: float, beat_every: float) -> None:
+    """Passes over every node, forever: a heartbeat when due, then a converge when its agent
+    interval has passed or a scheduler woke it."""
+    last_pass: dict[str, float] = {}
+    slowest, told = 0.0, time.monotonic()
+    while True:
+        began = time.monotonic()
+        close_old_connections()
+        down = {name if isinstance(name, str) else name.decode()
+                for name in client().smembers(DOWN_KEY)}  # fmt: skip
+        wake = woken(nodes)
+        for node in nodes:
+            if node.name in down:
+                continue
+            now = time.monotonic()
+            try:
+                if now - node.beat_at >= beat_every:
+                    node.heartbeat()
+                if node.name in wake or now - last_pass.get(node.name, 0) >= interval:
+                    last_pass[node.name] = now
+                    node.converge()
+            except Exception:  # a node's failure is logged; the others go on
+                log.exception("node %s: pass failed", node.name)
+        slowest = max(slowest, time.monotonic() - began)
+        if time.monotonic() - told >= ROUND_REPORT:  # is the simulator keeping up?
+            log.warning("slowest round over %d nodes: %.2f s (agent interval %g s)",
+                        len(nodes), slowest, interval)  # fmt: skip
+            slowest, told = 0.0, time.monotonic()
+        time.sleep(0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--first", type=int, required=True)
+    parser.add_argument("--count", type=int, required=True)
+    parser.add_argument("--cards", type=int, default=8)
+    parser.add_argument("--delay", type=float, default=1.0, help="engine start, seconds")
+    parser.add_argument("--interval", type=float, default=2.0, help="agent passes, seconds")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    host.CARDS = simulated_cards(args.cards)
+    fleet = replace(FleetSettings.from_django(), agent_interval=args.interval)
+    nodes = [SimNode(i, fleet, args.delay) for i in range(args.first, args.first + args.count)]
+    run(nodes, args.interval, float(settings.WHARF_NODE_HEARTBEAT))
+
+
+if __name__ == "__main__":
+    main()

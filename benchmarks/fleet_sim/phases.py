@@ -1,0 +1,209 @@
+"""The phases of one run at one fleet size, in order: the nodes register; a burst of service
+creates through the API until every instance is routed; a quiet window (steady state); paged
+list calls; forced snapshot publishes; 10 nodes killed at once until their instances are placed
+elsewhere. Each phase returns its figures; benchmarks/fleet_scale.py prints them."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import redis
+from django.core.management import call_command
+from django.db import connection
+from django.test import override_settings
+
+from benchmarks.fleet_sim import figures
+from benchmarks.fleet_sim.nodes import DOWN_KEY
+from benchmarks.fleet_sim.stack import Stack, wait_for
+from benchmarks.fleet_sim.watch import Watch
+from contracts.routing import SNAPSHOT_KEY
+from controlplane.nodes.models import Node
+from controlplane.services.models import Instance
+from controlplane.services.routing import publish_snapshot
+from controlplane.workspaces.models import DEFAULT, Workspace
+
+INSTANCES_PER_SERVICE = 10
+IMAGE = "fleetsim/engine:1"  # approved for the run (WHARF_APPROVED_IMAGES)
+CREATORS = 8  # clients sending the burst at once
+
+
+def service_spec(index: int) -> dict:
+    """Ten instances; every other service's take one card each (half the fleet's cards), the
+    others only CPU and memory. `resource` keeps them on the simulated nodes."""
+    metadata: dict = {"instance": INSTANCES_PER_SERVICE, "cpu": 0.1, "memory": 256,
+                      "resource": "sim"}  # fmt: skip
+    if index % 2 == 0:
+        metadata["gpu"] = 1
+    return {
+        "name": f"fleet_{index:04d}",
+        "containers": [{"image": IMAGE, "command": "serve", "port": 8000}],
+        "metadata": metadata,
+    }
+
+
+def api_token() -> str:
+    """An operator's token in the default workspace, which is granted what the simulated
+    services ask for: their command (on the process runtime the API checks against) and the
+    simulated nodes' resource group."""
+    out = io.StringIO()
+    call_command("create_api_token", "fleetsim", stdout=out)
+    Workspace.objects.filter(name=DEFAULT).update(
+        grants={"process_code": True, "resource_groups": ["sim"]}
+    )
+    return out.getvalue().strip()
+
+
+def nodes_registered(count: int, seconds: float) -> None:
+    wait_for(lambda: Node.objects.filter(name__startswith="sim-").count() >= count, seconds,
+             f"{count} nodes registered", every=0.5)  # fmt: skip
+
+
+def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
+          seconds: float) -> tuple[dict[str, float], int]:  # fmt: skip
+    """Every service created at once (CREATORS at a time), until every instance is routed
+    or `seconds` have passed; the figures and how many instances were routed."""
+    created: dict[str, float] = {}
+    latencies: list[float] = []
+
+    def create(index: int) -> None:
+        spec = service_spec(index)
+        sent = time.monotonic()
+        answer = httpx.post(f"{stack.api_url}/api/v1/services", json=spec, timeout=60,
+                            headers={"Authorization": token}, trust_env=False)  # fmt: skip
+        done = time.monotonic()
+        if answer.status_code != 201:
+            raise RuntimeError(f"create {spec['name']}: {answer.status_code} {answer.text[:300]}")
+        latencies.append(done - sent)
+        created[spec["name"]] = done
+
+    with ThreadPoolExecutor(CREATORS) as pool:
+        list(pool.map(create, range(services)))
+    total = services * INSTANCES_PER_SERVICE
+
+    def all_routed() -> bool:
+        stack.check_alive()
+        return len(watch.routed()) >= total
+
+    with contextlib.suppress(TimeoutError):  # the figures of those routed; the caller
+        wait_for(all_routed, seconds, f"all {total} instances routed", every=0.5)  # says so
+    service_of = {name: service for name, service, _ in watch.rows}
+    routed_at = watch.routed()
+    for name in routed_at:  # placed and routed after the last look at the rows
+        service_of.setdefault(name, name.rsplit("-", 1)[0])
+    placed = figures.since_create(created, watch.placed_at(), service_of)
+    routed = figures.since_create(created, routed_at, service_of, delay)
+    return {
+        "create_p99_ms": figures.percentile(latencies, 99) * 1000,
+        "placed_p50_s": figures.percentile(placed, 50),
+        "placed_p99_s": figures.percentile(placed, 99),
+        "routed_p50_s": figures.percentile(routed, 50),
+        "routed_p99_s": figures.percentile(routed, 99),
+    }, len(routed)
+
+
+def xact_commits() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def steady_state(stack: Stack, watch: Watch, redis_url: str, nodes: int,
+                 window: float) -> dict[str, float]:  # fmt: skip
+    """Nothing changes for `window` s: the control plane's CPU (API and workers, with their
+    beat), PostgreSQL commits and Redis commands, each per second per 100 nodes. The database
+    and Redis figures include the simulated nodes' heartbeats and agent passes (real nodes
+    make them too); the watch is paused meanwhile, so they do not include the benchmark's."""
+    client = redis.Redis.from_url(redis_url)
+    watch.paused.set()
+    time.sleep(1)  # a look under way ends
+    cpu0, pg0 = stack.cpu(), xact_commits()
+    redis0, t0 = int(client.info("stats")["total_commands_processed"]), time.monotonic()
+    time.sleep(window)
+    cpu1, pg1 = stack.cpu(), xact_commits()
+    redis1, t1 = int(client.info("stats")["total_commands_processed"]), time.monotonic()
+    watch.paused.clear()
+    per_100 = 100 / nodes / (t1 - t0)
+    return {
+        "cpu_per_100": (cpu1 - cpu0) * per_100,
+        "pg_per_100": (pg1 - pg0 - 2) * per_100,  # less the two reads of the figure itself
+        "redis_per_100": (redis1 - redis0 - 2) * per_100,
+    }
+
+
+def lists(stack: Stack, token: str, calls: int = 40, limit: int = 100) -> dict[str, float]:
+    """`GET /api/v1/services` and `/nodes`, a page of `limit` at a time, following `next`."""
+    out = {}
+    with httpx.Client(headers={"Authorization": token}, timeout=30, trust_env=False) as http:
+        for kind in ("services", "nodes"):
+            url, took = f"{stack.api_url}/api/v1/{kind}?limit={limit}", []
+            for _ in range(calls):
+                sent = time.monotonic()
+                answer = http.get(url)
+                took.append(time.monotonic() - sent)
+                answer.raise_for_status()
+                nxt = answer.links.get("next", {}).get("url")
+                url = nxt or f"{stack.api_url}/api/v1/{kind}?limit={limit}"
+            out[f"{kind}_p99_ms"] = figures.percentile(took, 99) * 1000
+    return out
+
+
+def publishes(watch: Watch, redis_url: str, times: int = 5) -> dict[str, float]:
+    """The routing snapshot built and written by the control plane's own function (forced, as
+    a drain forces it), and how long the gateway takes to serve it after it is written."""
+    client = redis.Redis.from_url(redis_url)
+    took, reloads = [], []
+    for _ in range(times):
+        sent = time.monotonic()
+        with override_settings(REDIS_URL=redis_url):  # the run's Redis, not this process's
+            publish_snapshot(force=True)
+        written = time.monotonic()
+        took.append(written - sent)
+        version, _ = json_version(client.get(SNAPSHOT_KEY))
+        loaded = watch.gateway_loaded(version, 30)
+        if loaded is not None:
+            reloads.append(loaded - written)
+        time.sleep(0.5)
+    return {"publish_ms": figures.percentile(took, 50) * 1000,
+            "reload_ms": figures.percentile(reloads, 50) * 1000}  # fmt: skip
+
+
+def json_version(text: bytes | str | None) -> tuple[int, int]:
+    """A snapshot's version and its number of services."""
+    data = json.loads(text or b"{}")
+    return int(data.get("version", 0)), len(data.get("services", {}))
+
+
+def kill_nodes(
+    stack: Stack, redis_url: str, count: int, seconds: float
+) -> tuple[float, list[str], int]:
+    """`count` nodes that hold instances stop at once; seconds until every instance of the
+    services they held is placed on a live node again, the nodes, how many instances they
+    held."""
+    rows = list(Instance.objects.exclude(node="").values_list("node", "service__name"))
+    by_node: dict[str, set[str]] = {}
+    for node, service in rows:
+        by_node.setdefault(node, set()).add(service)
+    killed = sorted(by_node)[:count]
+    held = sum(1 for node, _ in rows if node in killed)
+    services = set().union(*(by_node[n] for n in killed)) if killed else set()
+    redis.Redis.from_url(redis_url).sadd(DOWN_KEY, *killed)
+    started = time.monotonic()
+
+    def moved() -> bool:
+        stack.check_alive()
+        live = Instance.objects.filter(service__name__in=services).exclude(node="")
+        if live.filter(node__in=killed).exists():
+            return False
+        placed = Counter(live.values_list("service__name", flat=True))
+        return all(placed[s] >= INSTANCES_PER_SERVICE for s in services)
+
+    wait_for(moved, seconds, f"the instances of {count} killed nodes placed elsewhere", every=0.25)
+    return time.monotonic() - started, killed, held

@@ -1,0 +1,104 @@
+"""The balancer: the state routing needs (requests in flight, turns, cool-downs, the prefix
+table, the engines' figures), and the ranking of a service's instances by its policy
+(gateway.routing.policies, pure); no I/O.
+
+Counting in-flight requests per instance suits LLM engines: a request's cost varies by
+orders of magnitude (a long generation vs a short one), so spreading by what is still
+running beats plain round robin. Ties, including the idle case, rotate so that equal
+instances share the load evenly.
+
+An instance that refused a connection or stopped answering sits out a short cool-down, so
+the requests right behind do not pay for the same failure; the control plane's health
+checks take it out of the snapshot for good if it stays down. When every instance is
+cooling down they are tried anyway: a guess beats refusing the request outright.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+
+from contracts.routing import RoutedInstance
+from gateway.routing import policies
+from gateway.routing.policies import EngineFigures, Load, PrefixTable, RoutingKey
+
+
+class Balancer:
+    def __init__(
+        self, cooldown: float = 5.0, prefix_blocks: int = policies.PREFIX_TABLE_BLOCKS
+    ) -> None:
+        self._cooldown = cooldown
+        self._in_flight: dict[str, int] = {}
+        self._turn: dict[str, int] = {}
+        self._cooling: dict[str, float] = {}  # url -> monotonic time it may be used again
+        self.prefixes = PrefixTable(prefix_blocks)
+        # url -> the engine's latest figures (gateway.routing.engine_figures replaces it every
+        # second).
+        self.figures: Mapping[str, EngineFigures] = {}
+
+    def in_flight(self, url: str) -> int:
+        return self._in_flight.get(url, 0)
+
+    def ranked(
+        self,
+        service: str,
+        instances: Sequence[RoutedInstance],
+        exclude: Collection[str] = (),
+        policy: str = policies.LEAST_OUTSTANDING,
+        key: RoutingKey | None = None,
+    ) -> list[RoutedInstance]:
+        """Candidates best first by `policy` (gateway.routing.policies): healthy before cooling,
+        ties in turn. `service` names the pool (a service, or its prefill instances): turns and
+        prefix blocks are its own. Under prefix_cache the first candidate becomes the owner of
+        the prompt's blocks no other instance of the pool owns, even when it is the only one
+        (so that it keeps them once the service has more)."""
+        candidates = [i for i in instances if i.url not in exclude]
+        blocks = key.blocks(service) if policy == policies.PREFIX_CACHE and key else ()
+        if len(candidates) > 1:
+            # A per-service turn, so traffic to one service does not skew another's rotation;
+            # the policies' stable sorts keep the rotated order among ties.
+            turn = self._turn.get(service, 0)
+            self._turn[service] = turn + 1
+            shift = turn % len(candidates)
+            candidates = candidates[shift:] + candidates[:shift]
+            cooling = self._cooling_now() if self._cooling else frozenset()
+            load = Load(self._in_flight, self.figures, cooling)
+            matched = self.prefixes.matched(blocks) if blocks else None
+            held = self.prefixes.held()
+            candidates = policies.rank(policy, candidates, load, key, matched, held)
+        if blocks and candidates:
+            self.prefixes.record(blocks, candidates[0].url, live={i.url for i in instances})
+        return candidates
+
+    def pick(
+        self,
+        service: str,
+        instances: Sequence[RoutedInstance],
+        exclude: Collection[str] = (),
+    ) -> RoutedInstance | None:
+        """The best candidate, skipping urls in `exclude`."""
+        ranked = self.ranked(service, instances, exclude)
+        return ranked[0] if ranked else None
+
+    def cool_down(self, url: str) -> None:
+        self._cooling[url] = time.monotonic() + self._cooldown
+
+    def cooling(self, url: str) -> bool:
+        return url in self._cooling_now()
+
+    def _cooling_now(self) -> frozenset[str]:
+        now = time.monotonic()
+        for url in [u for u, until in self._cooling.items() if until <= now]:
+            del self._cooling[url]
+        return frozenset(self._cooling)
+
+    def acquire(self, url: str) -> None:
+        self._in_flight[url] = self._in_flight.get(url, 0) + 1
+
+    def release(self, url: str) -> None:
+        left = self._in_flight.get(url, 0) - 1
+        if left > 0:
+            self._in_flight[url] = left
+        else:
+            # Dropping idle entries keeps the table bounded as instances come and go.
+            self._in_flight.pop(url, None)
