@@ -42,6 +42,7 @@ import openai
 from loadgen import percentile
 
 PROMPT = "The harbour master counted the ships at the quay and"
+UP_STOP_S = 120  # what `manage.py up` may take to stop its instances and itself
 
 
 def start_stack(procs: harness.Processes, home: Path, token: str) -> tuple[str, str]:
@@ -168,31 +169,38 @@ def main() -> None:
         harness.Processes() as procs,
     ):
         home = Path(tmp)
-        api_url, gateway = start_stack(procs, home, token)
-        api = httpx.Client(base_url=api_url + "/api/v1", timeout=60, trust_env=False,
-                           headers={"Authorization": f"Bearer {token}"})  # fmt: skip
-        key = deploy(api, args.replicas, args.cpus, procs)
-        client = openai.OpenAI(base_url=gateway + "/v1", api_key=key, max_retries=2)
-        load = (gateway, key, args.rate, args.seconds, args.tokens)
-        asyncio.run(online(gateway, key, 1.0, 5.0, args.tokens))  # warm up
-        alone = asyncio.run(online(*load))
+        try:
+            api_url, gateway = start_stack(procs, home, token)
+            api = httpx.Client(base_url=api_url + "/api/v1", timeout=60, trust_env=False,
+                               headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+            key = deploy(api, args.replicas, args.cpus, procs)
+            client = openai.OpenAI(base_url=gateway + "/v1", api_key=key, max_retries=2)
+            load = (gateway, key, args.rate, args.seconds, args.tokens)
+            asyncio.run(online(gateway, key, 1.0, 5.0, args.tokens))  # warm up
+            alone = asyncio.run(online(*load))
 
-        batch_id = start_batch(client, args.lines, args.tokens)
-        started = time.monotonic()
-        wait_batch(client, batch_id, lambda b: b.request_counts and b.request_counts.completed > 0)
-        beside = asyncio.run(online(*load))
-        during = client.batches.retrieve(batch_id)
-        batch = wait_batch(client, batch_id, done)
-        took = time.monotonic() - started
-        answered, rows = answered_once(client, batch, args.lines)
+            batch_id = start_batch(client, args.lines, args.tokens)
+            started = time.monotonic()
+            wait_batch(
+                client, batch_id, lambda b: b.request_counts and b.request_counts.completed > 0
+            )
+            beside = asyncio.run(online(*load))
+            during = client.batches.retrieve(batch_id)
+            batch = wait_batch(client, batch_id, done)
+            took = time.monotonic() - started
+            answered, rows = answered_once(client, batch, args.lines)
 
-        kill_lines = max(args.lines // 4, 20)
-        killed_id = start_batch(client, kill_lines, args.tokens)
-        wait_batch(client, killed_id, lambda b: b.request_counts
-                   and b.request_counts.completed >= kill_lines // 10)  # fmt: skip
-        victim = kill_an_engine(home, api)
-        killed = wait_batch(client, killed_id, done)
-        killed_answered, killed_rows = answered_once(client, killed, kill_lines)
+            kill_lines = max(args.lines // 4, 20)
+            killed_id = start_batch(client, kill_lines, args.tokens)
+            wait_batch(client, killed_id, lambda b: b.request_counts
+                       and b.request_counts.completed >= kill_lines // 10)  # fmt: skip
+            victim = kill_an_engine(home, api)
+            killed = wait_batch(client, killed_id, done)
+            killed_answered, killed_rows = answered_once(client, killed, kill_lines)
+        finally:
+            # `manage.py up` drains and removes its instances on SIGTERM before it exits: the
+            # engines run in sessions of their own, so a SIGKILL to its group would leave them.
+            procs.stop_all(grace=UP_STOP_S)
 
     print(f"machine: {harness.machine()}")
     print(f"online: {args.rate:g} calls/s for {args.seconds:g} s, {args.tokens} tokens each, "

