@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,6 +114,7 @@ class _ShortMinuteGateway:
                 [sys.executable, str(ROOT / "tests/gateway/serve_gateway.py"), port,
                  json.dumps(fields)],
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},  # Wharf's own packages
             )  # fmt: skip
 
     def stop(self) -> None:
