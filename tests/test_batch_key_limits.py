@@ -23,15 +23,21 @@ from contracts.routing import RoutedKey
 from controlplane.batches.models import Batch
 from controlplane.queues import store
 from controlplane.queues.models import ItemState, QueueItem
-from controlplane.services.choices import InstanceState
-from controlplane.services.models import Instance, Service
+from controlplane.services.models import Service
 from controlplane.services.routing import publish_snapshot
 from gateway.limits.rules import Refusal
 from gateway.queues.holds import DEFAULT_HOLD_S, batch_demand, hold_s
 from gateway.relay.body import DEFAULT_MAX_TOKENS
 from tests.api_support import default_workspace
 from tests.test_async_queues import ROOT, _wait
-from tests.test_batches import SPEC, _EchoEngine, _jsonl, _line, _run, _serves, _until
+from tests.test_batches import (
+    _jsonl,
+    _line,
+    _run,
+    _serves,
+    _until,
+    chat_on_an_echo_engine,
+)
 from tests.test_eas_sdk import _free_port
 
 KEY = RoutedKey("k7", rpm=2, tpm=1000)
@@ -126,13 +132,7 @@ class _ShortMinuteGateway:
 def limited(api, store, settings, redis_url, live_server, tmp_path) -> Iterator[dict]:
     import openai  # noqa: PLC0415
 
-    settings.WHARF_BATCH_DIR = tmp_path / "files"
-    engine = _EchoEngine()
-    assert api.post("/api/v1/services", SPEC, format="json").status_code == 201
-    Instance.objects.create(
-        service=Service.objects.get(name="chat"), name="chat-0", node="n1", runtime="process",
-        spec_hash="h", url=engine.url, state=InstanceState.READY,
-    )  # fmt: skip
+    engine = chat_on_an_echo_engine(api, settings, tmp_path)
     slow = api.post("/api/v1/keys", {"name": "slow", "rpm": 2, "tpm": 100_000}, format="json")
     free = api.post("/api/v1/keys", {"name": "free"}, format="json")
     tight = api.post("/api/v1/keys", {"name": "tight", "tpm": 500}, format="json")

@@ -53,8 +53,9 @@ class _EchoEngine(_Engine):
         return httpx.get(f"{self.url}/log").json()
 
 
-@pytest.fixture
-def stack(api, store, settings, redis_url, live_server, tmp_path) -> Iterator[dict]:
+def chat_on_an_echo_engine(api, settings, tmp_path) -> _EchoEngine:  # noqa: ANN001
+    """The service `chat` created through the API, its one instance an echo engine that is
+    ready; batch files under tmp_path."""
     settings.WHARF_BATCH_DIR = tmp_path / "files"
     engine = _EchoEngine()
     assert api.post("/api/v1/services", SPEC, format="json").status_code == 201
@@ -62,6 +63,12 @@ def stack(api, store, settings, redis_url, live_server, tmp_path) -> Iterator[di
         service=Service.objects.get(name="chat"), name="chat-0", node="n1", runtime="process",
         spec_hash="h", url=engine.url, state=InstanceState.READY,
     )  # fmt: skip
+    return engine
+
+
+@pytest.fixture
+def stack(api, store, settings, redis_url, live_server, tmp_path) -> Iterator[dict]:
+    engine = chat_on_an_echo_engine(api, settings, tmp_path)
     key = api.post("/api/v1/keys", {"name": "batch"}, format="json").json()
     other = client_for("bob", workspace="elsewhere")
     stranger = other.post("/api/v1/keys", {"name": "theirs"}, format="json").json()
