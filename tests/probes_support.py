@@ -63,13 +63,13 @@ def until(
 ) -> Instance:  # fmt: skip
     """Agent passes on `node` (starts run in the pass) until the row is `done`; the row."""
     deadline = time.monotonic() + timeout
-    clock: dict[str, float] = {}
+    clock: dict = {}
 
     def start(name: str) -> None:
         start_instance(name, node, runtime, FLEET)
 
     while True:
-        converge(node, runtime, FLEET, start, liveness_clock=clock)
+        converge(node, runtime, FLEET, start, probe_clock=clock)
         row.refresh_from_db()
         if done(row):
             return row

@@ -7,17 +7,22 @@ refused."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from controlplane.services.choices import InstanceState
 from tests.api_support import grant
-from tests.probes_support import SERVER, placed, state, until
+from tests.probes_support import FLEET, SERVER, placed, state, until
+from workers.agent import converge
 from workers.runtimes.process import ProcessRuntime
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 FAST = {"initial_delay_seconds": 0, "period_seconds": 1, "timeout_seconds": 1}
+ROW_WRITE = 'UPDATE "services_instance"'
 READY, STARTING, UNHEALTHY = InstanceState.READY, InstanceState.STARTING, InstanceState.UNHEALTHY
 
 
@@ -97,3 +102,31 @@ def test_a_probe_of_a_port_a_local_process_cannot_own_is_refused(tmp_path, runti
     row = placed(engine(tmp_path, "other", readiness_check={"tcp_socket": {"port": 9000}}))
     row = until(runtime, row, state(InstanceState.FAILED))
     assert "probes of port 9000" in row.message and "docker runtime" in row.message
+
+
+def test_a_probe_that_changes_nothing_writes_nothing(tmp_path, runtime):
+    """A ready instance that passes again, or an unhealthy one that fails again, leaves its
+    row as it was; the agent keeps the probe's time. At fleet size a write per probe was most
+    of the database's load (benchmarks/README.md, "Fleet at scale")."""
+    (tmp_path / "healthy").touch()
+    check = {"http_get": {"path": "/health", "port": 8000}, **FAST, "failure_threshold": 1}
+    row = until(runtime, placed(engine(tmp_path, "quiet", readiness_check=check)), state(READY))
+    clock: dict = {}
+
+    def quiet_passes(count: int) -> list[str]:
+        """The instance row writes of `count` passes, each after a probe came due."""
+        writes = []
+        for _ in range(count):
+            time.sleep(1.1)  # a period (FAST: 1 s)
+            with CaptureQueriesContext(connection) as queries:
+                converge("local", runtime, FLEET, lambda name: None, probe_clock=clock)
+            writes += [q["sql"] for q in queries if q["sql"].startswith(ROW_WRITE)]
+        return writes
+
+    assert quiet_passes(3) == []
+    probed = [at for (kind, name, _), at in clock.items() if kind == "readiness"]
+    assert probed and time.time() - probed[0] < 1.5  # it was probed, in the last pass
+    (tmp_path / "healthy").unlink()
+    row = until(runtime, row, state(UNHEALTHY))  # the change is written
+    assert row.probe_failures == 1
+    assert quiet_passes(2) == []  # and failing again changes nothing more

@@ -52,7 +52,7 @@ def converge(
     start: Callable[[str], None],
     busy: frozenset[str] = frozenset(),
     now: datetime | None = None,
-    liveness_clock: dict[str, float] | None = None,
+    probe_clock: probes.ProbeClock | None = None,
     check: Callable[[str, str, probes.Probe, str], bool] = probes.check,
     background: Background = lambda name, work: work(),
 ) -> set[str]:
@@ -88,7 +88,9 @@ def converge(
                 _found_running(row, found, now)  # the node came back, or the worker restarted
                 touched.add(row.service.name)
             due.append((row, found))
-    clock = liveness_clock if liveness_clock is not None else {}
+    clock = probe_clock if probe_clock is not None else {}
+    for key in [k for k in clock if k[1] not in rows]:  # instances gone from this node
+        del clock[key]
     touched |= _probe_all(due, runtime, fleet, now, clock, check, background)
     for row, found in due:  # LoRA adapters the spec lists, loaded while the engine runs
         if row.state == InstanceState.READY and adapters.due(row, now.timestamp()):
@@ -298,10 +300,11 @@ def _sigterm(row: Instance, runtime: Runtime) -> set[str]:
     return {row.service.name}
 
 
-def _probe_all(due, runtime, fleet, now, liveness_clock, check, background) -> set[str]:
+def _probe_all(due, runtime, fleet, now, clock: probes.ProbeClock, check, background) -> set[str]:
     """Readiness and liveness for the running instances whose checks are due, in parallel.
     A starting instance with a startup probe is ready only once that passes too, and its
-    liveness waits until then."""
+    liveness waits until then. When each check last ran is kept in `clock`, not in the rows:
+    a probe that changes nothing writes nothing (benchmarks/README.md, "Fleet at scale")."""
     checks = []
     for row, found in due:
         spec = row.placed_spec()
@@ -310,12 +313,15 @@ def _probe_all(due, runtime, fleet, now, liveness_clock, check, background) -> s
         found_probes = probes.probe_set(spec)
         gate = found_probes.startup if row.state == InstanceState.STARTING else None
         started = (row.started_at or now).timestamp()
-        last = row.probed_at.timestamp() if row.probed_at else None
+        run = row.started_at.timestamp() if row.started_at else 0.0  # a restart: probed afresh
+        ready_key, alive_key = ("readiness", row.name, run), ("liveness", row.name, run)
+        last = clock.get(ready_key, row.probed_at.timestamp() if row.probed_at else None)
         if probes.due(last, started, now.timestamp(), gate or found_probes.readiness):
+            clock[ready_key] = now.timestamp()
             checks.append((row, found, "readiness", found_probes.readiness, gate))
         alive = None if gate else found_probes.liveness
-        if alive and probes.due(liveness_clock.get(row.name), started, now.timestamp(), alive):
-            liveness_clock[row.name] = now.timestamp()
+        if alive and probes.due(clock.get(alive_key), started, now.timestamp(), alive):
+            clock[alive_key] = now.timestamp()
             checks.append((row, found, "liveness", alive, None))
     if not checks:
         return set()
@@ -366,6 +372,8 @@ def _after_readiness(row, found, passed, probe, runtime, fleet, now, background)
         why = f"not ready within {deadline:.0f} s" + _startup_reason(row)
         crashed(row, runtime, fleet, now, why, logs=False)
         return {row.service.name}
+    if result == current:
+        return set()  # nothing changed: nothing written (the agent's clock has the time)
     changes = dict(state=result.state, probe_successes=result.successes,
                    probe_failures=result.failures, probed_at=now)  # fmt: skip
     if result.event == "InstanceReady":
@@ -421,7 +429,7 @@ class Agent(threading.Thread):
         self._busy: set[str] = set()  # instances a thread of the pool acts on
         self._futures: dict[str, Future] = {}
         self._lock = threading.Lock()
-        self._liveness: dict[str, float] = {}
+        self._probe_clock: probes.ProbeClock = {}
 
     def run(self) -> None:
         while not self._stopped.is_set():
@@ -430,7 +438,7 @@ class Agent(threading.Thread):
                 with self._lock:
                     busy = frozenset(self._busy)
                 touched = converge(self.node, self.runtime, self.fleet, self._start, busy,
-                                   liveness_clock=self._liveness,
+                                   probe_clock=self._probe_clock,
                                    background=self._background)  # fmt: skip
                 self.on_change(touched)
             except Exception:  # the loop must outlive a database or runtime hiccup

@@ -117,6 +117,11 @@ def request_path(probe: Probe, fronted: bool) -> str | None:
     return f"{PROBE_PATH}?{urlencode(query)}"
 
 
+# When each instance's readiness and liveness checks last ran, kept by its node's agent:
+# (kind, instance, its engine's start) -> seconds since the epoch.
+ProbeClock = dict[tuple[str, str, float], float]
+
+
 @dataclass(frozen=True)
 class Readiness:
     state: str
@@ -126,13 +131,15 @@ class Readiness:
 
 
 def after_readiness(current: Readiness, passed: bool, probe: Probe) -> Readiness:
-    """The instance's readiness after one probe."""
+    """The instance's readiness after one probe. The counts stop at their thresholds, so a
+    probe that changes nothing (a ready instance passing again) gives the same readiness, and
+    the agent writes nothing for it."""
     if passed:
-        successes = current.successes + 1
+        successes = min(current.successes + 1, probe.success_threshold)
         if current.state != READY and successes >= probe.success_threshold:
             return Readiness(READY, successes, 0, "InstanceReady")
         return Readiness(current.state, successes, 0)
-    failures = current.failures + 1
+    failures = min(current.failures + 1, probe.failure_threshold)
     if current.state == READY and failures >= probe.failure_threshold:
         return Readiness(UNHEALTHY, 0, failures, "InstanceUnhealthy")
     return Readiness(current.state, 0, failures)

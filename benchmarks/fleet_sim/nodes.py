@@ -76,6 +76,7 @@ class SimNode:
         self.runtime = SimRuntime(self.name, self.address, delay)
         self.fleet = fleet
         self.beat_at = 0.0
+        self.probe_clock: dict = {}  # as a real node's agent keeps it (workers.agent.Agent)
 
     def heartbeat(self) -> None:
         settings.WHARF_NODE_NAME, settings.WHARF_NODE_ADDRESS = self.name, self.address
@@ -87,7 +88,8 @@ class SimNode:
         def start(instance: str) -> None:
             start_instance(instance, self.name, self.runtime, self.fleet)
 
-        converge(self.name, self.runtime, self.fleet, start, check=self.runtime.check)
+        converge(self.name, self.runtime, self.fleet, start, check=self.runtime.check,
+                 probe_clock=self.probe_clock)  # fmt: skip
 
 
 def simulated_cards(count: int) -> DeviceCache:

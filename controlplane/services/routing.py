@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -57,9 +58,9 @@ def _routed_services() -> dict[str, RoutedService]:
     stop the snapshot, and with it every other service's routing and key changes."""
     services = {}
     active = Prefetch("canaries", queryset=Canary.objects.filter(state__in=CANARY_ACTIVE))
-    queryset = Service.objects.exclude(desired_state=DesiredState.DELETED).prefetch_related(
-        "tokens", "instances", active
-    )
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED)
+    queryset = live.prefetch_related("tokens", active)
+    rows = _instance_rows(live)
     fed = set(
         QueueItem.objects.filter(queue=QueueName.INPUT, batch__isnull=False)
         .values_list("service_id", flat=True)
@@ -67,7 +68,7 @@ def _routed_services() -> dict[str, RoutedService]:
     )
     for service in queryset:
         try:
-            routed = _routed_service(service, typed_spec(service.plain_spec()))
+            routed = _routed_service(service, typed_spec(service.plain_spec()), rows[service.pk])
             services[service.name] = replace(routed, fed=service.pk in fed)
         except Exception as exc:  # an isolation boundary: this service only
             log.warning("routing snapshot: leaving out %s: %s", service.name, exc)
@@ -75,19 +76,34 @@ def _routed_services() -> dict[str, RoutedService]:
     return services
 
 
-def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
-    rows = list(service.instances.all())
+def _instance_rows(services) -> dict[int, list[dict]]:
+    """The routing fields of every instance of `services`, by service: plain values, not
+    model objects, which were most of a rebuild's cost at fleet size (benchmarks/README.md,
+    "Fleet at scale"), and a rebuild follows every change."""
+    rows: dict[int, list[dict]] = defaultdict(list)
+    for row in Instance.objects.filter(service__in=services).values(*_ROUTED_FIELDS):
+        rows[row["service_id"]].append(row)
+    return rows
+
+
+_ROUTED_FIELDS = (
+    "service_id", "name", "url", "role", "state", "engine_key_name", "adapters", "track",
+    "gang", "rank",
+)  # fmt: skip
+
+
+def _routed_service(service: Service, spec: ServiceSpec, rows: list[dict]) -> RoutedService:
     ready = [
         RoutedInstance(
-            name=i.name,
-            url=i.url,
-            role=i.role,
-            key=i.engine_key_name,
-            adapters=tuple(i.adapters.get("loaded") or ()) if i.adapters else None,
-            track=i.track,
+            name=i["name"],
+            url=i["url"],
+            role=i["role"],
+            key=i["engine_key_name"],
+            adapters=tuple(i["adapters"].get("loaded") or ()) if i["adapters"] else None,
+            track=i["track"],
         )  # fmt: skip
         for i in rows
-        if i.state == InstanceState.READY and i.url and _serves(i, rows)
+        if i["state"] == InstanceState.READY and i["url"] and _serves(i, rows)
     ]
     if service.desired_state != DesiredState.RUNNING:
         ready = []
@@ -124,13 +140,15 @@ def _routed_service(service: Service, spec: ServiceSpec) -> RoutedService:
     )
 
 
-def _serves(row: Instance, rows: list[Instance]) -> bool:
+def _serves(row: dict, rows: list[dict]) -> bool:
     """An instance on one host serves when ready; one across hosts (workers.gangs) through its
     leader alone, and only while every member of its gang runs."""
-    if not row.gang:
+    if not row["gang"]:
         return True
     running = (InstanceState.STARTING, InstanceState.READY)
-    return row.rank == 0 and all(r.state in running for r in rows if r.gang == row.gang)
+    return row["rank"] == 0 and all(
+        r["state"] in running for r in rows if r["gang"] == row["gang"]
+    )  # fmt: skip
 
 
 def _request_log(spec: ServiceSpec) -> RequestLogRouting | None:
