@@ -6,6 +6,7 @@ and containers: tests/test_probes_process.py, tests/test_probes_docker.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,20 @@ from contracts.eas import normalise
 from contracts.kube.probes import container_probe
 from contracts.spec import SpecError, parse_spec
 from contracts.spec_probes import probe_ports
-from workers.probes import ENGINE, EXEC, HTTP, TCP, Probe, ProbeSet, probe_set, request_path
+from workers.probes import (
+    ENGINE,
+    ENGINE_READINESS,
+    EXEC,
+    HTTP,
+    TCP,
+    Probe,
+    ProbeSet,
+    Readiness,
+    after_readiness,
+    due,
+    probe_set,
+    request_path,
+)
 
 CORPUS = Path(__file__).parent / "eas_corpus"
 
@@ -111,16 +125,16 @@ TIMING = {"initial_delay_seconds": 4, "period_seconds": 3, "timeout_seconds": 2,
 @pytest.mark.parametrize(
     ("probes", "expected"),
     [
-        ({}, ProbeSet(readiness=Probe())),  # Wharf's defaults: the engine's own check
+        ({}, ProbeSet(readiness=ENGINE_READINESS)),  # Wharf's defaults: the engine's own check
         ({"readiness_check": {**HTTP_CHECK, **TIMING, "success_threshold": 2}},
          ProbeSet(readiness=Probe("/health", 4, 3, 2, 5, 2, HTTP, 8000))),
         ({"health_check": {"tcp_socket": {"port": 9000}, **TIMING}},  # EAS's older spelling
          ProbeSet(readiness=Probe(None, 4, 3, 2, 5, 1, TCP, 9000))),
         ({"liveness_check": {"exec": {"command": ["/bin/check", "-q"]}, **TIMING}},
-         ProbeSet(readiness=Probe(), liveness=Probe(None, 4, 3, 2, 5, 1, EXEC, None,
+         ProbeSet(readiness=ENGINE_READINESS, liveness=Probe(None, 4, 3, 2, 5, 1, EXEC, None,
                                                     ("/bin/check", "-q")))),
         ({"startup_check": {**HTTP_CHECK, **TIMING}},  # deadline: 4 + 3 * 5
-         ProbeSet(readiness=Probe(), startup=Probe("/health", 4, 3, 2, 5, 1, HTTP, 8000),
+         ProbeSet(readiness=ENGINE_READINESS, startup=Probe("/health", 4, 3, 2, 5, 1, HTTP, 8000),
                   startup_deadline=19.0)),
     ],
 )  # fmt: skip
@@ -208,3 +222,38 @@ def test_the_api_answers_both_health_checks_with_a_400_naming_both(api):
     answer = api.post("/api/v1/services", sent, format="json")
     assert answer.status_code == 400
     assert {"health_check", "containers[0].readiness_check"} <= set(answer.json()["errors"])
+
+
+@pytest.mark.parametrize(
+    ("probe", "last", "starting", "expected"),
+    [
+        (ENGINE_READINESS, None, True, True),  # never probed
+        (ENGINE_READINESS, 98.8, True, True),  # starting: every second
+        (ENGINE_READINESS, 99.5, True, False),
+        (ENGINE_READINESS, 98.8, False, False),  # ready: every 5 s
+        (ENGINE_READINESS, 95.0, False, True),
+        (Probe(period=5), 98.8, True, False),  # a period the spec gives holds while starting
+        (Probe(initial_delay=30), None, True, False),  # within its initial delay (started at 80)
+    ],
+)  # fmt: skip
+def test_a_new_instance_is_checked_every_second_until_it_passes_unless_its_spec_says(
+    probe, last, starting, expected
+):
+    assert due(last, 80.0, 100.0, probe, starting) is expected
+
+
+@pytest.mark.parametrize(
+    ("state", "passed", "counts", "expected"),
+    [
+        ("starting", True, (0, 2), ("ready", 1, 0, "InstanceReady")),
+        ("ready", True, (1, 0), ("ready", 1, 0, "")),  # unchanged: the agent writes nothing
+        ("ready", False, (1, 0), ("ready", 0, 1, "")),
+        ("ready", False, (0, 2), ("unhealthy", 0, 3, "InstanceUnhealthy")),
+        ("unhealthy", False, (0, 3), ("unhealthy", 0, 3, "")),  # stops at the threshold
+        ("unhealthy", True, (0, 3), ("ready", 1, 0, "InstanceReady")),
+        ("starting", False, (0, 3), ("starting", 0, 3, "")),
+    ],
+)  # fmt: skip
+def test_readiness_counts_stop_at_their_thresholds(state, passed, counts, expected):
+    current = Readiness(state, *counts)
+    assert astuple(after_readiness(current, passed, Probe())) == expected

@@ -4,9 +4,8 @@ Level-triggered, every couple of seconds and whenever a scheduler wakes it: it c
 rows assigned to its node (workers.scheduler writes them) with what its runtime runs, starts
 what is placed here, stops what is drained or no longer assigned here, probes readiness and
 liveness (workers.probes), restarts crashed engines after an exponential back-off, and writes
-what it observes to the rows. Starts (staging a model can take minutes) and stops (a
-container may take its whole stop timeout) run on their own threads, so that probes and
-drains never wait behind them.
+what changed to the rows. Starts (staging a model can take minutes) and stops (a container
+may take its whole stop timeout) run on threads: probes and drains never wait behind them.
 """
 
 from __future__ import annotations
@@ -303,8 +302,8 @@ def _sigterm(row: Instance, runtime: Runtime) -> set[str]:
 def _probe_all(due, runtime, fleet, now, clock: probes.ProbeClock, check, background) -> set[str]:
     """Readiness and liveness for the running instances whose checks are due, in parallel.
     A starting instance with a startup probe is ready only once that passes too, and its
-    liveness waits until then. When each check last ran is kept in `clock`, not in the rows:
-    a probe that changes nothing writes nothing (benchmarks/README.md, "Fleet at scale")."""
+    liveness waits until then. When each ran is kept in `clock`: one that changes nothing
+    writes nothing (benchmarks/README.md, "Fleet at scale")."""
     checks = []
     for row, found in due:
         spec = row.placed_spec()
@@ -316,7 +315,8 @@ def _probe_all(due, runtime, fleet, now, clock: probes.ProbeClock, check, backgr
         run = row.started_at.timestamp() if row.started_at else 0.0  # a restart: probed afresh
         ready_key, alive_key = ("readiness", row.name, run), ("liveness", row.name, run)
         last = clock.get(ready_key, row.probed_at.timestamp() if row.probed_at else None)
-        if probes.due(last, started, now.timestamp(), gate or found_probes.readiness):
+        if probes.due(last, started, now.timestamp(), gate or found_probes.readiness,
+                      row.state == InstanceState.STARTING):  # fmt: skip
             clock[ready_key] = now.timestamp()
             checks.append((row, found, "readiness", found_probes.readiness, gate))
         alive = None if gate else found_probes.liveness

@@ -39,12 +39,14 @@ class Probe:
     kind: str = ENGINE
     port: int | None = None  # HTTP, TCP: the port the spec names
     command: tuple[str, ...] = ()  # EXEC
+    # How often a new instance is checked until it first passes (None: every `period`).
+    starting_period: float | None = None
 
     @classmethod
     def of(cls, check) -> Probe:
         """From a spec's health_check or health_check.liveness section (None: defaults)."""
         if check is None:
-            return cls()
+            return ENGINE_READINESS
         return cls(
             path=check.path, initial_delay=check.initial_delay_seconds,
             period=check.period_seconds, timeout=check.timeout_seconds,
@@ -65,6 +67,12 @@ class Probe:
         if probe.tcp_socket is not None:
             return replace(timing, kind=TCP, port=probe.tcp_socket.port)
         return replace(timing, kind=EXEC, command=tuple(probe.exec.command))
+
+
+# The readiness check of a spec that gives none: the engine's own health path every 5 s, and
+# every second (each pass of its node's agent, at most) while a new instance starts, so that
+# it is routed as soon as it answers rather than up to a period later.
+ENGINE_READINESS = Probe(starting_period=1.0)
 
 
 @dataclass(frozen=True)
@@ -89,15 +97,16 @@ def probe_set(spec) -> ProbeSet:
                              + startup.period_seconds * startup.failure_threshold)  # fmt: skip
         ready = container.readiness()
         return ProbeSet(
-            readiness=Probe.of_container(ready) if ready else Probe(),
+            readiness=Probe.of_container(ready) if ready else ENGINE_READINESS,
             liveness=Probe.of_container(container.liveness_check)
             if container.liveness_check else None,
             startup=Probe.of_container(startup) if startup else None,
             startup_deadline=deadline,
         )  # fmt: skip
     hc = getattr(spec, "health_check", None) if spec is not None else None
+    given = spec is not None and "health_check" in spec.model_fields_set
     return ProbeSet(
-        readiness=Probe.of(hc),
+        readiness=Probe.of(hc) if given else ENGINE_READINESS,
         liveness=Probe.of(hc.liveness) if hc and hc.liveness else None,
         startup_deadline=getattr(hc, "startup_timeout_seconds", None),
     )
@@ -145,11 +154,14 @@ def after_readiness(current: Readiness, passed: bool, probe: Probe) -> Readiness
     return Readiness(current.state, 0, failures)
 
 
-def due(last: float | None, started: float, now: float, probe: Probe) -> bool:
-    """Whether a check is due: past its initial delay and a period since the last one."""
+def due(last: float | None, started: float, now: float, probe: Probe, starting: bool = False
+        ) -> bool:  # fmt: skip
+    """Whether a check is due: past its initial delay and a period since the last one (its
+    starting period, if it has one, while the instance has not passed yet)."""
     if now - started < probe.initial_delay:
         return False
-    return last is None or now - last >= probe.period
+    period = probe.starting_period if starting and probe.starting_period else probe.period
+    return last is None or now - last >= period
 
 
 def check(url: str, default_path: str, probe: Probe, key: str = "") -> bool:

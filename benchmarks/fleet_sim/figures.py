@@ -85,6 +85,7 @@ def targets(evict_within: float) -> list[Target]:
         Target("routed_p99_s", "routed p99 s", 3),
         Target("cpu_per_100", "CPU cores/100n", 0.2),
         Target("pg_per_100", "PG xact/s/100n", None),
+        Target("writes_per_100", "PG row writes/s/100n", None),
         Target("redis_per_100", "Redis cmd/s/100n", None),
         Target("services_p99_ms", "GET services p99 ms", 250),
         Target("nodes_p99_ms", "GET nodes p99 ms", 250),

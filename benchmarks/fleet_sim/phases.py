@@ -115,25 +115,37 @@ def xact_commits() -> int:
         return int(cursor.fetchone()[0])
 
 
+def row_writes() -> int:
+    """Rows inserted, updated and deleted in the database so far (PostgreSQL's statistics)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables"
+        )
+        return int(cursor.fetchone()[0])
+
+
 def steady_state(stack: Stack, watch: Watch, redis_url: str, nodes: int,
                  window: float) -> dict[str, float]:  # fmt: skip
     """Nothing changes for `window` s: the control plane's CPU (API and workers, with their
-    beat), PostgreSQL commits and Redis commands, each per second per 100 nodes. The database
-    and Redis figures include the simulated nodes' heartbeats and agent passes (real nodes
-    make them too); the watch is paused meanwhile, so they do not include the benchmark's."""
+    beat), PostgreSQL commits, rows written and Redis commands, each per second per 100
+    nodes. The database and Redis figures include the simulated nodes' heartbeats and agent
+    passes (real nodes make them too); the watch is paused meanwhile, so they do not include
+    the benchmark's."""
     client = redis.Redis.from_url(redis_url)
     watch.paused.set()
     time.sleep(1)  # a look under way ends
-    cpu0, pg0 = stack.cpu(), xact_commits()
+    cpu0, pg0, writes0 = stack.cpu(), xact_commits(), row_writes()
     redis0, t0 = int(client.info("stats")["total_commands_processed"]), time.monotonic()
     time.sleep(window)
-    cpu1, pg1 = stack.cpu(), xact_commits()
+    time.sleep(1)  # PostgreSQL's statistics reach the view within a second
+    cpu1, pg1, writes1 = stack.cpu(), xact_commits(), row_writes()
     redis1, t1 = int(client.info("stats")["total_commands_processed"]), time.monotonic()
     watch.paused.clear()
     per_100 = 100 / nodes / (t1 - t0)
     return {
         "cpu_per_100": (cpu1 - cpu0) * per_100,
-        "pg_per_100": (pg1 - pg0 - 2) * per_100,  # less the two reads of the figure itself
+        "pg_per_100": (pg1 - pg0 - 4) * per_100,  # less the four reads of the figures
+        "writes_per_100": (writes1 - writes0) * per_100,
         "redis_per_100": (redis1 - redis0 - 2) * per_100,
     }
 
