@@ -374,7 +374,7 @@ WHARF_JOB_RETRIES = envint("WHARF_JOB_RETRIES", 3)  # a job instance's failed ru
 # Ports the scheduler gives prefill/decode instances on their node (serving and KV side
 # channel), below Linux's ephemeral range so nothing else takes them by chance.
 WHARF_PD_PORTS = envrange("WHARF_PD_PORTS", (30000, 32767))
-WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 10)
+WHARF_RECONCILE_INTERVAL = envint("WHARF_RECONCILE_INTERVAL", 30)
 # Every host runs beat; one leads and sends the fleet-wide periodic tasks (workers.beat): its
 # lease in Redis lasts this long, so a dead leader is replaced within 1.25 times it.
 WHARF_BEAT_LEASE_S = envfloat("WHARF_BEAT_LEASE_S", 8.0, minimum=1.0)

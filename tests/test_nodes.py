@@ -17,7 +17,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.nodes.models import Node
-from controlplane.nodes.state import node_state, parse_labels
+from controlplane.nodes.state import crossed_a_deadline, node_state, parse_labels
 from controlplane.services.models import Instance, Service
 from launcher.stack import ROOT
 from tests.api_support import client_for, default_workspace
@@ -41,6 +41,44 @@ GRACE = timedelta(seconds=30)
 def test_a_nodes_state_comes_from_its_heartbeat_and_marks(age, cordoned, draining, state):
     beat = None if age is None else NOW - timedelta(seconds=age)
     assert node_state(beat, NOW, GRACE, cordoned, draining) == state
+
+
+@pytest.mark.parametrize(("age", "looked_ago", "crossed"), [
+    (5, 2, False),  # heard from lately
+    (31, 2, True),  # silent past the grace (30 s) since the last look: out of routing
+    (33, 2, False),  # past it before the last look: that look saw it
+    (91, 2, True),  # past the grace and the eviction (60 s): placed elsewhere
+    (89, 2, False),
+    (None, 2, False),  # never heard from: nothing it held to follow
+    (200, 150, True),  # a long gap between looks (a new beat leader) still sees it
+])  # fmt: skip
+def test_a_node_is_followed_once_as_its_silence_crosses_each_deadline(age, looked_ago, crossed):
+    beat = None if age is None else NOW - timedelta(seconds=age)
+    since = NOW - timedelta(seconds=looked_ago)
+    assert crossed_a_deadline(beat, since, NOW, GRACE, timedelta(seconds=60)) is crossed
+
+
+@pytest.mark.django_db
+def test_the_services_of_a_node_falling_silent_get_a_pass(monkeypatch, redis_url, settings):
+    """Not at the next reconcile-all (30 s by default): at the next look (every 2 s)."""
+    from workers import tasks
+
+    settings.REDIS_URL = redis_url
+    settings.WHARF_NODE_GRACE, settings.WHARF_NODE_EVICT = 30, 60
+    asked: list[str] = []
+    monkeypatch.setattr(tasks, "enqueue_reconcile", asked.append)
+    now = timezone.now()
+    for name, silent in (("quiet", 31), ("busy", 1)):
+        Node.objects.create(
+            name=name, address="10.0.0.1", heartbeat_at=now - timedelta(seconds=silent)
+        )
+        service = Service.objects.create(workspace=default_workspace(), name=f"on-{name}", spec={})
+        Instance.objects.create(service=service, name=f"on-{name}-1", node=name)
+    tasks.client().set(tasks.FOLLOWED_KEY, (now - timedelta(seconds=2)).timestamp())
+    tasks.follow_nodes()
+    assert asked == ["on-quiet"]
+    tasks.follow_nodes()  # the next look: nothing crossed since
+    assert asked == ["on-quiet"]
 
 
 @pytest.mark.parametrize(("text", "labels"), [

@@ -26,6 +26,7 @@ from django.conf import settings  # noqa: E402
 
 NODE_QUEUE = f"wharf.node.{settings.WHARF_NODE_NAME}"
 PRUNE_INTERVAL = 3600.0  # seconds between model-cache prunes on each host
+NODES_FOLLOWED = 2.0  # seconds between looks at the nodes' heartbeats (workers.tasks)
 
 app = Celery("wharf")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -41,6 +42,12 @@ app.conf.update(
             "task": "workers.tasks.reconcile_all",
             "schedule": float(settings.WHARF_RECONCILE_INTERVAL),
         },
+        # A node's silence crossing its grace or its eviction gets its services a pass at once.
+        "follow-nodes": {
+            "task": "workers.tasks.follow_nodes",
+            "schedule": NODES_FOLLOWED,
+            "options": {"expires": 5 * NODES_FOLLOWED},
+        },  # the next one catches up
         # Usage counted in Redis reaches the database at most a minute and 15 s late.
         "flush-usage": {"task": "workers.tasks.flush_usage", "schedule": 15.0},
         "expire-batches": {"task": "workers.tasks.expire_batches", "schedule": 300.0},

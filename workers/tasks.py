@@ -2,11 +2,15 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from contracts import reconcile
 from controlplane.batches.store import expire_due, settle_orphans
+from controlplane.nodes.models import Node
+from controlplane.nodes.state import crossed_a_deadline
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
 from controlplane.usage import flush
@@ -21,6 +25,7 @@ log = logging.getLogger(__name__)
 KUBERNETES = "kubernetes"
 REQUEUE_DELAY = 2.0  # seconds between passes while a service is still moving
 FAILED_DELAY = 15.0  # seconds before a pass that raised is tried again
+FOLLOWED_KEY = "wharf:nodes:followed-at"  # when follow_nodes last looked (seconds, epoch)
 
 
 def enqueue_reconcile(name: str, countdown: float = 0) -> None:
@@ -75,6 +80,28 @@ def reconcile_all() -> None:
     """The periodic pass over every service (instances whose service is gone are removed by
     their node's agent)."""
     for name in Service.objects.values_list("name", flat=True):
+        enqueue_reconcile(name)
+
+
+@app.task(name="workers.tasks.follow_nodes")
+def follow_nodes() -> None:
+    """A pass now for each service with instances on a node whose silence just crossed its
+    grace (they leave routing) or its eviction (they are placed elsewhere), rather than at the
+    next reconcile-all. The last look's time is kept in Redis, so a new beat leader goes on
+    from where the last one stopped."""
+    now = timezone.now()
+    last = client().getset(FOLLOWED_KEY, now.timestamp())
+    since = datetime.fromtimestamp(float(last), UTC) if last else now - timedelta(minutes=1)
+    fleet = FleetSettings.from_django()
+    grace, evict = timedelta(seconds=fleet.node_grace), timedelta(seconds=fleet.node_evict)
+    silent = [
+        name for name, beat in Node.objects.values_list("name", "heartbeat_at")
+        if crossed_a_deadline(beat, since, now, grace, evict)
+    ]  # fmt: skip
+    if silent:
+        log.info("nodes %s fell silent past a deadline: their services get a pass", silent)
+    for name in (Service.objects.filter(instances__node__in=silent)
+                 .values_list("name", flat=True).distinct()):  # fmt: skip
         enqueue_reconcile(name)
 
 

@@ -22,7 +22,7 @@ class Timing:
     heartbeat: int = 5  # WHARF_NODE_HEARTBEAT
     grace: int = 15  # WHARF_NODE_GRACE
     evict: int = 15  # WHARF_NODE_EVICT
-    reconcile: int = 10  # WHARF_RECONCILE_INTERVAL
+    reconcile: int = 30  # WHARF_RECONCILE_INTERVAL (its default)
     lease: float = 8.0  # WHARF_BEAT_LEASE_S
     window: float = 20.0  # seconds of steady state measured
     killed: int = 10  # nodes killed at once

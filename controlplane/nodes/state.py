@@ -23,6 +23,18 @@ def node_state(
     return CORDONED if cordoned else READY
 
 
+def crossed_a_deadline(
+    heartbeat_at: datetime | None, since: datetime, now: datetime, grace: timedelta,
+    evict: timedelta,
+) -> bool:  # fmt: skip
+    """Whether a node's silence crossed one of its deadlines in (since, now]: the grace (it
+    becomes not_ready: its instances leave routing) or the grace and the eviction (they are
+    placed elsewhere)."""
+    if heartbeat_at is None:
+        return False
+    return any(since < heartbeat_at + after <= now for after in (grace, grace + evict))
+
+
 def parse_labels(text: str) -> dict[str, str]:
     """`gpu=h200,zone=a` (WHARF_NODE_LABELS, `manage.py worker --labels`) as a dict; raises
     ValueError naming the first item that is not key=value."""
