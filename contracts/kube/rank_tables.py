@@ -21,7 +21,8 @@ that should run has one; until then `initializing`. A pod's init container (`pyt
 workers.rank_tables`, in Wharf's image) holds its engine back until the tables are completed
 and list the pod itself. As on Wharf's own nodes, a pod that comes later (a replacement, a
 scale-up) is in the tables the pods that start after it read, not in those of the engines
-already running.
+already running. An instance across hosts (unit.size > 1, a LeaderWorkerSet) with rank tables
+is refused on the cluster (ACROSS_HOSTS).
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ DEVICE_ANNOTATIONS = (
 )
 COMPLETED, INITIALIZING = "completed", "initializing"
 SCHEDULER = "localhost"  # the scheduler group's address, as in the preview
+# An instance across hosts is a LeaderWorkerSet group here (contracts.kube.lws): its tables
+# would need every group's pods, leader and workers, as one instance's servers, ranked by
+# their worker index, and listed only once the whole group is scheduled. Not rendered yet.
+ACROSS_HOSTS = (
+    "rank tables of an instance across hosts are rendered on Wharf's own nodes (the process "
+    "and docker runtimes), not yet for the LeaderWorkerSet pods of a Kubernetes cluster; use "
+    "unit.size 1 with rank tables here, or a KV connector without them"
+)
 PORT_NAME = "http"
 
 
