@@ -2,7 +2,8 @@
 contracts.engines.rank_table): every member of an instance is a server of its group with its
 own node and cards, rank ids continue across an instance's servers, every member reads its
 instance's servers as its local table, NODE_PORTS lists the leaders' ports; what each member
-of vLLM-Ascend is started with; the spec accepted on Wharf's nodes, refused on Kubernetes."""
+of vLLM-Ascend is started with; on Kubernetes, a LeaderWorkerSet group's pods as one
+instance; the spec accepted on every runtime."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from contracts.engines.rank_table import (
     node_ports,
 )
 from contracts.engines.vllm_ascend import GLOBAL_RANK_TABLE, LOCAL_RANK_TABLE
-from contracts.kube.manifests import ManifestError
+from contracts.kube import lws
 from contracts.kube.manifests import render as render_manifests
-from contracts.kube.rank_tables import ACROSS_HOSTS
+from contracts.kube.rank_tables import tables
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
 from tests.test_kube_manifests import OWNER, SETTINGS, keys_for
+from tests.test_kube_rank_tables import HASH, pod
 
 SCHEDULER = "10.0.0.100"
 
@@ -213,27 +215,69 @@ def test_every_member_of_an_instance_gets_the_same_tables():
     assert leader.files == member.files
 
 
-def test_rank_tables_across_hosts_are_accepted_on_wharfs_nodes():
-    spec = ascend_spec()
-    assert spec.unit_size() == 2 and spec.llm is not None and spec.llm.pd is not None
-    assert spec.llm.pd.rank_table
+# On Kubernetes: a LeaderWorkerSet group's pods are one instance
 
 
-def test_rank_tables_across_hosts_are_refused_on_kubernetes():
+def lws_pod(name: str, role: str, group: int, worker: int, ip: str, created: str) -> dict:
+    """A pod of group `group` of the role's LeaderWorkerSet, as LWS labels it, with cards 0
+    and 1 (the device plugin's annotation, tests/test_kube_rank_tables.py)."""
+    found = pod(name, role, ip, created=f"2026-11-25T10:00:{created}Z", spec_hash=HASH)
+    found["metadata"]["labels"] |= {
+        lws.LABEL_SET_NAME: f"svc-{role}",
+        lws.LABEL_GROUP_INDEX: str(group),
+        lws.LABEL_WORKER_INDEX: str(worker),
+    }
+    return found
+
+
+GROUPS = [  # 2 prefill groups and 1 decode group of 2 pods each, workers seen first
+    lws_pod("svc-prefill-0-1", "prefill", 0, 1, "10.244.1.2", "01"),
+    lws_pod("svc-prefill-0", "prefill", 0, 0, "10.244.1.1", "02"),
+    lws_pod("svc-prefill-1", "prefill", 1, 0, "10.244.2.1", "03"),
+    lws_pod("svc-prefill-1-1", "prefill", 1, 1, "10.244.2.2", "04"),
+    lws_pod("svc-decode-0", "decode", 0, 0, "10.244.3.1", "05"),
+    lws_pod("svc-decode-0-1", "decode", 0, 1, "10.244.3.2", "06"),
+]
+
+
+def test_a_leaderworkerset_groups_pods_are_one_instances_servers():
+    found = tables(GROUPS, HASH, ["prefill", "decode"], size=2)
+    assert (found.complete, found.waiting) == (True, "")
+    table = json.loads(found.data["global.json"])
+    prefill, decode = table["server_group_list"][1:]
+    assert servers(prefill) == [
+        ranked("10.244.1.1", range(2), 0), ranked("10.244.1.2", range(2), 2),
+        ranked("10.244.2.1", range(2), 0), ranked("10.244.2.2", range(2), 2),
+    ]  # fmt: skip
+    assert servers(decode) == [ranked("10.244.3.1", range(2), 0),
+                               ranked("10.244.3.2", range(2), 2)]  # fmt: skip
+    for name in ("svc-prefill-1", "svc-prefill-1-1"):  # each pod: its group's servers
+        local = json.loads(found.data[f"{name}.json"])
+        assert servers(local) == servers(prefill)[2:] and local["status"] == "completed"
+
+
+def test_a_group_short_of_its_pods_keeps_the_tables_initializing():
+    found = tables(GROUPS[:5], HASH, ["prefill", "decode"], size=2)
+    assert not found.complete
+    assert found.waiting == "decode instance 0 has 1 of its 2 pods ready"
+    assert json.loads(found.data["global.json"])["status"] == "initializing"
+
+
+def test_rank_tables_across_hosts_render_on_kubernetes():
     spec = ascend_spec()
     counts = replicas(spec)
-    with pytest.raises(ManifestError) as caught:
-        render_manifests(spec.name, spec, 1, counts, SETTINGS, OWNER, keys_for(counts))
-    assert (caught.value.field, caught.value.message) == ("llm.pd.rank_table", ACROSS_HOSTS)
+    objects = render_manifests(spec.name, spec, 1, counts, SETTINGS, OWNER, keys_for(counts))
+    sets = [o for o in objects if o["kind"] == lws.KIND]
+    assert len(sets) == 2 and any(o["kind"] == "ConfigMap" for o in objects)
+    for template in ("leaderTemplate", "workerTemplate"):  # every pod waits for its tables
+        for found in sets:
+            pod_spec = found["spec"]["leaderWorkerTemplate"][template]["spec"]
+            assert [c["name"] for c in pod_spec["initContainers"]] == ["rank-tables"]
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("runtime", "status"), [("process", 201), ("docker", 201),
-                                                 ("kubernetes", 400)])  # fmt: skip
-def test_the_api_saves_rank_tables_across_hosts_except_on_kubernetes(api, settings, runtime,
-                                                                     status):  # fmt: skip
+@pytest.mark.parametrize("runtime", ["process", "docker", "kubernetes"])
+def test_the_api_saves_rank_tables_across_hosts(api, settings, runtime):
     settings.WHARF_RUNTIME = runtime
     answer = api.post("/api/v1/services", PD_ACROSS_HOSTS, format="json")
-    assert answer.status_code == status, answer.content
-    if status == 400:
-        assert answer.json()["errors"] == {"llm.pd.rank_table": [ACROSS_HOSTS]}
+    assert answer.status_code == 201, answer.content

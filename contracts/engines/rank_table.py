@@ -9,11 +9,13 @@ NODE_PORTS lists the instances' serving ports in the global table's order.
 
 An instance across hosts (unit.size N > 1) is N servers of its group, one per member (gang
 rank), each with its own node address and cards; `rank_id` continues across them (member r's
-cards are r*cards, r*cards+1, ...), the way HCCL numbers the ranks of one communication world
-spread over several servers (MindSpore's and MindIE's multi-server rank tables: one
-`server_list` with every server, `server_count` the number of machines). Every member reads
-the same local table, its instance's servers, so the engine's HCCL world is the instance's
-cards. NODE_PORTS lists only the leaders' serving ports: only leaders serve HTTP.
+cards are r*cards, r*cards+1, ...), as an HCCL rank table numbers one communication world
+spread over several machines (one `server_list` with every machine, `server_count` their
+number, each `rank_id` unique in the table: MindSpore's "rank table startup",
+mindspore.cn/docs/en/r2.5.0/model_train/parallel/rank_table.html). Every member reads the
+same local table, its instance's servers, so the engine's HCCL world is the instance's cards
+(neither source below documents a local table for an instance across machines: this is
+Wharf's reading). NODE_PORTS lists only the leaders' serving ports: only leaders serve HTTP.
 
 What the sources say (read 2026-11-29):
 - This form (GLOBAL_RANK_TABLE_FILE_PATH, RANK_TABLE_FILE_PATH, NODE_PORTS, groups "0"/"1"/"2")

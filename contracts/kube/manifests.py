@@ -106,8 +106,6 @@ def render(
     if track and lws.enabled(spec):
         raise ManifestError("unit.size", "an instance across hosts runs as a LeaderWorkerSet, "
                             "which has no canary on the cluster yet")  # fmt: skip
-    if lws.enabled(spec) and rank_tables.enabled(spec):
-        raise ManifestError("llm.pd.rank_table", rank_tables.ACROSS_HOSTS)
     staged = staged_sources(spec, hub_commits)
     placements = {
         role: replace(
