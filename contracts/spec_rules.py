@@ -162,11 +162,6 @@ def _unit_checks(spec: ServiceSpec) -> dict[str, list[str]]:
 
 def _across_hosts(spec: ServiceSpec) -> dict[str, list[str]]:
     llm, size = spec.llm, spec.unit_size()
-    if llm and llm.pd and llm.pd.rank_table:
-        return {"llm.pd.rank_table": [
-            "rank tables of an instance spanning hosts are not rendered yet; use unit.size 1 "
-            "with rank tables, or a KV connector without them"
-        ]}  # fmt: skip
     if spec.metadata.workload_type is not None:
         return {"unit.size": [
             "a job (elasticjob) runs on one host: its end and retries are not kept in step "

@@ -273,3 +273,74 @@ def test_a_job_across_hosts_is_refused(api):
     answer = api.post("/api/v1/services", sent, format="json")
     assert answer.status_code == 400
     assert "a job (elasticjob) runs on one host" in answer.json()["errors"]["unit.size"][0]
+
+
+# Prefill/decode with rank tables across hosts (vLLM-Ascend): each member's tables shown
+PD_RANK_TABLES = {
+    "name": "r1-pd", "unit": {"size": 2},
+    "llm": {"engine": "vllm-ascend", "model": "r1",
+            "pd": {"prefill": {"npu": 8, "tensor_parallel_size": 16},
+                   "decode": {"npu": 8, "tensor_parallel_size": 16},
+                   "kv_connector": "MooncakeConnectorV1", "rank_table": True}},
+}  # fmt: skip
+TABLES = ("/etc/wharf/ranktable/global.json", "/etc/wharf/ranktable/local.json")
+
+
+@pytest.mark.django_db
+def test_the_preview_shows_each_members_rank_tables(api):
+    import json
+
+    answer = api.post("/api/v1/services/preview", PD_RANK_TABLES, format="json")
+    assert answer.status_code == 200, answer.json()
+    containers = answer.json()["containers"]
+    assert [c["role"] for c in containers] == ["prefill", "decode"]
+    for container in containers:
+        leader, member = container["members"]
+        assert sorted(leader["files"]) == sorted(TABLES)
+        assert leader["files"] == member["files"]  # every member reads its instance's tables
+        assert [m["env"]["HCCL_IF_IP"] for m in (leader, member)] == [
+            "<member 0 address>",
+            "<member 1 address>",
+        ]
+        local = json.loads(member["files"][TABLES[1]])
+        assert [s["server_id"] for s in local["server_list"]] == [
+            "<member 0 address>",
+            "<member 1 address>",
+        ]
+        ranks = [d["rank_id"] for s in local["server_list"] for d in s["device"]]
+        assert ranks == [str(r) for r in range(16)]
+        glob = json.loads(leader["files"][TABLES[0]])
+        assert [g["server_count"] for g in glob["server_group_list"]] == ["1", "2", "2"]
+        assert leader["env"]["NODE_PORTS"] == member["env"]["NODE_PORTS"]
+
+
+@pytest.mark.django_db
+def test_wharf_preview_prints_each_members_rank_tables(api, monkeypatch, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from wharfcli import tools
+    from wharfcli.main import cli
+
+    answer = api.post("/api/v1/services/preview", PD_RANK_TABLES, format="json").json()
+
+    class Api:  # the API's real answer, handed to the CLI
+        def __init__(self, config):
+            pass
+
+        def post(self, path, body):
+            return answer
+
+    monkeypatch.setattr(tools, "Client", Api)
+    monkeypatch.setattr(tools.Config, "load", staticmethod(lambda: None))
+    (tmp_path / "pd.json").write_text(json.dumps(PD_RANK_TABLES))
+    printed = CliRunner().invoke(cli, ["preview", "-f", str(tmp_path / "pd.json")])
+    assert printed.exit_code == 0, printed.output
+    files = [line.split(": ", 1) for line in printed.output.splitlines() if " file " in line]
+    assert [head.strip() for head, _ in files] == [
+        f"member {rank} file {path}" for _role in ("prefill", "decode") for rank in (0, 1)
+        for path in sorted(TABLES)
+    ]  # fmt: skip
+    local = json.loads(files[1][1])  # prefill member 0's local table, on one line
+    assert local["server_count"] == "2"

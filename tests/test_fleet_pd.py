@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from contracts.allocation import decode_allocation
 from contracts.engines.vllm_ascend import GLOBAL_RANK_TABLE, LOCAL_RANK_TABLE
 from controlplane.nodes.models import Node
 from controlplane.services.models import Service
@@ -115,3 +116,39 @@ def test_a_node_out_of_ports_leaves_the_instance_pending_saying_so(fleet):
     service = Service.objects.get(name="pd")
     assert service.phase == "pending" and "no free port in WHARF_PD_PORTS" in service.progress
     assert len(fleet.rows("pd")) == 1
+
+
+def test_each_member_of_instances_across_hosts_reads_its_instances_servers(fleet):
+    for number, name in enumerate(("a", "b"), start=1):
+        fleet.node(name)
+        Node.objects.filter(name=name).update(cards=npus(4, number))
+    spec = pd("vllm-ascend", "MooncakeConnectorV1", "npu", rank_table=True)
+    for role in ("prefill", "decode"):  # 2 machines x 2 cards each, tensor parallel 4
+        spec["llm"]["pd"][role]["tensor_parallel_size"] = 4
+    deploy({**spec, "unit": {"size": 2}})
+    fleet.settle(4)
+    rows = {(r.role, r.rank): r for r in fleet.rows("pd")}
+    assert sorted(rows) == [("decode", 0), ("decode", 1), ("prefill", 0), ("prefill", 1)]
+    number = {"a": 1, "b": 2}
+    address = {name: runtime.address for name, runtime in fleet.runtimes.items()}
+    requests = [(node, r) for node, rt in fleet.runtimes.items() for r in rt.requests.values()]
+    assert len(requests) == 4  # every member started
+    tables = {json.dumps(r.plan.files, sort_keys=True) for _, r in requests if r.role == "decode"}
+    assert len(tables) == 1  # both decode members read the same tables
+    for node, request in requests:
+        env = request.plan.env
+        assert env["HCCL_IF_IP"] == address[node]
+        assert env["NODE_PORTS"] == f"{rows['prefill', 0].port},{rows['decode', 0].port}"
+        local = json.loads(request.plan.files[LOCAL_RANK_TABLE])
+        expected = []
+        for rank in (0, 1):  # its instance's servers: each member's node, ranks continuing
+            row = rows[request.role, rank]
+            _, cards = decode_allocation(row.devices)
+            expected.append({
+                "server_id": address[row.node], "server_ip": address[row.node],
+                "device": [{"device_id": str(c), "device_ip": f"29.18.{number[row.node]}.{c}",
+                            "rank_id": str(rank * 2 + i)} for i, c in enumerate(cards)],
+            })  # fmt: skip
+        assert local["server_list"] == expected
+        table = json.loads(request.plan.files[GLOBAL_RANK_TABLE])
+        assert [g["server_count"] for g in table["server_group_list"]] == ["1", "2", "2"]

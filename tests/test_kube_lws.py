@@ -38,6 +38,12 @@ PD = {"name": "pd", "unit": {"size": 2},
               "pd": {"prefill": {"gpu": 4, "tensor_parallel_size": 4, "instance": 2},
                      "decode": {"gpu": 4, "tensor_parallel_size": 4},
                      "kv_connector": "NixlConnector"}}}  # fmt: skip
+ASCEND_PD = {"name": "pd-npu", "unit": {"size": 2},
+             "llm": {"engine": "vllm-ascend", "model": "/models/pd",
+                     "pd": {"prefill": {"npu": 8, "tensor_parallel_size": 16},
+                            "decode": {"npu": 8, "tensor_parallel_size": 16},
+                            "kv_connector": "MooncakeConnectorV1",
+                            "rank_table": True}}}  # fmt: skip
 
 
 def strict(schema: object) -> object:
@@ -89,7 +95,9 @@ def flag(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
 
 
-@pytest.mark.parametrize("data", [VLLM, SGLANG, PD], ids=["vllm", "sglang", "pd"])
+@pytest.mark.parametrize(
+    "data", [VLLM, SGLANG, PD, ASCEND_PD], ids=["vllm", "sglang", "pd", "pd-ascend-rank-tables"]
+)
 def test_a_spec_across_hosts_renders_objects_the_crd_and_kubernetes_accept(data):
     rendered = objects(data)
     kinds = [o["kind"] for o in rendered]

@@ -44,6 +44,12 @@ ACCEPTED = [
                  id="pipeline-on-one-host"),
     pytest.param(llm_spec(gpu=1, unit={"size": 1, "enable_c4d": True}), id="unit-of-one"),
     pytest.param(pd_spec(4, 4, size=2, pp=2), id="prefill-and-decode-each-across-hosts"),
+    pytest.param({"name": "big", "unit": {"size": 2}, "llm": {
+        "engine": "vllm-ascend", "model": "tiny-llama", "pipeline_parallel_size": 2,
+        "pd": {"prefill": {"npu": 4, "tensor_parallel_size": 4},
+               "decode": {"npu": 4, "tensor_parallel_size": 4},
+               "kv_connector": "MooncakeConnectorV1", "rank_table": True}}},
+        id="ascend-rank-tables-across-hosts"),
 ]  # fmt: skip
 
 
@@ -117,9 +123,8 @@ REFUSED = [
     pytest.param(
         pd_spec(4, 4, size=2, pp=2, rank_table=True, kv_connector="LLMDataDistCMgrConnector"),
         "llm.pd.rank_table",
-        "rank tables of an instance spanning hosts are not rendered yet; use unit.size 1 "
-        "with rank tables, or a KV connector without them",
-        id="rank-tables-across-hosts-not-yet",
+        "rank tables describe Ascend NPUs: they need engine vllm-ascend on NPU hosts",
+        id="rank-tables-across-hosts-need-ascend",
     ),
     pytest.param(
         llm_spec("sglang", enable_expert_parallel=True),

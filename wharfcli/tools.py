@@ -51,6 +51,8 @@ def preview(spec_file: str) -> None:
         click.echo("  command: " + shlex.join(container["command"]))
         for member in container.get("members", []):  # an instance across hosts
             click.echo(f"  member {member['rank']}: " + shlex.join(member["command"]))
+            for path, content in sorted(member.get("files", {}).items()):  # its rank tables
+                click.echo(f"  member {member['rank']} file {path}: " + " ".join(content.split()))
         for key, value in sorted(container["env"].items()):
             click.echo(f"  env {key}={value}")
         for mount in container["mounts"]:

@@ -156,7 +156,8 @@ def pd_placement(placement: Placement, row: Instance, spec: ServiceSpec) -> Plac
     """A prefill or decode instance's wiring: the ports the scheduler gave it, its node's
     address (where peers reach its KV side channel), the gateway's (the router), and every
     instance of its version as the rank tables list them, on their nodes, with their cards'
-    RoCE addresses from the node inventory. Peers placed later are not in its tables."""
+    RoCE addresses from the node inventory (each member of an instance across hosts, with its
+    rank). Peers placed later are not in its tables."""
     peers = list(
         Instance.objects.filter(service_id=row.service_id, spec_hash=row.spec_hash)
         .exclude(role="")
@@ -182,7 +183,7 @@ def _member(peer: Instance, node: Node | None) -> PdMember:
     return PdMember(
         role=peer.role, index=peer.pd_index, host_ip=node.address if node else "",
         device_ids=tuple(cards), port=peer.port or 0,
-        device_ips=tuple(ips.get(card, "") for card in cards),
+        device_ips=tuple(ips.get(card, "") for card in cards), rank=peer.rank,
     )  # fmt: skip
 
 

@@ -93,13 +93,15 @@ def render_members(spec: ServiceSpec, placement: Placement | None = None) -> lis
 
 def instance_preview(spec: ServiceSpec, placement: Placement) -> dict:
     """One instance as the preview shows it: its container (an instance across hosts: its
-    leader's) and `members`, each member's rank, command and environment ([] for an instance
-    on one host)."""
+    leader's) and `members`, each member's rank, command, environment ([] for an instance
+    on one host), and the files each reads (its rank tables, where the spec has them)."""
     plans = render_members(spec, placement)
     members = []
     for rank, plan in enumerate(plans if len(plans) > 1 else []):
         shown = plan.preview()
-        members.append({"rank": rank, "command": shown["command"], "env": shown["env"]})
+        members.append(
+            {"rank": rank, "command": shown["command"], "env": shown["env"], "files": plan.files}
+        )
     return {**plans[0].preview(), "members": members}
 
 

@@ -76,11 +76,15 @@ def as_member(plan: ContainerPlan, member: GangMember | None) -> ContainerPlan:
     return replace(plan, host_network=True, health_path="", metrics_path=None)
 
 
+def preview_address(rank: int) -> str:
+    """The placeholder a preview shows for member `rank`'s node address."""
+    return f"<member {rank} address>"
+
+
 def preview_members(size: int, port: int = PREVIEW_PORT) -> tuple[GangMember, ...]:
     """The members a preview shows, with placeholders for the addresses placement picks."""
     return tuple(
-        GangMember(rank, size, PREVIEW_LEADER, port, f"<member {rank} address>")
-        for rank in range(size)
+        GangMember(rank, size, PREVIEW_LEADER, port, preview_address(rank)) for rank in range(size)
     )
 
 

@@ -23,7 +23,8 @@ class Mount:
 
 @dataclass(frozen=True)
 class PdMember:
-    """One instance of a prefill/decode-separated service, as the rank tables list it."""
+    """One instance of a prefill/decode-separated service (one member of it, for an instance
+    across hosts), as the rank tables list it."""
 
     role: str  # "prefill" | "decode"
     index: int  # its place within its role, from 0
@@ -33,6 +34,9 @@ class PdMember:
     # Each card's RoCE address (`hccn_tool -i <id> -ip -g`), in device_ids' order; () when the
     # worker has not read them (the preview): the rank tables then show how to get them.
     device_ips: tuple[str, ...] = ()
+    # Its member (gang rank) of an instance across hosts (unit.size > 1): each member is a
+    # server of the instance's group; 0 for an instance on one host, and for the leader.
+    rank: int = 0
 
 
 @dataclass(frozen=True)

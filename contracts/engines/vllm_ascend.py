@@ -21,11 +21,12 @@ from contracts.engines.common import (
     shm_size,
     user_env,
 )
-from contracts.engines.gang import as_member, vllm_env
+from contracts.engines.gang import as_member, preview_address, vllm_env
 from contracts.engines.pd import on_host_network, pd_wiring, role_cards, validate_pd
 from contracts.engines.plan import ContainerPlan, Mount, PdMember, Placement
 from contracts.engines.rank_table import (
     global_rank_table,
+    instance_of,
     local_rank_table,
     node_ports,
     preview_layout,
@@ -114,40 +115,53 @@ def quantization_args(llm: Llm) -> list[str]:
 
 
 def own_member(placement: Placement, port: int) -> PdMember:
+    member = placement.gang
     return PdMember(
         role=placement.role,
         index=placement.pd_index,
-        host_ip=placement.node_ip or "localhost",
+        host_ip=placement.node_ip or (member.ip if member else "") or "localhost",
         device_ids=placement.devices,
         port=port,
+        rank=member.rank if member else 0,
     )
 
 
 def pd_layout(spec: ServiceSpec, placement: Placement, port: int) -> tuple[PdMember, ...]:
-    """The worker's layout of the whole service; the preview's stand-in when it has none."""
+    """The worker's layout of the whole service; the preview's stand-in when it has none
+    (for an instance across hosts: member r of every instance on the preview's node r)."""
     if placement.pd_layout:
         return placement.pd_layout
     assert spec.llm is not None and spec.llm.pd is not None
     pd = spec.llm.pd
     counts = {role: (pd.role(role).instance, pd.role(role).npu) for role in ("prefill", "decode")}
-    return preview_layout(counts, own_member(placement, port))
+    own = own_member(placement, port)
+    member = placement.gang
+    hosts = (
+        tuple(own.host_ip if r == member.rank else preview_address(r) for r in range(member.size))
+        if member
+        else ()
+    )
+    return preview_layout(counts, own, hosts)
 
 
 def rank_tables(
     spec: ServiceSpec, placement: Placement, port: int
 ) -> tuple[dict[str, str], dict[str, str]]:
     """seeds/000's rank-table deployment: the files (container path -> JSON) and the env
-    that points the engine at them; nothing unless llm.pd.rank_table and a role."""
+    that points the engine at them; nothing unless llm.pd.rank_table and a role. A member of
+    an instance across hosts reads the same tables as its leader (contracts.engines.rank_table:
+    its local table is its instance's servers)."""
     llm = spec.llm
     if llm is None or llm.pd is None or not llm.pd.rank_table or not placement.role:
         return {}, {}
     layout = pd_layout(spec, placement, port)
-    key = (placement.role, placement.pd_index)
-    own = next((m for m in layout if (m.role, m.index) == key), own_member(placement, port))
+    mine = own_member(placement, port)
+    key = (mine.role, mine.index, mine.rank)
+    own = next((m for m in layout if (m.role, m.index, m.rank) == key), mine)
     scheduler = placement.router_ip or "localhost"
     files = {
         GLOBAL_RANK_TABLE: json.dumps(global_rank_table(layout, scheduler), indent=2),
-        LOCAL_RANK_TABLE: json.dumps(local_rank_table(own), indent=2),
+        LOCAL_RANK_TABLE: json.dumps(local_rank_table(*instance_of(layout, own)), indent=2),
     }
     env = {
         "GLOBAL_RANK_TABLE_FILE_PATH": GLOBAL_RANK_TABLE,

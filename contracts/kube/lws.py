@@ -52,6 +52,9 @@ NOT_INSTALLED = (
 )
 # The label LWS sets on every pod of a group: "0" on the leader.
 LABEL_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+# And the set's name and the group's index (0 .. replicas - 1), also on every pod of a group.
+LABEL_SET_NAME = "leaderworkerset.sigs.k8s.io/name"
+LABEL_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 # The variables LWS sets in every container of a group's pods, which the kubelet expands.
 WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
 LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"

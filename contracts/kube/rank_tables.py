@@ -22,17 +22,30 @@ workers.rank_tables`, in Wharf's image) holds its engine back until the tables a
 and list the pod itself. As on Wharf's own nodes, a pod that comes later (a replacement, a
 scale-up) is in the tables the pods that start after it read, not in those of the engines
 already running.
+
+An instance across hosts (unit.size N > 1) is a LeaderWorkerSet group here
+(contracts.kube.lws): its N pods, leader and workers, are one instance's servers, ranked by
+the worker index LWS labels each with, as on Wharf's own nodes (contracts.engines.rank_table);
+each pod's local table is its group's servers, and the tables are complete only once every
+group has all N pods.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from contracts.engines.rank_table import PdMember, global_rank_table, local_rank_table, ordered
+from contracts.engines.rank_table import (
+    PdMember,
+    global_rank_table,
+    instance_of,
+    local_rank_table,
+    ordered,
+)
 from contracts.engines.vllm_ascend import GLOBAL_RANK_TABLE
-from contracts.kube import names
+from contracts.kube import lws, names
 from contracts.spec import ServiceSpec
 
 FOLDER = GLOBAL_RANK_TABLE.rsplit("/", 1)[0]  # where pods mount the ConfigMap
@@ -107,11 +120,25 @@ def _listed(pods: Iterable[dict], spec_hash: str) -> list[dict]:
                                         p["metadata"]["name"]))  # fmt: skip
 
 
-def tables(pods: Iterable[dict], spec_hash: str, roles: Iterable[str]) -> Tables:
-    """The service's rank tables from its pods (`roles`: those with pods wanted)."""
+def _instance(pod: dict) -> tuple[str, int]:
+    """Which instance of its role a pod is part of, and its rank in it: a LeaderWorkerSet
+    group's pods (an instance across hosts) are one instance, ranked by their worker index;
+    any other pod is an instance of its own."""
+    labels = pod["metadata"].get("labels") or {}
+    if lws.LABEL_WORKER_INDEX not in labels:
+        return pod["metadata"]["name"], 0
+    group = f"{labels.get(lws.LABEL_SET_NAME, '')}/{labels.get(lws.LABEL_GROUP_INDEX, '')}"
+    return group, int(labels[lws.LABEL_WORKER_INDEX])
+
+
+def tables(pods: Iterable[dict], spec_hash: str, roles: Iterable[str], size: int = 1) -> Tables:
+    """The service's rank tables from its pods (`roles`: those with pods wanted; `size`: the
+    pods of one instance, unit.size). An instance across hosts is listed as soon as any of
+    its pods is, and the tables are complete once each has all `size`."""
     members: dict[str, PdMember] = {}
     waiting: list[str] = []
     index = dict.fromkeys(("prefill", "decode"), 0)
+    instances: dict[tuple[str, str], int] = {}
     scheduled: set[str] = set()
     for pod in _listed(pods, spec_hash):
         name = pod["metadata"]["name"]
@@ -126,16 +153,30 @@ def tables(pods: Iterable[dict], spec_hash: str, roles: Iterable[str]) -> Tables
             waiting.append(f"pod {name} has no NPU addresses yet (the Ascend device plugin's "
                            f"{DEVICE_ANNOTATIONS[0]} annotation)")  # fmt: skip
         else:
+            group, rank = _instance(pod)
+            if (role, group) not in instances:
+                instances[role, group] = index[role]
+                index[role] += 1
             members[name] = PdMember(
-                role=role, index=index[role], host_ip=ip, device_ids=found[0],
-                port=_port(pod), device_ips=found[1],
+                role=role, index=instances[role, group], host_ip=ip, device_ids=found[0],
+                port=_port(pod), device_ips=found[1], rank=rank,
             )  # fmt: skip
-            index[role] += 1
     waiting += [f"no {role} pod scheduled yet" for role in roles if role not in scheduled]
+    waiting += _short_groups(members.values(), size)
     status = INITIALIZING if waiting else COMPLETED
     whole = {**global_rank_table(ordered(members.values()), SCHEDULER), "status": status}
     data = {GLOBAL_KEY: json.dumps(whole, indent=2)}
     for name, member in members.items():
-        data[local_key(name)] = json.dumps({**local_rank_table(member), "status": status},
-                                           indent=2)  # fmt: skip
+        local = local_rank_table(*instance_of(members.values(), member))
+        data[local_key(name)] = json.dumps({**local, "status": status}, indent=2)
     return Tables(data, not waiting, "; ".join(waiting))
+
+
+def _short_groups(members: Iterable[PdMember], size: int) -> list[str]:
+    """What instances across hosts wait for: those with fewer than `size` pods listed."""
+    counts = Counter((m.role, m.index) for m in members)
+    return [
+        f"{role} instance {index} has {count} of its {size} pods ready"
+        for (role, index), count in sorted(counts.items())
+        if count < size
+    ]

@@ -139,7 +139,8 @@ def _apply(
     tables = None
     if rank_tables.enabled(spec):  # written from the pods as they are now
         pods = cluster.pods(names.selector(service.name))
-        tables = rank_tables.tables(pods, spec.spec_hash(), [r for r, n in replicas.items() if n])
+        wanted = [r for r, n in replicas.items() if n]
+        tables = rank_tables.tables(pods, spec.spec_hash(), wanted, spec.unit_size())
     version = service.versions.order_by("-number").values_list("number", flat=True).first() or 0
     root = cluster.apply(manifests.root(service.name, version, spec.spec_hash(), kube.namespace))
     owner = manifests.Owner(root["metadata"]["name"], root["metadata"]["uid"])
