@@ -223,7 +223,8 @@ def test_expert_parallelism_is_vllms_switch(engine):
 
 
 @pytest.mark.django_db
-def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
+def wharf_preview(api, monkeypatch, tmp_path, sent: dict) -> str:
+    """What `wharf preview -f <sent>` prints, given the API's real answer to `sent`."""
     import json
 
     from click.testing import CliRunner
@@ -231,8 +232,6 @@ def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
     from wharfcli import tools
     from wharfcli.main import cli
 
-    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
-    sent = {"name": "big", "unit": {"size": 2}, "llm": llm}
     answer = api.post("/api/v1/services/preview", sent, format="json").json()
 
     class Api:  # the API's real answer, handed to the CLI
@@ -245,10 +244,18 @@ def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
 
     monkeypatch.setattr(tools, "Client", Api)
     monkeypatch.setattr(tools.Config, "load", staticmethod(lambda: None))
-    (tmp_path / "big.json").write_text(json.dumps(sent))
-    printed = CliRunner().invoke(cli, ["preview", "-f", str(tmp_path / "big.json")])
+    (tmp_path / "spec.json").write_text(json.dumps(sent))
+    printed = CliRunner().invoke(cli, ["preview", "-f", str(tmp_path / "spec.json")])
     assert printed.exit_code == 0, printed.output
-    members = [line for line in printed.output.splitlines() if "  member " in line]
+    return printed.output
+
+
+def test_wharf_preview_prints_every_members_command(api, monkeypatch, tmp_path):
+    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "pipeline_parallel_size": 2}
+    printed = wharf_preview(
+        api, monkeypatch, tmp_path, {"name": "big", "unit": {"size": 2}, "llm": llm}
+    )
+    members = [line for line in printed.splitlines() if "  member " in line]
     assert [line.split(":")[0].strip() for line in members] == ["member 0", "member 1"]
     assert "--headless" not in members[0] and "--headless --compilation-config" in members[1]
 
@@ -318,26 +325,8 @@ def test_the_preview_shows_each_members_rank_tables(api):
 def test_wharf_preview_prints_each_members_rank_tables(api, monkeypatch, tmp_path):
     import json
 
-    from click.testing import CliRunner
-
-    from wharfcli import tools
-    from wharfcli.main import cli
-
-    answer = api.post("/api/v1/services/preview", PD_RANK_TABLES, format="json").json()
-
-    class Api:  # the API's real answer, handed to the CLI
-        def __init__(self, config):
-            pass
-
-        def post(self, path, body):
-            return answer
-
-    monkeypatch.setattr(tools, "Client", Api)
-    monkeypatch.setattr(tools.Config, "load", staticmethod(lambda: None))
-    (tmp_path / "pd.json").write_text(json.dumps(PD_RANK_TABLES))
-    printed = CliRunner().invoke(cli, ["preview", "-f", str(tmp_path / "pd.json")])
-    assert printed.exit_code == 0, printed.output
-    files = [line.split(": ", 1) for line in printed.output.splitlines() if " file " in line]
+    printed = wharf_preview(api, monkeypatch, tmp_path, PD_RANK_TABLES)
+    files = [line.split(": ", 1) for line in printed.splitlines() if " file " in line]
     assert [head.strip() for head, _ in files] == [
         f"member {rank} file {path}" for _role in ("prefill", "decode") for rank in (0, 1)
         for path in sorted(TABLES)
