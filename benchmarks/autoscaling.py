@@ -35,7 +35,7 @@ from contracts.inflight import read_reports, service_load  # noqa: E402
 from contracts.spec import parse_spec  # noqa: E402
 from controlplane.services.tiny_model import write_tiny_model  # noqa: E402
 from tests.rollout_support import events, instances, start_own_system, wait_until  # noqa: E402
-from workers.autoscaler import TOLERANCE, Signals, State, decide  # noqa: E402
+from workers.scaling.autoscaler import TOLERANCE, Signals, State, decide  # noqa: E402
 
 REDIS_DB = 6
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.devices import first_contiguous  # noqa: E402
-from workers.placement import (  # noqa: E402
+from workers.nodes.devices import first_contiguous  # noqa: E402
+from workers.scheduling.placement import (  # noqa: E402
     Card,
     Held,
     Need,

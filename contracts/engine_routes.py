@@ -84,7 +84,7 @@ ALLOWED: dict[str, dict[str, EngineRoute]] = {
 }
 
 # Never forwarded to a custom engine, with everything under them: the node's runtime LoRA
-# routes (workers.adapters), vLLM's and SGLang's administrative and dev-mode routes, and the
+# routes (workers.models.adapters), vLLM's and SGLang's administrative and dev-mode routes, and the
 # engine's metrics (the node and the operator's Prometheus read them, not callers).
 CLOSED = (
     "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/adapters",

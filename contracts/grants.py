@@ -347,7 +347,7 @@ def git_granted(repo: str, grants: Grants) -> bool:
 def git_refusal(repo: str, grants: Grants) -> str | None:
     """Why cloning `repo` for the workspace is refused (a folder of the node, or a server at a
     local address: the node would reach them for the tenant), or None. A name that resolves
-    to a local address is checked where it is resolved, on the node (workers.git_mounts)."""
+    to a local address is checked where it is resolved, on the node (workers.models.git_mounts)."""
     if git_granted(repo, grants):
         return None
     parts = urlsplit(repo)
@@ -464,7 +464,7 @@ def registry_granted(registry: str, grants: Grants) -> bool:
 def local_host(host: str) -> bool:
     """Whether `host` is `localhost` or an address that is not on the public internet
     (loopback, link-local, private, shared, reserved, unspecified). A name is not, by itself:
-    what it resolves to is checked where it is resolved (workers.starter)."""
+    what it resolves to is checked where it is resolved (workers.nodes.starter)."""
     host = host.rstrip(".")
     if host == "localhost" or host.endswith(".localhost"):
         return True

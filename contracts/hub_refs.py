@@ -1,6 +1,6 @@
 """Model references on a hub: `hf://org/name[@revision]` (Hugging Face Hub) and
 `modelscope://org/name[@revision]` (ModelScope). The spec accepts them wherever it names a
-model; nodes stage them (workers.hub) at the commit the revision resolves to."""
+model; nodes stage them (workers.models.hub) at the commit the revision resolves to."""
 
 from __future__ import annotations
 

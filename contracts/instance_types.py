@@ -22,7 +22,7 @@ A type is found in the table first, then by the names that say their size themse
 
 EAS tries `instances[]` in order when one type is out of stock; here the first type known
 sizes every instance. The card model in a note is for people: Wharf places an instance by
-card kind (gpu, npu) and node labels (workers.placement), never by model, so a spec that
+card kind (gpu, npu) and node labels (workers.scheduling.placement), never by model, so a spec that
 needs a given model names it with metadata.resource or the nodes' labels.
 """
 

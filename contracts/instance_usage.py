@@ -1,4 +1,4 @@
-"""What an instance uses of its node, sampled by the node (workers.usage_sampler) for the
+"""What an instance uses of its node, sampled by the node (workers.scaling.usage_sampler) for the
 autoscaler's `cpu` and `gpu` strategies. No Django: both sides read it.
 
 Redis, per instance (its name): ``wharf:instance-usage:<instance>``, the newest sample's JSON,

@@ -1,6 +1,6 @@
 """An instance's log, read on its node whichever host serves the API: the API pushes a request
 onto the node's list in Redis and waits on a reply key of its own; that node's worker answers
-from its runtime (workers.node_logs). No Django here: the caller hands its Redis client."""
+from its runtime (workers.nodes.node_logs). No Django here: the caller hands its Redis client."""
 
 from __future__ import annotations
 

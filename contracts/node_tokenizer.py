@@ -1,7 +1,7 @@
 """A service's tokenizer files, read where its model is: on the node of one of its instances,
 as an instance's log is (contracts.node_logs). The API pushes a request naming the instance
 onto the node's list in Redis and waits on a reply key of its own; that node's worker answers
-from the folder the instance's engine reads (workers.node_tokenizer), or says why it cannot.
+from the folder the instance's engine reads (workers.nodes.node_tokenizer), or says why it cannot.
 
 Only a tokenizer's own small text files are ever read (TOKENIZER_FILES, each under its cap),
 never weights or any other file, and only files that stay inside the model's folder with

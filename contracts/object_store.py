@@ -1,7 +1,7 @@
 """Where a model's objects are and how to read them: OSS / OBS / S3 URIs, endpoints, regions and
 credentials resolved from the spec and the environment, one boto3 client for all three (Alibaba
 OSS and Huawei OBS speak the S3 API; only the defaults differ), the listing of a prefix, and
-errors that say what to fix without a secret in them. The node cache (workers.storage) is
+errors that say what to fix without a secret in them. The node cache (workers.models.storage) is
 built on it, and so is the control plane's store of batch files (controlplane.batches.files),
 which is why it lives below both planes. The caller holds the client it makes.
 
@@ -33,7 +33,7 @@ from botocore.exceptions import (
 
 log = logging.getLogger(__name__)
 
-# The cache's own file in a staged folder (workers.storage); no object may take its name.
+# The cache's own file in a staged folder (workers.models.storage); no object may take its name.
 MANIFEST = ".wharf-manifest.json"
 _URI = re.compile(
     r"^(?P<scheme>oss|obs|s3)://(?P<bucket>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<rest>/.*)?$"

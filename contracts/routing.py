@@ -89,7 +89,7 @@ class RoutedInstance:
     # What its engine key derives from (contracts.engine_keys), where not its name: the pods
     # of one Kubernetes Deployment share one key, as they share one template.
     key: str = ""
-    # The LoRA adapters its engine has loaded, where its node tracks them (workers.adapters);
+    # The LoRA adapters its engine has loaded, where its node tracks them (workers.models.adapters);
     # None: every adapter of its service.
     adapters: tuple[str, ...] | None = None
     # "canary": an instance of the new version a canary release runs beside the stable one

@@ -356,7 +356,7 @@ class ServiceSpec(
         and so does an rpc section left empty once the routing policy is set aside (one whose
         fields were all null rolls its instances once, on the upgrade that added this), and
         so does llm.lora unset. Nor do the LoRA adapters of an engine that loads them while it
-        runs (RUNTIME_LORA_ENGINES): workers.adapters applies them to running instances."""
+        runs (RUNTIME_LORA_ENGINES): workers.models.adapters applies them to running instances."""
         data = self.model_dump(mode="json", exclude={
             "rolling_strategy", "health_check", "dockerAuth", "autoscaler", "cronscaler",
             "warm_up_data_path",  # replayed to a new instance: it shapes none

@@ -13,7 +13,7 @@ that an `excludeDates` cron expression matches (in the job's time zone) does not
 With an `autoscaler`, the latest target is the autoscaler's floor until the next job fires
 (within its min..max: the autoscaler's bounds still hold); without one, it is the count. Once
 stored, the latest fire before now applies at once, so a service is where its schedule says.
-Pure: `latest_fire` is what workers.autoscaling applies on each pass.
+Pure: `latest_fire` is what workers.scaling.autoscaling applies on each pass.
 """
 
 from __future__ import annotations

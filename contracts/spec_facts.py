@@ -11,7 +11,7 @@ from contracts.spec_scaling import Autoscaler
 def replicas(spec: ServiceSpec, autoscale: dict | None = None) -> dict[str, int]:
     """Instances wanted per role: prefill and decode for a separated service, else "" alone.
     An autoscaled role wants what its autoscaler last decided (`autoscale`, the service's
-    {role: workers.autoscaler.State JSON}), within its min..max; a service with a cronscaler
+    {role: workers.scaling.autoscaler.State JSON}), within its min..max; a service with a cronscaler
     alone, what its schedule last set; until either decides, what the spec starts with."""
     pd = spec.llm.pd if spec.llm else None
     if pd:

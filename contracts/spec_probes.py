@@ -4,7 +4,7 @@ readiness that pai-python-sdk writes), each one of `http_get` {path, port}, `tcp
 {port} or `exec` {command}, with Kubernetes' timing fields and EAS's defaults
 (../shared/eas/PARAMETERS.md §4.1). Pure.
 
-What Wharf does with them (workers.probes maps them, the node agent runs them):
+What Wharf does with them (workers.nodes.probes maps them, the node agent runs them):
 - readiness (`readiness_check`, or `health_check`) decides routing, as Wharf's own top-level
   `health_check` does: `success_threshold` passes make an instance ready, `failure_threshold`
   failures take it out of routing until it passes again;

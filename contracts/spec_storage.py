@@ -4,10 +4,10 @@ page, ../shared/eas/PARAMETERS.md §5), plus Kubernetes' PersistentVolumeClaims.
 Every entry has `mount_path` and exactly one source:
 - `oss` / `obs` / `s3`: a bucket prefix, staged into the node's cache; `readOnly: false` makes
   each instance a writable copy whose new and changed files go back to the prefix
-  (workers.writable_storage);
+  (workers.models.writable_storage);
 - `nfs`: an export, mounted by the node (`readOnly`, EAS's spelling);
-- `git`: a repository cloned on the node at instance start, read-only (workers.git_mounts);
-- `image`: a folder copied out of an image on the node, read-only (workers.image_mounts);
+- `git`: a repository cloned on the node at instance start, read-only (workers.models.git_mounts);
+- `image`: a folder copied out of an image on the node, read-only (workers.models.image_mounts);
 - `empty_dir`: scratch space, on disk or (`medium: memory`) in memory;
 - `pvc`: a PersistentVolumeClaim (Kubernetes only);
 - `dataset`: a PAI dataset, which on Wharf is a volume the operator made and filled, named

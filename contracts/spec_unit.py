@@ -7,7 +7,7 @@ An instance of `unit.size` N > 1 is a gang of N members, one per node: every mem
 spec's cards per machine (metadata.gpu / npu, per machine as in EAS; in a prefill/decode
 service each role's own), and together they hold tensor x pipeline parallel cards. Member 0,
 the leader, serves HTTP; the others only compute (contracts.engines.gang renders each one's
-command, workers.gang places them together or not at all). In a prefill/decode service
+command, workers.scheduling.gang places them together or not at all). In a prefill/decode service
 `unit.size` applies to both roles: each prefill and each decode instance spans N hosts.
 
 `unit.enable_c4d` and `unit.enable_rebuild` are EAS's Lingjun features (contracts.spec_cloud

@@ -311,7 +311,7 @@ WHARF_INSTANCE_LOG_DIR = WHARF_HOME / "instances"
 # models (in its hub/ folder, by hub, repository and commit).
 WHARF_CACHE_DIR = Path(envstr("WHARF_CACHE_DIR", str(WHARF_HOME / "cache"))).resolve()
 # Writable object-storage mounts (readOnly: false): each instance's copy, and how often what
-# it adds or changes there is uploaded back (workers.writable_storage).
+# it adds or changes there is uploaded back (workers.models.writable_storage).
 WHARF_WRITABLE_DIR = WHARF_HOME / "writable"
 WHARF_STORAGE_SYNC_SECONDS = envint("WHARF_STORAGE_SYNC_SECONDS", 60)
 # The hubs hf:// and modelscope:// models are staged from: a mirror's address where nodes sit

@@ -51,7 +51,7 @@ NOISE = re.compile(
 
 
 def fake_nvidia_smi(folder: Path, cards: int) -> Path:
-    """A folder holding an `nvidia-smi` that answers workers.devices' query with `cards` H100s
+    """A folder holding an `nvidia-smi` that answers workers.nodes.devices' query with `cards` H100s
     (or, for none, what the real one prints on a host without cards)."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = [

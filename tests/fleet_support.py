@@ -10,11 +10,11 @@ from django.utils import timezone
 
 from controlplane.nodes.models import Node
 from controlplane.services.models import Instance, Service
-from workers.agent import converge
 from workers.fleet import FleetSettings
+from workers.nodes.agent import converge
+from workers.nodes.starter import start_instance
 from workers.runtimes.memory import MemoryRuntime
-from workers.scheduler import schedule
-from workers.starter import start_instance
+from workers.scheduling.scheduler import schedule
 
 FLEET = FleetSettings(drain_settle=0)
 

@@ -12,9 +12,9 @@ from controlplane.services.choices import InstanceState
 from controlplane.services.models import Event, Instance, Service
 from controlplane.services.versions import record_version
 from tests.api_support import default_workspace
-from workers.agent import converge
 from workers.fleet import FleetSettings
-from workers.starter import start_instance
+from workers.nodes.agent import converge
+from workers.nodes.starter import start_instance
 
 # Restarts wait long enough that a test sees the back-off a failed probe caused.
 FLEET = FleetSettings(backoff_base=120, health_timeout=60, drain_settle=0)

@@ -1,5 +1,5 @@
-"""A node's folder of a service's LoRA adapters (workers.adapters.provide) and when an instance's
-adapters are synced (workers.adapters.due), against real files and rows."""
+"""A node's folder of a service's LoRA adapters (workers.models.adapters.provide) and when an
+instance's adapters are synced (workers.models.adapters.due), against real files and rows."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from contracts.spec_models import Adapter
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
 from tests.api_support import default_workspace
-from workers import adapters
+from workers.models import adapters
 
 
 @pytest.fixture

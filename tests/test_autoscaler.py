@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.spec_scaling import Autoscaler
-from workers.autoscaler import Signals, State, decide
+from workers.scaling.autoscaler import Signals, State, decide
 
 
 def scaler(min_=1, max_=8, up=0, down=300, grace=600, **thresholds) -> Autoscaler:

@@ -19,7 +19,7 @@ from controlplane.queues.models import QueueItem
 from controlplane.services.models import Event, Service
 from tests.fleet_support import Fleet
 from tests.test_fleet import custom, deploy, update
-from workers.autoscaling import autoscale_all
+from workers.scaling.autoscaling import autoscale_all
 
 pytestmark = pytest.mark.django_db
 QPS = [{"metricName": "qps", "threshold": 2}]

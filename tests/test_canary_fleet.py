@@ -1,8 +1,8 @@
 """Canary releases end to end in the control plane: the API starts one, the scheduler runs the
 new version beside the stable one on in-memory runtimes (real database and Redis), the canary
-controller (workers.canaries) judges the gateways' figures of both sides, written to Redis as
-gateways write them (contracts.call_figures), and promotes or rolls back; the gateways' weight
-comes from the published snapshot."""
+controller (workers.scheduling.canaries) judges the gateways' figures of both sides, written to
+Redis as gateways write them (contracts.call_figures), and promotes or rolls back; the gateways'
+weight comes from the published snapshot."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from controlplane.audit.models import AuditEntry
 from controlplane.services.models import Canary, Service
 from tests.api_support import published
 from tests.test_fleet import custom, deploy
-from workers import canaries
+from workers.scheduling import canaries
 
 pytestmark = pytest.mark.django_db
 

@@ -33,7 +33,7 @@ from controlplane.usage.models import UsageRecord
 from controlplane.workspaces.models import Workspace
 from controlplane.workspaces.quotas import Footprint, Quotas
 from tests.api_support import default_workspace
-from workers import planning
+from workers.scheduling import planning
 
 TOKEN = "scrape-token-6b1f0c"
 BACKLOG = "wharf_usage_unflushed_age_seconds"
@@ -95,8 +95,8 @@ def test_service_figures_want_the_specs_instances_while_running(
 
 
 def test_a_paused_rollout_is_read_from_the_progress_the_reconciler_writes():
-    """The mark is the scheduler's words (workers.planning.status), which the control plane
-    may not import: the two are kept equal here."""
+    """The mark is the scheduler's words (workers.scheduling.planning.status), which the control
+    plane may not import: the two are kept equal here."""
     paused = planning.status("running", {"": 2}, {"": 0}, 3, "updating", failed=False,
                              updating=True, paused="chat-3 exited", previous=2)  # fmt: skip
     moving = planning.status("running", {"": 2}, {"": 1}, 3, "updating", failed=False,

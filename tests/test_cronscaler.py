@@ -12,7 +12,7 @@ import pytest
 from controlplane.services.models import Service
 from tests.test_autoscaling import QPS, events, fleet, gateway, report  # noqa: F401 (fixtures)
 from tests.test_fleet import custom, deploy
-from workers.autoscaling import autoscale_all
+from workers.scaling.autoscaling import autoscale_all
 
 pytestmark = pytest.mark.django_db
 DAY_NIGHT = {"scaleJobs": [

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contracts.allocation import decode_allocation, encode_allocation
-from workers.devices import (
+from workers.nodes.devices import (
     NVIDIA_SMI_ARGS,
     Device,
     DeviceCache,
@@ -237,7 +237,7 @@ def test_discover_without_tools(tmp_path, monkeypatch):
 def test_discover_failing_tool_is_logged_and_means_none(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("PATH", str(_tool_dir(tmp_path, "nvidia-smi", "npu-smi")))
     outputs = {"nvidia-smi": (9, NVIDIA_SMI_NO_DRIVER), "npu-smi": (0, NPU_32G.read_text())}
-    with caplog.at_level(logging.WARNING, logger="workers.devices"):
+    with caplog.at_level(logging.WARNING, logger="workers.nodes.devices"):
         devices = discover(run=_recorded_run(outputs, []))
     assert {d.kind for d in devices} == {"npu"}  # one broken tool does not hide the other
     assert "nvidia-smi exited 9" in caplog.text
@@ -252,7 +252,7 @@ def test_discover_run_raising_never_propagates(tmp_path, monkeypatch, caplog):
             raise subprocess.TimeoutExpired(argv, kwargs["timeout"])
         raise PermissionError(13, "Permission denied", argv[0])
 
-    with caplog.at_level(logging.WARNING, logger="workers.devices"):
+    with caplog.at_level(logging.WARNING, logger="workers.nodes.devices"):
         assert discover(run=broken) == []
     assert "nvidia-smi failed" in caplog.text and "npu-smi failed" in caplog.text
 
@@ -300,7 +300,7 @@ def test_discover_real_tool_timeout_and_failure(tmp_path, monkeypatch, caplog):
     _tool_dir(tmp_path, "npu-smi", body=f"echo '{NPU_SMI_DCMI_ERROR.splitlines()[1]}' >&2; exit 1")
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="workers.devices"):
+    with caplog.at_level(logging.WARNING, logger="workers.nodes.devices"):
         assert discover(timeout=0.5) == []
     assert time.monotonic() - started < 10
     assert "timed out" in caplog.text

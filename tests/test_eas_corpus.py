@@ -20,7 +20,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.models import Service
 from tests.api_support import grant
 from workers.fleet import FleetSettings
-from workers.scheduler import schedule
+from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from contracts.serving_tls import ServingTls
 from gateway.relay.upstream import ConnectFailedError, Upstream
 from tests.test_engine_front import KEY, Engine, engine, start_front  # noqa: F401 (fixture)
 from tests.tls_support import Authority, authority, server_pair
-from workers.health import is_healthy
+from workers.nodes.health import is_healthy
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker_front import front_options, observed_url
 from workers.runtimes.process import ProcessRuntime, free_port

@@ -18,9 +18,9 @@ from controlplane.services.models import Service
 from controlplane.services.versions import record_version
 from tests.api_support import default_workspace, grant
 from tests.fleet_support import FLEET, Fleet
-from workers.agent import _after_readiness
-from workers.probes import Probe
-from workers.scheduler import schedule
+from workers.nodes.agent import _after_readiness
+from workers.nodes.probes import Probe
+from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 

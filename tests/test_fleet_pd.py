@@ -16,7 +16,7 @@ from controlplane.nodes.models import Node
 from controlplane.services.models import Service
 from tests.fleet_support import FLEET, Fleet
 from tests.test_fleet import deploy
-from workers.scheduler import schedule
+from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 

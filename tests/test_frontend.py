@@ -120,7 +120,7 @@ def test_session_writes_to_the_api_need_the_csrf_token(user):
 @pytest.fixture
 def instance(settings, redis_url, tmp_path):
     """tiny-abc on node n, whose worker's log server answers from a real process runtime."""
-    from workers.node_logs import LogServer
+    from workers.nodes.node_logs import LogServer
     from workers.runtimes.process import ProcessRuntime
 
     settings.REDIS_URL = redis_url

@@ -16,10 +16,10 @@ from controlplane.services.choices import DesiredState
 from controlplane.services.models import Instance, Service
 from tests.fleet_support import FLEET, Fleet
 from tests.test_fleet import deploy, update
-from workers import gangs
-from workers.gangs import unit_state
 from workers.runtimes import InstanceError
-from workers.scheduler import schedule
+from workers.scheduling import gangs
+from workers.scheduling.gangs import unit_state
+from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -1,12 +1,12 @@
-"""Gang placement (workers.gang): every member of an instance that spans hosts placed
+"""Gang placement (workers.scheduling.gang): every member of an instance that spans hosts placed
 together, one per node, in one resource group, or none of them with each node's reason."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.gang import Gang, GangPlaced, place_gangs
-from workers.placement import Card, Held, Need, NodeOffer, Unplaced
+from workers.scheduling.gang import Gang, GangPlaced, place_gangs
+from workers.scheduling.placement import Card, Held, Need, NodeOffer, Unplaced
 
 
 def node(name: str, gpus: int = 8, kind: str = "gpu", group: str = "", **fields) -> NodeOffer:

@@ -1,5 +1,5 @@
-"""workers.git_mounts against real git: repositories on disk (file://), served by `git daemon`
-(git://) and over HTTP behind a password (git's dumb HTTP protocol, from a local server that
+"""workers.models.git_mounts against real git: repositories on disk (file://), served by `git
+daemon` (git://) and over HTTP behind a password (git's dumb HTTP protocol, from a local server that
 checks Basic credentials). Branch and commit are honoured, credentials work and are never
 written down or echoed, and a bad repository is a clear error."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from contracts.spec_storage import GitRepository
 from tests.moto_support import free_port
-from workers.git_mounts import GitMountError, clone
+from workers.models.git_mounts import GitMountError, clone
 
 USER, PASSWORD = "deployer", "tok-3f9a-never-print-me"
 

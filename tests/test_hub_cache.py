@@ -1,4 +1,4 @@
-"""The hub models a node holds (workers.hub_cache), on real folders: which repositories are
+"""The hub models a node holds (workers.models.hub_cache), on real folders: which repositories are
 here (placement prefers their nodes), and the prune that removes a commit no instance uses,
 keeping a repository's most recently used one, a young one and one being staged."""
 
@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from workers import hub_cache
+from workers.models import hub_cache
 
 
 def commit_folder(cache: Path, repo: str, commit: str, age_s: float) -> Path:

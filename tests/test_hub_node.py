@@ -18,9 +18,11 @@ from controlplane.services.tiny_model import write_tiny_lora
 from tests.api_support import client_for
 from tests.hub_fake import FakeHub
 from tests.hub_models import tiny_files
-from workers import adapters, hub, node, provisioning, scheduler
-from workers.hub_pins import VersionPins
+from workers.models import adapters, hub, provisioning
+from workers.models.hub_pins import VersionPins
+from workers.nodes import node
 from workers.runtimes.base import InstanceError
+from workers.scheduling import scheduler
 
 pytestmark = pytest.mark.django_db
 TOKEN = "hf_node_secret_5d1e"

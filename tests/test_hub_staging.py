@@ -1,5 +1,6 @@
-"""workers/hub.py against tests/hub_fake.py, a fake Hugging Face Hub and ModelScope on loopback,
-through their official clients (huggingface_hub; modelscope_hub, workers/hub_modelscope.py).
+"""workers/models/hub.py against tests/hub_fake.py, a fake Hugging Face Hub and ModelScope on
+loopback, through their official clients (huggingface_hub; modelscope_hub,
+workers/models/hub_modelscope.py).
 
 "Downloaded once" and "nothing downloaded" are proven by the fake's request log, not by what the
 client says it did. No database, no Redis, no network beyond 127.0.0.1.
@@ -28,8 +29,8 @@ from urllib3.util.retry import Retry
 
 from contracts.hub_refs import HubRef, parse_hub_ref
 from tests.hub_fake import FakeHub
-from workers import hub as hubmod
-from workers.hub import (
+from workers.models import hub as hubmod
+from workers.models.hub import (
     HF_ENDPOINT,
     MANIFEST,
     MODELSCOPE_ENDPOINT,
@@ -456,8 +457,8 @@ def test_modelscope_leaves_the_home_alone(
 def test_the_fake_serves_huggingface_hub(
     fake: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fake speaks the official client's protocol, also where workers.hub does not use it:
-    listings, the client's own cache, snapshots."""
+    """The fake speaks the official client's protocol, also where workers.models.hub does not use
+    it: listings, the client's own cache, snapshots."""
     monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     commit = fake.add_repo("org/model", MODEL)
     fake.add_repo("org/gated", MODEL, gated=True, token=TOKEN)

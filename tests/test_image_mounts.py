@@ -1,4 +1,4 @@
-"""workers.image_mounts against the real dockerd: a folder copied out of an image on this
+"""workers.models.image_mounts against the real dockerd: a folder copied out of an image on this
 machine (imported here from a few files, as nothing can be pulled), reused while the image
 is the same, and clear errors for a folder the image lacks or a file that is no folder."""
 
@@ -14,7 +14,7 @@ import pytest
 docker = pytest.importorskip("docker")
 
 from contracts.spec_storage import ImageFolder  # noqa: E402
-from workers.image_mounts import copy_out  # noqa: E402
+from workers.models.image_mounts import copy_out  # noqa: E402
 from workers.runtimes.base import InstanceError  # noqa: E402
 
 FILES = {"opt/assets/a.txt": b"alpha", "opt/assets/sub/b.txt": b"beta", "opt/file.txt": b"f"}
@@ -91,9 +91,9 @@ def test_node_folders_are_mounted_into_a_container_as_the_plan_says(client, tmp_
     from contracts.engines import render
     from contracts.engines.plan import Placement
     from contracts.spec import parse_spec
+    from workers.models.writable_storage import prepare
     from workers.runtimes.base import InstanceRequest
     from workers.runtimes.docker import run_options
-    from workers.writable_storage import prepare
 
     code, staged = tmp_path / "code", tmp_path / "staged"
     code.mkdir()

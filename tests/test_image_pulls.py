@@ -313,7 +313,7 @@ def pulling_runtime(node: str, refuse: bool = False):
     from controlplane.services.models import Service
     from tests.fleet_support import FLEET
     from workers.runtimes.memory import MemoryRuntime
-    from workers.scheduler import schedule
+    from workers.scheduling.scheduler import schedule
 
     class PullingRuntime(MemoryRuntime):
         """Pulls the way Docker's runtime does, as far as the starter sees: reports, and

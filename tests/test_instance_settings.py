@@ -16,7 +16,7 @@ from contracts.spec import SpecError, parse_spec
 from contracts.spec_instance import disk_mb, notes
 from tests.fleet_support import Fleet
 from tests.test_fleet import custom, deploy, service, update
-from workers.placement import Card, Held, Need, NodeOffer, Placed, Unplaced, place
+from workers.scheduling.placement import Card, Held, Need, NodeOffer, Placed, Unplaced, place
 
 BASE = {"name": "web", "containers": [{"image": "img", "command": "serve", "port": 8000}]}
 
@@ -184,7 +184,7 @@ def test_a_process_instance_gets_sigterm_and_a_node_reports_its_disk(tmp_path):
     import time
 
     from contracts.engines.plan import ContainerPlan
-    from workers.node import disk_mb as node_disk_mb
+    from workers.nodes.node import disk_mb as node_disk_mb
     from workers.runtimes.base import InstanceRequest
     from workers.runtimes.process import ProcessRuntime
 

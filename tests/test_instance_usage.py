@@ -17,12 +17,12 @@ from contracts.spec import SpecError, parse_spec
 from controlplane.services.models import Service
 from tests.test_autoscaling import events, fleet, gateway, report  # noqa: F401 (fixtures)
 from tests.test_fleet import custom, deploy
-from workers.autoscaler import Signals, State, decide
-from workers.autoscaling import autoscale_all
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker import DockerRuntime
 from workers.runtimes.process import ProcessRuntime
-from workers.usage_sampler import UsageSampler, parse_utilisation
+from workers.scaling.autoscaler import Signals, State, decide
+from workers.scaling.autoscaling import autoscale_all
+from workers.scaling.usage_sampler import UsageSampler, parse_utilisation
 
 BUSY = "while :; do :; done"
 

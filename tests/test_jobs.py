@@ -1,6 +1,6 @@
 """EAS's elastic jobs (metadata.workload_type: elasticjob; contracts.spec_job): the spec takes
-the field, a job's ends are decided by workers.jobs.outcome, its phase by
-workers.planning.job_status, and the rollout planner never replaces a succeeded instance.
+the field, a job's ends are decided by workers.nodes.jobs.outcome, its phase by
+workers.scheduling.planning.job_status, and the rollout planner never replaces a succeeded instance.
 Pure: the node and the scheduler acting on them are tests/test_jobs_fleet.py (in memory) and
 tests/test_jobs_process.py (real processes)."""
 
@@ -12,10 +12,10 @@ from contracts.engines.plan import ContainerPlan
 from contracts.spec import SpecError, parse_spec
 from contracts.spec_job import is_job
 from contracts.spec_rules import runtime_checks
-from workers import planning, rollout
-from workers.jobs import Outcome, outcome
+from workers.nodes.jobs import Outcome, outcome
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker import run_options
+from workers.scheduling import planning, rollout
 
 SPEC = {"name": "export", "containers": [{"image": "img", "command": "python export.py",
         "port": 8000}], "metadata": {"instance": 2, "workload_type": "elasticjob"}}  # fmt: skip

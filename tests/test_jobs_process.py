@@ -15,11 +15,11 @@ from controlplane.services.choices import InstanceState
 from controlplane.services.models import Event, Instance
 from tests.api_support import grant
 from tests.probes_support import history, placed
-from workers.agent import converge
 from workers.fleet import FleetSettings
+from workers.nodes.agent import converge
+from workers.nodes.starter import start_instance
 from workers.runtimes.process import ProcessRuntime
-from workers.scheduler import schedule
-from workers.starter import start_instance
+from workers.scheduling.scheduler import schedule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
 FLEET = FleetSettings(backoff_base=1, drain_settle=0)

@@ -15,7 +15,7 @@ from controlplane.services.routing import build_snapshot, publish_snapshot
 from controlplane.tokens.models import ApiKey, digest
 from tests.api_support import client_for, default_workspace, published
 from workers.fleet import FleetSettings
-from workers.scheduler import schedule
+from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 

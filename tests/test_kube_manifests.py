@@ -624,7 +624,7 @@ def test_rank_tables_are_one_config_map_mounted_as_the_folder_the_engine_reads()
                          "readOnly": True}  # fmt: skip
         (waiter,) = pod(objs, role)["initContainers"]
         assert waiter["name"] == "rank-tables" and waiter["image"] == SETTINGS.stager_image
-        assert waiter["args"] == ["python", "-m", "workers.rank_tables", "--folder",
+        assert waiter["args"] == ["python", "-m", "workers.nodes.rank_tables", "--folder",
                                   "/etc/wharf/ranktable", "--pod", "$(WHARF_POD_NAME)"]  # fmt: skip
         assert waiter["volumeMounts"] == [mount]
         assert {e["name"] for e in waiter["env"]} == {"WHARF_POD_IP", "WHARF_POD_NAME"}
@@ -651,7 +651,7 @@ def test_an_object_storage_model_is_staged_by_an_init_container():
     objs = objects(example("vllm-oss-model"), settings)
     (stager,) = pod(objs)["initContainers"]
     assert stager["name"] == "stage-0" and stager["image"] == "registry.local/wharf:1.4"
-    assert stager["args"] == ["python", "-m", "workers.stage", "--into", "/staged/0",
+    assert stager["args"] == ["python", "-m", "workers.models.stage", "--into", "/staged/0",
                               "oss://examplebucket/qwen2-7b/"]  # fmt: skip
     assert stager["volumeMounts"] == [{"name": "staged", "mountPath": "/staged"}]
     assert stager["envFrom"] == [{"secretRef": {"name": "oss-keys"}}]

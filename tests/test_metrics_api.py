@@ -1,7 +1,7 @@
 """The engine metrics API: GET /api/v1/services/<name>/metrics (each instance's newest sample,
 last minute's rates and a series, from the scrapers' Redis layout) and GET
 /api/v1/metrics/targets (Prometheus HTTP SD), both per workspace, and both in the OpenAPI
-schema. Samples are written as the scrapers write them (workers.scraper.write)."""
+schema. Samples are written as the scrapers write them (workers.scaling.scraper.write)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from contracts.spec import parse_spec
 from controlplane.services.models import Instance, Service
 from controlplane.workspaces.models import Workspace
 from tests.api_support import client_for, default_workspace, member
-from workers.scraper import write
+from workers.scaling.scraper import write
 
 pytestmark = pytest.mark.django_db
 SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}

@@ -27,11 +27,11 @@ from tests.moto_support import KEY_ID, SECRET, Moto
 from tests.system import redis_db
 from workers import tasks
 from workers.celery import NODE_QUEUE, app, consume_node_queue
+from workers.models.storage import stage
 from workers.runtimes import get_runtime
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.docker import bind_sources
 from workers.runtimes.process import ProcessRuntime
-from workers.storage import stage
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR_AGO = time.time() - 3700

@@ -1,7 +1,7 @@
-"""A service's tokenizer, read where its model is (contracts.node_tokenizer, workers.
-node_tokenizer): the node of an instance finds the folder that instance's engine reads (model
-store, staged object storage, hub commit, a path in a container or on the node) and gives only
-the tokenizer's small files from inside it; the API asks that node through Redis, as for logs,
+"""A service's tokenizer, read where its model is (contracts.node_tokenizer,
+workers.nodes.node_tokenizer): the node of an instance finds the folder that instance's engine reads
+(model store, staged object storage, hub commit, a path in a container or on the node) and gives
+only the tokenizer's small files from inside it; the API asks that node through Redis, as for logs,
 with the same rights (GET /api/v1/services/<name>/tokenizer).
 
 The node's runtime here is an in-memory one that observes what the test says runs (no engine
@@ -21,8 +21,8 @@ from contracts.object_store import source_from_env
 from controlplane.services.models import Instance, Service
 from controlplane.services.tiny_model import write_tiny_model
 from tests.api_support import client_for, default_workspace
-from workers import storage
-from workers.node_tokenizer import TokenizerServer, tokenizer_of
+from workers.models import storage
+from workers.nodes.node_tokenizer import TokenizerServer, tokenizer_of
 from workers.runtimes.base import ObservedInstance
 from workers.runtimes.memory import MemoryRuntime
 
@@ -66,7 +66,7 @@ def copy_of(tiny: Path, folder: Path) -> Path:
 
 
 def staged(uri: str, cache: Path, tiny: Path, version: str = "0" * 16) -> Path:
-    """A staged copy of object-storage model `uri` as workers.storage names it."""
+    """A staged copy of object-storage model `uri` as workers.models.storage names it."""
     return copy_of(tiny, cache / f"{storage.cache_key(source_from_env(uri))}@{version}")
 
 

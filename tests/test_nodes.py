@@ -22,7 +22,7 @@ from controlplane.services.models import Instance, Service
 from launcher.stack import ROOT
 from tests.api_support import client_for, default_workspace
 from tests.system import redis_db
-from workers.node import heartbeat
+from workers.nodes.node import heartbeat
 from workers.runtimes.process import ProcessRuntime
 
 NOW = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)

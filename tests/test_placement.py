@@ -6,7 +6,16 @@ import random
 
 import pytest
 
-from workers.placement import Card, Held, Need, NodeOffer, Placed, Unplaced, free_ports, place
+from workers.scheduling.placement import (
+    Card,
+    Held,
+    Need,
+    NodeOffer,
+    Placed,
+    Unplaced,
+    free_ports,
+    place,
+)
 
 
 def node(name: str, gpus: int = 8, kind: str = "gpu", **fields) -> NodeOffer:

@@ -1,6 +1,6 @@
 import pytest
 
-from workers.planning import status
+from workers.scheduling.planning import status
 
 
 def test_phase_is_running_once_every_replica_is_ready():

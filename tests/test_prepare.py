@@ -31,11 +31,11 @@ from controlplane.services.versions import record_version
 from tests.api_support import default_workspace, grant
 from tests.fleet_support import FLEET
 from tests.system import require_runtime
-from workers.agent import converge
+from workers.nodes.agent import converge
+from workers.nodes.starter import start_instance
 from workers.runtimes.base import InstanceRequest
 from workers.runtimes.process import ProcessRuntime
-from workers.scheduler import schedule
-from workers.starter import start_instance
+from workers.scheduling.scheduler import schedule
 
 PACKAGE = "wharfprobe"
 PREPARE = "containers[0].prepare"

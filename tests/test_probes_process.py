@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from controlplane.services.choices import InstanceState
 from tests.api_support import grant
 from tests.probes_support import FLEET, SERVER, placed, state, until
-from workers.agent import converge
+from workers.nodes.agent import converge
 from workers.runtimes.process import ProcessRuntime
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]

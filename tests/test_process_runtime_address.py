@@ -66,7 +66,7 @@ def test_an_engine_listens_on_loopback_behind_its_front_on_the_node_address(runt
 
 
 def test_a_prefill_decode_member_listens_on_the_node_address_for_its_peers(runtime):
-    placement = replace(runtime.placement(), host=NODE)  # workers.starter.pd_placement
+    placement = replace(runtime.placement(), host=NODE)  # workers.nodes.starter.pd_placement
     port = placement.port
     assert port is not None
     server = [sys.executable, "-m", "http.server", str(port), "--bind", placement.host]

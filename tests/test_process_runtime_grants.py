@@ -16,8 +16,8 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.versions import record_version
 from tests.api_support import default_workspace, grant
 from tests.fleet_support import FLEET
+from workers.nodes.starter import start_instance
 from workers.runtimes.process import ProcessRuntime
-from workers.starter import start_instance
 
 pytestmark = pytest.mark.django_db
 

@@ -183,7 +183,7 @@ def ascend_spec():
 
 
 def decode_member(rank: int) -> Placement:
-    """Decode member `rank` of TWO_HOSTS as workers.starter wires it."""
+    """Decode member `rank` of TWO_HOSTS as workers.nodes.starter wires it."""
     host = ("10.0.0.3", "10.0.0.4")[rank]
     return Placement(
         role="decode", pd_index=0, devices=tuple(range(8)), pd_layout=tuple(TWO_HOSTS),

@@ -1,4 +1,4 @@
-"""`python -m workers.rank_tables`, the init container that holds a rank-table pod's engine
+"""`python -m workers.nodes.rank_tables`, the init container that holds a rank-table pod's engine
 back until its tables are complete and list it: against real files, and as a process."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.rank_tables import state, wait
+from workers.nodes.rank_tables import state, wait
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +69,7 @@ def test_wait_says_what_it_waits_for_when_it_changes_and_returns_once_listed(tmp
 
 def run(folder: Path, pod: str = "me") -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.rank_tables", "--folder", str(folder), "--pod", pod,
+        [sys.executable, "-m", "workers.nodes.rank_tables", "--folder", str(folder), "--pod", pod,
          "--poll", "0.05"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

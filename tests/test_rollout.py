@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.rollout import Member, Step, step
+from workers.scheduling.rollout import Member, Step, step
 
 
 def members(text: str) -> list[Member]:

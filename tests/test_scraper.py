@@ -1,5 +1,5 @@
-"""The node's engine scraper (workers.scraper) against a real vLLM CPU engine serving the tiny
-model with prefix caching on, keyed as Wharf starts engines: its samples in the test Redis
+"""The node's engine scraper (workers.scaling.scraper) against a real vLLM CPU engine serving the
+tiny model with prefix caching on, keyed as Wharf starts engines: its samples in the test Redis
 after real completions, the series kept and capped, only this node's ready engines read, and
 an engine that hangs or answers nonsense holding up nothing."""
 
@@ -23,7 +23,7 @@ from contracts.spec import parse_spec
 from controlplane.services.models import Instance, Service
 from tests import vllm_support
 from tests.api_support import default_workspace
-from workers.scraper import Scraper, write
+from workers.scaling.scraper import Scraper, write
 
 NODE = "scrape-node"
 SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}
@@ -211,7 +211,7 @@ def test_a_page_that_is_not_prometheus_is_logged_once_a_minute(store, redis_url,
     with _server(_Html) as html:
         _instance(SPEC, "html-0", html)
         scraper = Scraper(NODE, redis_url)
-        with caplog.at_level(logging.WARNING, logger="workers.scraper"):
+        with caplog.at_level(logging.WARNING, logger="workers.scaling.scraper"):
             assert scraper.scrape_once() == 0
             assert scraper.scrape_once() == 0
     warnings = [r.getMessage() for r in caplog.records]
@@ -223,7 +223,7 @@ def test_a_page_that_is_not_prometheus_is_logged_once_a_minute(store, redis_url,
 def test_redis_away_is_logged_and_the_pass_goes_on(vllm, caplog):
     _instance(SPEC, "tiny-0", vllm)
     scraper = Scraper(NODE, f"redis://127.0.0.1:{vllm_support.free_port()}/0")
-    with caplog.at_level(logging.WARNING, logger="workers.scraper"):
+    with caplog.at_level(logging.WARNING, logger="workers.scaling.scraper"):
         assert scraper.scrape_once() == 0
     assert "Redis" in caplog.text
 

@@ -10,7 +10,7 @@ import pytest
 from contracts.eas import normalise
 from contracts.spec import SpecError, parse_spec
 from contracts.spec_cron import Cronscaler, Fire, latest_fire
-from workers.autoscaler import State, scheduled
+from workers.scaling.autoscaler import State, scheduled
 
 BASE = {"name": "web", "containers": [{"image": "img", "command": "serve", "port": 8000}]}
 DAY_NIGHT = {"scaleJobs": [

@@ -21,7 +21,7 @@ from tests.api_support import member
 from tests.fuzz_support import fuzz
 from tests.fuzz_support import json_values as any_json
 from workers.fleet import FleetSettings
-from workers.scheduler import schedule
+from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from contracts.engines.plan import Placement
 from contracts.kube.pod_template import staged_sources
 from contracts.spec import SpecError, parse_spec
 from contracts.spec_facts import adapter_names, model_refs
-from workers.provisioning import check_model_store, object_sources
+from workers.models.provisioning import check_model_store, object_sources
 from workers.runtimes.base import InstanceError
 
 ADAPTERS = [{"name": "sql", "model": "tiny-sql-lora"},

@@ -1,5 +1,5 @@
 """EAS's container probes (contracts.spec_probes): accepted as EAS writes them, refused naming
-the field where they cannot mean anything, and mapped (workers.probes, contracts.kube.probes)
+the field where they cannot mean anything, and mapped (workers.nodes.probes, contracts.kube.probes)
 into what the node agent and the kubelet run. Pure: no servers (the probes on real processes
 and containers: tests/test_probes_process.py, tests/test_probes_docker.py)."""
 
@@ -15,7 +15,7 @@ from contracts.eas import normalise
 from contracts.kube.probes import container_probe
 from contracts.spec import SpecError, parse_spec
 from contracts.spec_probes import probe_ports
-from workers.probes import (
+from workers.nodes.probes import (
     ENGINE,
     ENGINE_READINESS,
     EXEC,

@@ -1,5 +1,5 @@
-"""`python -m workers.stage`, the init container of a Kubernetes pod, against a real S3 server
-(moto's, tests/moto_support.py): it fills the folder it is given with the nodes' staging
+"""`python -m workers.models.stage`, the init container of a Kubernetes pod, against a real S3
+server (moto's, tests/moto_support.py): it fills the folder it is given with the nodes' staging
 code, credentials from the environment, and needs no database."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def stage(moto: Moto, uri: str, into: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WHARF_", "DJANGO_", "AWS_"))}
     env.update(PYTHONPATH=str(ROOT), WHARF_S3_ACCESS_KEY_ID=KEY_ID,
                WHARF_S3_ACCESS_KEY_SECRET=SECRET)  # fmt: skip
-    command = [sys.executable, "-m", "workers.stage", "--into", str(into)]
+    command = [sys.executable, "-m", "workers.models.stage", "--into", str(into)]
     return subprocess.run(
         [*command, "--endpoint", moto.url, uri],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
@@ -95,7 +95,7 @@ def test_stages_a_hub_model_at_the_commit_it_is_given(tmp_path):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("WHARF_", "HF_"))}
             env.update(PYTHONPATH=str(ROOT), WHARF_HUB_TOKEN=token, WHARF_HF_ENDPOINT=fake.url)
             return subprocess.run(
-                [sys.executable, "-m", "workers.stage", "--into", str(into), *extra, ref],
+                [sys.executable, "-m", "workers.models.stage", "--into", str(into), *extra, ref],
                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
             )  # fmt: skip
 

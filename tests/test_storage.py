@@ -1,4 +1,4 @@
-"""workers/storage.py against a real S3 server: moto's, on loopback, in its own process.
+"""workers/models/storage.py against a real S3 server: moto's, on loopback, in its own process.
 
 Requests are counted on the server side with moto's request recorder, so "no download" is
 proven by what reached the server, not by what the client says it did.
@@ -29,7 +29,7 @@ from contracts.object_store import (
     source_from_env,
 )
 from tests.moto_support import KEY_ID, SECRET, Moto, free_port
-from workers.storage import MIB, _verify, cache_key, prune, stage
+from workers.models.storage import MIB, _verify, cache_key, prune, stage
 
 MODEL = {
     "config.json": b'{"model_type": "llama"}',

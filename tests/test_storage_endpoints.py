@@ -15,7 +15,7 @@ from contracts.object_store import StagingError, source_from_env
 from tests.api_support import grant
 from tests.fleet_support import Fleet
 from tests.test_fleet import deploy
-from workers.storage import stage
+from workers.models.storage import stage
 
 MARKER = "internal-secret-4b1d"  # what the listener's body holds
 KEYS = {"access_key_id": "AK", "access_key_secret": "SK"}

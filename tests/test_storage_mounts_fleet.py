@@ -16,7 +16,7 @@ from django.db import connection
 from tests.api_support import grant
 from tests.fleet_support import Fleet
 from tests.moto_support import KEY_ID, SECRET
-from workers import provisioning
+from workers.models import provisioning
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "tok-never-in-an-event-7c1d"
@@ -188,7 +188,7 @@ def test_a_git_servers_name_is_checked_where_it_resolves(db, resolved, grants, r
 
 def test_a_tokenizer_on_a_git_mount_is_refused_by_name(tmp_path):
     from contracts.spec import parse_spec
-    from workers.node_tokenizer import TokenizerFilesError, _mounted
+    from workers.nodes.node_tokenizer import TokenizerFilesError, _mounted
 
     entry = {"mount_path": "/code", "git": {"repo": "https://git.example.com/x.git"}}
     spec = parse_spec({"name": "code", "containers": CONTAINER, "storage": [entry]})

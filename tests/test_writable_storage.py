@@ -1,4 +1,4 @@
-"""workers.writable_storage against a real S3 server (moto's, on loopback): an instance's
+"""workers.models.writable_storage against a real S3 server (moto's, on loopback): an instance's
 writable copy of a bucket prefix, whose new and changed files go back to the prefix on a
 sync and on release, only those, and which a failed upload never loses."""
 
@@ -13,8 +13,8 @@ import pytest
 from contracts.object_store import MANIFEST, source_from_env
 from contracts.spec import parse_spec
 from tests.moto_support import KEY_ID, SECRET, Moto
-from workers.storage import stage
-from workers.writable_storage import (
+from workers.models.storage import stage
+from workers.models.writable_storage import (
     WritableStorageError,
     due,
     prepare,

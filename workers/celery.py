@@ -1,7 +1,7 @@
 """The Celery app. Workers reconcile services; beat heals drift every WHARF_RECONCILE_INTERVAL s.
 
 Every worker is a node of the fleet (WHARF_NODE_NAME, by default the host name): it registers
-its Node row and heartbeats from a thread (workers.node), and it also consumes its node's own
+its Node row and heartbeats from a thread (workers.nodes.node), and it also consumes its node's own
 queue, `wharf.node.<node name>`, for work that must run on each host rather than on whichever
 worker is free: pruning the host's model cache. The
 beat embedded in a worker (`celery -A workers.celery worker --beat`, one per host) sends that
@@ -73,19 +73,19 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 def start_node(sender, **kwargs) -> None:
     """The node's heartbeat, its agent, its log and tokenizer servers, its engines' scraper and
     its instances' usage sampler, in the worker's main process; and the autoscaler and the
-    canary controller, whose passes run on one worker at a time (workers.autoscaling,
-    workers.canaries)."""
-    from workers.agent import Agent
-    from workers.autoscaling import Autoscaler
-    from workers.canaries import CanaryController
+    canary controller, whose passes run on one worker at a time (workers.scaling.autoscaling,
+    workers.scheduling.canaries)."""
     from workers.fleet import FleetSettings
-    from workers.node import Heartbeat
-    from workers.node_logs import LogServer
-    from workers.node_tokenizer import TokenizerServer
+    from workers.nodes.agent import Agent
+    from workers.nodes.node import Heartbeat
+    from workers.nodes.node_logs import LogServer
+    from workers.nodes.node_tokenizer import TokenizerServer
     from workers.runtimes import get_runtime
-    from workers.scraper import Scraper
+    from workers.scaling.autoscaling import Autoscaler
+    from workers.scaling.scraper import Scraper
+    from workers.scaling.usage_sampler import UsageSampler
+    from workers.scheduling.canaries import CanaryController
     from workers.tasks import enqueue_reconcile
-    from workers.usage_sampler import UsageSampler
 
     def reconcile(services: set[str]) -> None:
         for name in services:
@@ -115,8 +115,8 @@ def _cluster_threads(enqueue) -> list:
     from contracts.node_logs import CLUSTER
     from controlplane.services.models import Service
     from workers.kube.runtime import PodLogs, Watcher
-    from workers.node_logs import LogServer
-    from workers.scraper import Scraper
+    from workers.nodes.node_logs import LogServer
+    from workers.scaling.scraper import Scraper
 
     def known() -> list[str]:
         return list(Service.objects.values_list("name", flat=True))

@@ -14,12 +14,12 @@ from controlplane.nodes.state import crossed_a_deadline
 from controlplane.services.events import record_once
 from controlplane.services.models import Service
 from controlplane.usage import flush
-from workers import hub_cache, storage
 from workers.celery import app
 from workers.fleet import FleetSettings
 from workers.locks import client, leased
+from workers.models import hub_cache, storage
 from workers.runtimes import get_runtime
-from workers.scheduler import schedule
+from workers.scheduling.scheduler import schedule
 
 log = logging.getLogger(__name__)
 KUBERNETES = "kubernetes"
@@ -48,8 +48,8 @@ def reconcile_service(name: str) -> None:
 
 
 def reconcile_isolated(name: str, fleet: FleetSettings | None = None) -> float | None:
-    """One scheduler pass (workers.scheduler); seconds until the next one, or None once the
-    service has settled. A pass that raises (a database error, a lock that stays busy, a bug)
+    """One scheduler pass (workers.scheduling.scheduler); seconds until the next one, or None once
+    the service has settled. A pass that raises (a database error, a lock that stays busy, a bug)
     is this service's problem alone: it is recorded as an event and retried later, never
     raised."""
     try:

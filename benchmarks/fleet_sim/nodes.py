@@ -2,9 +2,9 @@
 sim-0000 … sim-0099 in one process, each with its own in-memory runtime.
 
 Each node does what a real worker's node does, through the same functions: it registers and
-heartbeats with workers.node.heartbeat (every WHARF_NODE_HEARTBEAT s) and runs the agent's
+heartbeats with workers.nodes.node.heartbeat (every WHARF_NODE_HEARTBEAT s) and runs the agent's
 converge (every agent interval, or at once when a scheduler wakes it), which starts what is
-placed on it with workers.starter.start_instance. What is simulated is the host: its cards
+placed on it with workers.nodes.starter.start_instance. What is simulated is the host: its cards
 (WHARF_SIM_CARDS GPUs, reported instead of nvidia-smi's), and its engines, which are ready
 WHARF_SIM_START_DELAY seconds after they were created. The nodes of one process take turns on
 one thread (the host settings heartbeat reads are swapped per node), so a process holds one
@@ -28,13 +28,13 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.db import close_old_connections  # noqa: E402
 
-from workers import node as host  # noqa: E402
-from workers.agent import converge  # noqa: E402
-from workers.devices import Device, DeviceCache  # noqa: E402
 from workers.fleet import WAKE_KEY, FleetSettings  # noqa: E402
 from workers.locks import client  # noqa: E402
+from workers.nodes import node as host  # noqa: E402
+from workers.nodes.agent import converge  # noqa: E402
+from workers.nodes.devices import Device, DeviceCache  # noqa: E402
+from workers.nodes.starter import start_instance  # noqa: E402
 from workers.runtimes.memory import MemoryRuntime  # noqa: E402
-from workers.starter import start_instance  # noqa: E402
 
 log = logging.getLogger("fleetsim.nodes")
 DOWN_KEY = "fleetsim:down"  # the names of nodes whose hosts are dead
@@ -76,7 +76,7 @@ class SimNode:
         self.runtime = SimRuntime(self.name, self.address, delay)
         self.fleet = fleet
         self.beat_at = 0.0
-        self.probe_clock: dict = {}  # as a real node's agent keeps it (workers.agent.Agent)
+        self.probe_clock: dict = {}  # as a real node's agent keeps it (workers.nodes.agent.Agent)
 
     def heartbeat(self) -> None:
         settings.WHARF_NODE_NAME, settings.WHARF_NODE_ADDRESS = self.name, self.address

@@ -77,7 +77,7 @@ class Placement:
     role: str = ""
     service: str = ""
     kv_dir: str = ""
-    # The node's folder of the service's LoRA adapters (workers.adapters puts each there,
+    # The node's folder of the service's LoRA adapters (workers.models.adapters puts each there,
     # also while engines run); "" where there is none (the preview, a pod).
     adapters_dir: str = ""
     # Also for prefill/decode separation: this instance's index within its role (its KV engine

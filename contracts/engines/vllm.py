@@ -97,7 +97,7 @@ def lora_args(lora: Lora | None, adapters: dict[str, str]) -> list[str]:
 
 def lora_env(llm: Llm, placement: Placement) -> dict[str, str]:
     """vLLM's runtime LoRA endpoints, where the node adds and removes adapters while the
-    engine runs (workers.adapters); the gateway never forwards a caller to them."""
+    engine runs (workers.models.adapters); the gateway never forwards a caller to them."""
     if llm.lora is None or not placement.adapters_dir:
         return {}
     return {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}

@@ -10,7 +10,7 @@ A pod differs from a Docker instance in what the cluster provides itself:
   listens on all the pod's interfaces, and where a KV connector tells peers its address, that
   is the pod's IP (WHARF_POD_IP, from the downward API; `$(WHARF_POD_IP)` in the plan's
   environment and command line is expanded by the kubelet).
-- Object-storage models are staged by init containers (`python -m workers.stage`, Wharf's own
+- Object-storage models are staged by init containers (`python -m workers.models.stage`, Wharf's own
   staging) into folders of one emptyDir, which the engine mounts read-only; the node's model
   store is a PersistentVolumeClaim (KubeSettings.model_store_claim).
 """
@@ -78,7 +78,7 @@ def staged_sources(
 ) -> list[StagedSource]:
     """Every object-storage folder and hub model the spec reads, once each, in the nodes'
     order (storage entries, then the models: contracts.spec_facts.model_refs, as
-    workers.provisioning stages them); hub models at their `hub_commits`."""
+    workers.models.provisioning stages them); hub models at their `hub_commits`."""
     found: dict[str, StagedSource] = {}
 
     def add(uri: str, where: str, store=None) -> None:
@@ -329,7 +329,7 @@ def stager(
     memory `bounds`. Credentials the spec gives come from the service's Secret, the rest from
     the operator's (storage_secret); a hub model is staged at its recorded commit, with the
     spec's token (`hub_token`: it has one)."""
-    args = ["python", "-m", "workers.stage", "--into", source.folder]
+    args = ["python", "-m", "workers.models.stage", "--into", source.folder]
     endpoint = source.endpoint or dict(settings.hub_endpoints).get(source.scheme)
     if endpoint:
         args += ["--endpoint", endpoint]
@@ -357,13 +357,13 @@ def stager(
 
 
 HUB_TOKEN = "hub-token"  # the spec's llm.hub_token in the service's Secret
-HUB_TOKEN_ENV = "WHARF_HUB_TOKEN"  # where `python -m workers.stage` reads it
+HUB_TOKEN_ENV = "WHARF_HUB_TOKEN"  # where `python -m workers.models.stage` reads it
 
 
 def rank_table_waiter(settings: KubeSettings, bounds: dict) -> dict:
     """The init container that holds the engine back until the rank tables list its pod
     (within the engine's CPU and memory `bounds`)."""
-    args = ["python", "-m", "workers.rank_tables", "--folder", rank_tables.FOLDER,
+    args = ["python", "-m", "workers.nodes.rank_tables", "--folder", rank_tables.FOLDER,
             "--pod", f"$({rank_tables.POD_NAME_ENV})"]  # fmt: skip
     return {
         "name": RANK_TABLES, "image": settings.stager_image, "args": args, "env": downward(),

@@ -39,7 +39,7 @@ def probes(spec: ServiceSpec, plan: ContainerPlan, settings: KubeSettings) -> di
             for name in KINDS
             if (probe := getattr(container, name)) is not None
         }
-        # No readiness probe of its own: the engine's health, as on a node (workers.probes).
+        # No readiness probe of its own: the engine's health, as on a node (workers.nodes.probes).
         found.setdefault("readinessProbe", {**check(plan.health_path), "periodSeconds": 5})
         return found
     hc = spec.health_check

@@ -2,7 +2,7 @@
 the pods the cluster scheduled: pure functions, no I/O.
 
 On Wharf's own nodes the scheduler places every instance before any starts, so each one's
-tables are written before it starts (workers.starter). On a cluster, every pod of a role
+tables are written before it starts (workers.nodes.starter). On a cluster, every pod of a role
 comes from one template, and which node and cards a pod gets is known only once it is
 scheduled: the reconcile pass therefore writes the tables from the pods as they are, in one
 ConfigMap of the service (`global.json`, and `<pod>.json`, each pod's local table), which
@@ -18,7 +18,7 @@ one Huawei's hccl-controller builds training rank tables from:
 The tables list the current version's pods that are scheduled and not terminating, by role,
 oldest first. They are `completed` once every such pod has its IP and cards and every role
 that should run has one; until then `initializing`. A pod's init container (`python -m
-workers.rank_tables`, in Wharf's image) holds its engine back until the tables are completed
+workers.nodes.rank_tables`, in Wharf's image) holds its engine back until the tables are completed
 and list the pod itself. As on Wharf's own nodes, a pod that comes later (a replacement, a
 scale-up) is in the tables the pods that start after it read, not in those of the engines
 already running.

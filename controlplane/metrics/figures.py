@@ -36,7 +36,8 @@ def service_figures(
     progress: str,
 ) -> ServiceFigures:
     """One service's. `spec` None: stored before a rule tightened, so it runs nothing
-    (workers.scheduler) and wants nothing; `running`: meant to run, not a completed job."""
+    (workers.scheduling.scheduler) and wants nothing; `running`: meant to run, not a completed
+    job."""
     desired = sum(replicas(spec, autoscale).values()) if spec is not None and running else 0
     return ServiceFigures(workspace, service, desired, ready, PAUSED_MARK in progress)
 

@@ -1,6 +1,6 @@
 """A canary release's outcomes (contracts.canary), shared by the canary controller
-(workers.canaries) and the API's hand controls (controlplane.services.api.canary): each an
-event of the service and an entry of the audit trail, and a routing snapshot published at
+(workers.scheduling.canaries) and the API's hand controls (controlplane.services.api.canary): each
+an event of the service and an entry of the audit trail, and a routing snapshot published at
 once so the gateways take the new weight."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The call figures the gateways measured (contracts.call_figures), read from Redis for the
-API (a mirror's side by side) and the canary controller (workers.canaries)."""
+API (a mirror's side by side) and the canary controller (workers.scheduling.canaries)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ class Service(models.Model):
     ready_instances = models.PositiveIntegerField(default=0)
     progress = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True)
-    # Written by the autoscaler alone (workers.autoscaling): per autoscaled role ("" without
+    # Written by the autoscaler alone (workers.scaling.autoscaling): per autoscaled role ("" without
     # prefill/decode roles), the count it decided and what it remembers for its windows.
     autoscale = models.JSONField(default=dict, blank=True)
     owner = models.ForeignKey(
@@ -101,7 +101,7 @@ class ServiceVersion(models.Model):
     spec_hash = models.CharField(max_length=16)
     note = models.CharField(max_length=200, blank=True)  # "created", "updated", "rollback to 3"
     # The commit each hub model of the spec (hf://, modelscope://) was staged at: {ref: commit},
-    # recorded when a node first resolves the revision (workers.hub_pins), so that every
+    # recorded when a node first resolves the revision (workers.models.hub_pins), so that every
     # instance of this version, on any node and later, serves the same bytes.
     hub_commits = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -129,8 +129,8 @@ class Instance(models.Model):
     # serves and where its KV side channel listens. Null for other instances.
     port = models.PositiveIntegerField(null=True, blank=True)
     kv_port = models.PositiveIntegerField(null=True, blank=True)
-    # An instance across hosts (the spec's unit.size N > 1; workers.gang) is N rows, one per
-    # member and node, sharing `gang` (the leader's name); `rank` 0 is the leader, which serves
+    # An instance across hosts (the spec's unit.size N > 1; workers.scheduling.gang) is N rows, one
+    # per member and node, sharing `gang` (the leader's name); `rank` 0 is the leader, which serves
     # HTTP, and its row holds the rendezvous port (from its node's WHARF_PD_PORTS range) that
     # every member meets at. "" and 0 for an instance on one host.
     gang = models.CharField(max_length=128, blank=True, db_index=True)
@@ -140,7 +140,7 @@ class Instance(models.Model):
     # What its engine key derives from where not its name (the pods of a Kubernetes
     # Deployment share their Deployment's key): contracts.engine_keys, contracts.routing.
     engine_key_name = models.CharField(max_length=128, blank=True)
-    # Its LoRA adapters (workers.adapters): {"generation": the service's, "loaded": [names],
+    # Its LoRA adapters (workers.models.adapters): {"generation": the service's, "loaded": [names],
     # "failed": {name: why}, "at": epoch seconds}; {} where the node does not track them (the
     # spec's adapters are then all it serves).
     adapters = models.JSONField(default=dict, blank=True)
@@ -212,7 +212,7 @@ class Canary(models.Model):
     """A canary release of a service (contracts.canary): a new spec run beside the stable one,
     its share of the calls raised step by step while the gateways' figures of both sides stay
     within its bounds. Written by the API (start, pause, resume, promote, abort) and by the
-    canary controller (workers.canaries)."""
+    canary controller (workers.scheduling.canaries)."""
 
     service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="canaries")
     spec = models.JSONField(help_text="the new version's spec, sealed as a service's is")

@@ -141,8 +141,8 @@ def _routed_service(service: Service, spec: ServiceSpec, rows: list[dict]) -> Ro
 
 
 def _serves(row: dict, rows: list[dict]) -> bool:
-    """An instance on one host serves when ready; one across hosts (workers.gangs) through its
-    leader alone, and only while every member of its gang runs."""
+    """An instance on one host serves when ready; one across hosts (workers.scheduling.gangs)
+    through its leader alone, and only while every member of its gang runs."""
     if not row["gang"]:
         return True
     running = (InstanceState.STARTING, InstanceState.READY)

@@ -58,7 +58,7 @@ def spec_refusals(spec: ServiceSpec, workspace: Workspace, runtime: str) -> dict
 
 def check_spec(spec: ServiceSpec, workspace: Workspace) -> None:
     """Raise NotGranted if `spec` asks for more than `workspace` is granted on the runtime
-    the API knows of (WHARF_RUNTIME; a node checks again with its own: workers.starter)."""
+    the API knows of (WHARF_RUNTIME; a node checks again with its own: workers.nodes.starter)."""
     errors = spec_refusals(spec, workspace, settings.WHARF_RUNTIME)
     if errors:
         raise NotGranted(workspace.name, errors)

@@ -34,7 +34,8 @@ class OverQuota(exceptions.APIException):
 def _held(service: Service, running: bool | None = None) -> Footprint:
     try:
         spec = service.parsed_spec()
-    except SpecError:  # stored before a rule tightened: it runs nothing (workers.scheduler)
+    except SpecError:
+        # Stored before a rule tightened: it runs nothing (workers.scheduling.scheduler).
         spec = None
     if running is None:  # a completed job runs nothing more: its instances hold nothing
         running = service.desired_state == DesiredState.RUNNING and service.phase != Phase.COMPLETED

@@ -150,7 +150,7 @@ def with_model(data: dict[str, Any], model: str) -> tuple[bytes, dict[str, Any]]
 
 
 def with_adapter(service: RoutedService, adapter: str) -> RoutedService | Response:
-    """The service with only the instances that have `adapter` loaded (workers.adapters)."""
+    """The service with only the instances that have `adapter` loaded (workers.models.adapters)."""
     serving = tuple(i for i in service.instances if i.serves(adapter))
     if not serving:
         return errors.adapter_not_loaded(service.name, adapter)

@@ -19,7 +19,7 @@ from controlplane.queues import store as queue_store
 from controlplane.services.models import Instance, Service
 from tests.api_support import default_workspace, member
 from tests.browser.chromium import require_browser, signed_in
-from workers.scraper import write
+from workers.scaling.scraper import write
 
 PASSWORD = "engine-metrics-test-password"
 SPEC = {"name": "tiny", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"}}

@@ -6,8 +6,8 @@ figures beside each target's copies; a viewer sees all of it and no control.
 
 Only the console and its API run here (Django's live server on the test database). The
 canary's instances run on the in-memory fleet (tests/fleet_support.py), the canary controller
-is a pass of workers.canaries.advance_all, and the gateways' figures are written to a real
-Redis as gateways write them (contracts.call_figures), as in tests/test_canary_fleet.py; the
+is a pass of workers.scheduling.canaries.advance_all, and the gateways' figures are written to a
+real Redis as gateways write them (contracts.call_figures), as in tests/test_canary_fleet.py; the
 page reads all of it through the real API."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tests.api_support import client_for, member
 from tests.browser.chromium import require_browser, signed_in
 from tests.browser.deploy_page import EDITOR_MODEL
 from tests.test_fleet import custom, deploy
-from workers import canaries
+from workers.scheduling import canaries
 
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 PASSWORD = "release-test-password"

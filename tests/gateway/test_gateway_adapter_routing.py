@@ -1,5 +1,5 @@
 """LoRA adapters in the gateway, against the test engines: an adapter's calls go only to the
-instances that have it loaded (workers.adapters says which), under the adapter's own name; a
+instances that have it loaded (workers.models.adapters says which), under the adapter's own name; a
 503 adapter_not_loaded where none has; the engine's runtime LoRA routes are never forwarded."""
 
 from __future__ import annotations

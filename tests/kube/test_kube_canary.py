@@ -1,8 +1,8 @@
 """Canary releases on the Kubernetes runtime against the fake API server (tests/kube), with
 the real database and Redis: the API starts a release, the reconcile pass runs its version as
 Deployments of their own whose pods are instances on track "canary", the canary controller
-(workers.canaries) moves it on, the gateways' snapshot splits by its weight; an abort deletes
-the canary's objects and its pods leave routing at once; a promotion rolls the stable
+(workers.scheduling.canaries) moves it on, the gateways' snapshot splits by its weight; an abort
+deletes the canary's objects and its pods leave routing at once; a promotion rolls the stable
 Deployment to the canary's spec and deletes the canary's only once that has rolled out."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from contracts.kube import names
 from controlplane.services.models import Canary, Instance, Service
 from tests.api_support import published
 from tests.kube.test_kube_runtime import KUBE, SPECS, deploy, ready, rows, settle, spec
-from workers import canaries
 from workers.kube.api import Cluster
 from workers.kube.reconcile import reconcile
+from workers.scheduling import canaries
 
 pytestmark = pytest.mark.django_db
 CANARY_PODS = f"{names.selector('chat')},{names.LABEL_TRACK}={CANARY_TRACK}"

@@ -18,9 +18,9 @@ from controlplane.services.versions import record_version
 from tests.api_support import default_workspace
 from tests.hub_fake import FakeHub
 from tests.hub_models import tiny_files
-from workers import hub
 from workers.kube.api import Cluster
 from workers.kube.reconcile import HUB_RETRY, reconcile
+from workers.models import hub
 
 pytestmark = pytest.mark.django_db
 TOKEN = "hf_kube_pods_secret"

@@ -16,7 +16,7 @@ from controlplane.services.versions import record_version
 from tests.api_support import default_workspace
 from workers import celery, tasks
 from workers.kube import runtime
-from workers.node_logs import LogServer
+from workers.nodes.node_logs import LogServer
 
 pytestmark = pytest.mark.django_db
 

@@ -3,8 +3,8 @@
 While a release is active, each pass applies, beside the stable objects, what the canary's
 spec renders with track "canary" (contracts.kube.manifests): a Deployment per role with as many
 pods as the stable side wants, and its Secret holding those Deployments' own engine keys. Its
-pods are instances on track "canary", which the canary controller (workers.canaries) waits for
-and the gateways give the canary's share of the calls.
+pods are instances on track "canary", which the canary controller (workers.scheduling.canaries)
+waits for and the gateways give the canary's share of the calls.
 
 When no release is active, the canary's Deployments go, their Secrets with them:
 

@@ -29,13 +29,14 @@ from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
-from workers import planning, provisioning
-from workers.hub import HubUnreachable
-from workers.hub_pins import VersionPins
 from workers.kube import canary, observe
 from workers.kube.api import Cluster
+from workers.models import provisioning
+from workers.models.hub import HubUnreachable
+from workers.models.hub_pins import VersionPins
 from workers.runtimes.base import InstanceError
-from workers.scheduler import finish_deletion, save_status
+from workers.scheduling import planning
+from workers.scheduling.scheduler import finish_deletion, save_status
 
 log = logging.getLogger(__name__)
 RUNTIME = "kubernetes"

@@ -48,10 +48,10 @@ class InstanceRequest:
     name: str
     spec_hash: str
     plan: ContainerPlan
-    devices: str = ""  # the cards this instance holds, encoded (workers.devices)
+    devices: str = ""  # the cards this instance holds, encoded (workers.nodes.devices)
     role: str = ""
     pd_index: int = 0
-    paths: tuple[str, ...] = ()  # the staged model folders it reads (workers.storage)
+    paths: tuple[str, ...] = ()  # the staged model folders it reads (workers.models.storage)
     # The instance's engine key (contracts.engine_keys): its front lets in only callers with
     # it (gateway.front); "" starts the engine with no front (tests of the runtime alone).
     engine_key: str = field(default="", repr=False)
@@ -59,7 +59,7 @@ class InstanceRequest:
     # front lets the worker probe (gateway.front's /.wharf/probe; contracts.spec_probes).
     probe_ports: tuple[tuple[int, int], ...] = ()
     # A job's instance (contracts.spec_job): its engine runs to its end and the runtime never
-    # restarts it itself; its node's agent decides what the end means (workers.jobs). It takes
+    # restarts it itself; its node's agent decides what the end means (workers.nodes.jobs). It takes
     # no calls: no front (engine_key "": a quick job would end before one could join it) and
     # no published port.
     run_to_end: bool = False

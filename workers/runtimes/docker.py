@@ -175,7 +175,7 @@ def _mounts(plan_mounts: list[Mount], model_dir: str) -> list[DockerMount]:
             mounts.append(_nfs_mount(m))
         elif m.kind in ("volume", DATASET_MOUNT):
             # a volume: shared by the instances of a service (the KV exchange); a dataset's:
-            # the operator's, which the node has (workers.storage_mounts checks)
+            # the operator's, which the node has (workers.models.storage_mounts checks)
             mounts.append(DockerMount(m.target, m.source, type="volume", read_only=m.read_only))
         elif m.kind == "pvc":  # a spec taken under another WHARF_RUNTIME (runtime_checks)
             raise InstanceError(

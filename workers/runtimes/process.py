@@ -150,7 +150,7 @@ class ProcessRuntime:
     def placement(self) -> Placement:
         """An engine listens on this host's loopback, behind its front (gateway.front) on the
         node's address; a prefill/decode member is placed on the node's address instead
-        (workers.starter.pd_placement): its peers call it."""
+        (workers.nodes.starter.pd_placement): its peers call it."""
         return Placement(in_container=False, model_store=self.model_dir, host=LOOPBACK,
                          port=free_port(LOOPBACK))  # fmt: skip
 
@@ -273,7 +273,7 @@ class ProcessRuntime:
 
     def _fronted(self, request: InstanceRequest) -> bool:
         """Whether the engine gets a front: every one with a key, but a prefill/decode member,
-        which listens on the node's address for its peers (workers.starter.pd_placement)."""
+        which listens on the node's address for its peers (workers.nodes.starter.pd_placement)."""
         return bool(request.engine_key) and not request.role
 
     def _observe(self, state: dict) -> ObservedInstance:

@@ -5,7 +5,7 @@ Adding or removing an adapter is a new version of the spec like any other edit (
 restores the old list), saved through the same checks. On engines that load adapters while they
 run (contracts.spec.RUNTIME_LORA_ENGINES) the adapters are not part of the spec hash: no
 instance restarts, and each node loads or unloads them on its running engines
-(workers.adapters). The gateways learn the new list at once; an adapter is routed to the
+(workers.models.adapters). The gateways learn the new list at once; an adapter is routed to the
 instances that have loaded it.
 """
 

@@ -1,4 +1,4 @@
-"""Canary releases in the REST API (contracts.canary; judged by workers.canaries):
+"""Canary releases in the REST API (contracts.canary; judged by workers.scheduling.canaries):
 
 - POST /services/<name>/canary            {"spec", "steps", "interval_s", "max_error_rate",
                                            "max_ttft_ratio", "max_itl_ratio", "min_requests"}:

@@ -1,6 +1,6 @@
 """GET /api/v1/services/<name>/instances/<instance>/logs?tail=200: an instance's container log.
 
-The log is read on the instance's node, by that node's worker (workers.node_logs), whichever
+The log is read on the instance's node, by that node's worker (workers.nodes.node_logs), whichever
 host serves the API; a node that does not answer within a few seconds is a 504 naming it.
 """
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
 from contracts.engine_front import PROBE_PATH
-from workers.health import is_healthy
+from workers.nodes.health import is_healthy
 
 READY, STARTING, UNHEALTHY = "ready", "starting", "unhealthy"
 # What a probe does: the engine's own health path (or its port, where it has none), an HTTP

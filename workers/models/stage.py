@@ -1,10 +1,10 @@
-"""`python -m workers.stage`: copy one OSS / OBS / S3 model folder, or a hub model, into a given
-folder, with the nodes' own staging code (workers.storage, workers.hub) and without a
-database: the init container of a Kubernetes pod runs it (contracts.kube.pod_template) to fill
-the folder its engine mounts.
+"""`python -m workers.models.stage`: copy one OSS / OBS / S3 model folder, or a hub model, into a
+given folder, with the nodes' own staging code (workers.models.storage, workers.models.hub) and
+without a database: the init container of a Kubernetes pod runs it (contracts.kube.pod_template) to
+fill the folder its engine mounts.
 
-    python -m workers.stage --into /staged/0 [--endpoint URL] oss://bucket/prefix/
-    python -m workers.stage --into /staged/1 [--endpoint URL] [--commit SHA] hf://org/name@main
+    python -m workers.models.stage --into /staged/0 [--endpoint URL] oss://bucket/prefix/
+    python -m workers.models.stage --into /staged/1 [--endpoint URL] [--commit SHA] hf://org/name@main
 
 A hub model's token comes from WHARF_HUB_TOKEN (the service's Secret), its endpoint from
 `--endpoint`, else WHARF_HF_ENDPOINT / WHARF_MODELSCOPE_ENDPOINT, else the hub's own.
@@ -29,8 +29,8 @@ from pathlib import Path
 
 from contracts.hub_refs import ENDPOINTS, is_hub_ref, parse_hub_ref
 from contracts.object_store import ObjectSource, StagingError, source_from_env
-from workers import hub
-from workers.storage import cache_key, stage
+from workers.models import hub
+from workers.models.storage import cache_key, stage
 
 # The version stage() files an earlier copy under (any 16 hex digits do): it only looks for
 # unchanged files to link there, and never serves it as current.
@@ -100,7 +100,7 @@ def printer(uri: str, every: float = 1.0) -> Callable[[int, int], None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m workers.stage",
+        prog="python -m workers.models.stage",
         description="Copy an OSS/OBS/S3 folder or a hub model into a local folder (a pod's "
         "model volume).",
     )

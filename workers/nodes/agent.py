@@ -1,9 +1,9 @@
 """The node agent: each node's worker runs one, and it alone acts on that node's instances.
 
 Level-triggered, every couple of seconds and whenever a scheduler wakes it: it compares the
-rows assigned to its node (workers.scheduler writes them) with what its runtime runs, starts
-what is placed here, stops what is drained or no longer assigned here, probes readiness and
-liveness (workers.probes), restarts crashed engines after an exponential back-off, and writes
+rows assigned to its node (workers.scheduling.scheduler writes them) with what its runtime runs,
+starts what is placed here, stops what is drained or no longer assigned here, probes readiness and
+liveness (workers.nodes.probes), restarts crashed engines after an exponential back-off, and writes
 what changed to the rows. Starts (staging a model can take minutes) and stops (a container
 may take its whole stop timeout) run on threads: probes and drains never wait behind them.
 """
@@ -29,11 +29,13 @@ from contracts.spec_job import is_job
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from workers import adapters, gangs, jobs, probes, warmup, writable_storage
 from workers.fleet import FleetSettings, wait_for_wake, wake
 from workers.locks import client
+from workers.models import adapters, writable_storage
+from workers.nodes import jobs, probes, warmup
+from workers.nodes.starter import start_instance
 from workers.runtimes import ObservedInstance, Runtime
-from workers.starter import start_instance
+from workers.scheduling import gangs
 
 log = logging.getLogger(__name__)
 # Runs `work` for the instance `name` now or on another thread (its name is then busy until
@@ -150,7 +152,7 @@ def _remove_unassigned(node, runtime, observed, rows, busy, background) -> set[s
 
 def _job_retried(row: Instance, found, runtime, fleet, why: str, background) -> bool:
     """Whether an ended engine goes into back-off: any service's does; a job's only while
-    its command failed and retries are left (else it has succeeded or failed: workers.jobs).
+    its command failed and retries are left (else it has succeeded or failed: workers.nodes.jobs).
     What a succeeded job wrote to writable object storage goes up now, its last upload."""
     if not is_job(row.placed_spec()):
         return True
@@ -181,7 +183,7 @@ def _exit_text(found: ObservedInstance, runtime: Runtime) -> str:
 
 def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = True) -> None:
     """Into back-off: the restart waits 10 s, doubling to 5 min; an engine that stayed up
-    10 minutes starts over from 10 s (a job's retries add up: workers.jobs). The event keeps
+    10 minutes starts over from 10 s (a job's retries add up: workers.nodes.jobs). The event keeps
     its last log lines. With the spec's enable_crash_block, kept as it ended instead (failed,
     its container and logs left)."""
     tail = runtime.logs(row.name, tail=LOG_TAIL).strip() if logs else ""

@@ -1,6 +1,6 @@
 """A job's instances on their node (metadata.workload_type: elasticjob; contracts.spec_job).
 
-A job's instance runs its command to the end, and its node's agent (workers.agent) asks this
+A job's instance runs its command to the end, and its node's agent (workers.nodes.agent) asks this
 module what the end means: exit 0 is `succeeded` (kept as it ended: not restarted, not
 replaced, holding no cards or CPUs); another exit is retried after the usual back-off until
 WHARF_JOB_RETRIES retries have been spent, and then the instance has `failed` (a new intent,

@@ -1,4 +1,4 @@
-"""Autoscaling decisions: pure, one role of one service at a time (workers.autoscaling does
+"""Autoscaling decisions: pure, one role of one service at a time (workers.scaling.autoscaling does
 the reading and writing).
 
 As EAS and Kubernetes' HPA compute it: for each of the spec's strategies, the metric's

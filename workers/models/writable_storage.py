@@ -3,7 +3,7 @@
 EAS mounts the bucket prefix itself (ossfs). Wharf's nodes need no FUSE: each instance gets
 its own writable copy of the prefix, made from the node cache when it starts, and what it
 adds or changes there is uploaded back to the prefix, every WHARF_STORAGE_SYNC_SECONDS while
-it runs (workers.agent) and once more when it stops or restarts. So, honestly:
+it runs (workers.nodes.agent) and once more when it stops or restarts. So, honestly:
 - a file appears in the bucket up to one period after it is written (or at the stop);
 - instances do not see each other's writes until they restart (each starts from the bucket
   as it is then, which includes what earlier runs uploaded);
@@ -151,7 +151,7 @@ def due(instance: str, interval: float, now: float | None = None) -> bool:
 
 
 def sync_instance(root: Path, instance: str, spec: ServiceSpec) -> set[str]:
-    """The periodic sync of a running instance's copies (workers.agent); changes no state."""
+    """The periodic sync of a running instance's copies (workers.nodes.agent); changes no state."""
     _last_sync[instance] = time.monotonic()
     for index, source in writable_sources(spec):
         try:

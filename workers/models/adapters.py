@@ -44,11 +44,11 @@ from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance
 from controlplane.services.routing import publish_snapshot
-from workers.hub import HubError
-from workers.hub_pins import VersionPins
-from workers.provisioning import stage_hub_model
+from workers.models.hub import HubError
+from workers.models.hub_pins import VersionPins
+from workers.models.provisioning import stage_hub_model
+from workers.models.storage import stage
 from workers.runtimes import InstanceError, ObservedInstance, Runtime
-from workers.storage import stage
 
 log = logging.getLogger(__name__)
 RETRY_S = 30.0  # a failed load is tried again after this long

@@ -1,7 +1,7 @@
 """Instances across hosts (the spec's unit.size N > 1) as rows: one row per member, on its
 own node, sharing `gang` (the leader's name) and numbered by `rank` (0: the leader, which
-serves HTTP and holds the rendezvous port). workers.gang decides where the members go; this
-module records them, counts a gang as one instance for the rollout planner, and keeps its
+serves HTTP and holds the rendezvous port). workers.scheduling.gang decides where the members go;
+this module records them, counts a gang as one instance for the rollout planner, and keeps its
 failure whole: a member that ends puts every member into back-off together, and a member
 whose node stops answering gives the whole instance up, to be placed again.
 """
@@ -22,7 +22,7 @@ from controlplane.nodes.state import NOT_READY
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
-from workers import gang, placement, rollout
+from workers.scheduling import gang, placement, rollout
 
 # Worse first: a member in one of these makes its gang's state (a running member stays
 # `starting`: only the leader is probed, so the gang is as ready as its leader).

@@ -1,8 +1,8 @@
-"""`python -m workers.rank_tables`: wait until a pod's Ascend rank tables are complete and list
-the pod; the init container of a rank-table pod on Kubernetes runs it (contracts.kube
+"""`python -m workers.nodes.rank_tables`: wait until a pod's Ascend rank tables are complete and
+list the pod; the init container of a rank-table pod on Kubernetes runs it (contracts.kube
 .pod_template), so its engine starts only once its tables name it and its peers.
 
-    python -m workers.rank_tables --folder /etc/wharf/ranktable --pod <pod name>
+    python -m workers.nodes.rank_tables --folder /etc/wharf/ranktable --pod <pod name>
 
 The folder is the service's rank-table ConfigMap, mounted whole: the kubelet replaces its
 files as the reconcile pass rewrites them (contracts.kube.rank_tables). Progress goes to
@@ -59,7 +59,7 @@ def wait(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m workers.rank_tables",
+        prog="python -m workers.nodes.rank_tables",
         description="Wait until a pod's Ascend rank tables are complete and list the pod.",
     )
     parser.add_argument("--folder", required=True, type=Path, help="the mounted tables")

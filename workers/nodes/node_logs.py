@@ -1,6 +1,6 @@
 """The node's side of reading an instance's log (contracts.node_logs): this node's worker
 answers the requests queued for it from its own runtime. NodeRequestServer is the loop every
-such read shares (workers.node_tokenizer's too)."""
+such read shares (workers.nodes.node_tokenizer's too)."""
 
 from __future__ import annotations
 

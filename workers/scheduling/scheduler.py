@@ -1,10 +1,10 @@
 """The scheduler: one pass over one service, on any worker, deciding what should run where.
 
 It reads the service's intent (spec, desired state) and its instance rows, asks the rollout
-planner (workers.rollout) what to create and what to drain, places new instances with the
-placement function (workers.placement) under a fleet-wide lock, and writes the decisions as
-rows: a placed instance is a row in state `creating` on its node; one to remove is `draining`.
-The nodes' agents (workers.agent) carry them out and write what they observe. The scheduler
+planner (workers.scheduling.rollout) what to create and what to drain, places new instances with the
+placement function (workers.scheduling.placement) under a fleet-wide lock, and writes the decisions
+as rows: a placed instance is a row in state `creating` on its node; one to remove is `draining`.
+The nodes' agents (workers.nodes.agent) carry them out and write what they observe. The scheduler
 alone writes a service's observed status (phase, progress, last_error).
 """
 
@@ -37,8 +37,9 @@ from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
-from workers import gangs, placement, planning, rollout, storage
 from workers.fleet import FleetSettings, placement_lock, wake
+from workers.models import storage
+from workers.scheduling import gangs, placement, planning, rollout
 
 log = logging.getLogger(__name__)
 
@@ -415,7 +416,7 @@ def _write_status(service, spec, replicas, rows, error, paused, waiting) -> bool
 
 
 def _write_job_status(service, spec, replicas, rows, waiting) -> bool:
-    """A job's status (workers.planning.job_status); True when settled: nothing is being
+    """A job's status (workers.scheduling.planning.job_status); True when settled: nothing is being
     created or drained, and its running instances' ends wake the scheduler (the agent's
     changes do)."""
     target = spec.spec_hash()

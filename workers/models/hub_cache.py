@@ -1,4 +1,4 @@
-"""The hub models a node holds, in `<cache>/hub/<scheme>/<org>/<name>/<commit>/` (workers.hub
+"""The hub models a node holds, in `<cache>/hub/<scheme>/<org>/<name>/<commit>/` (workers.models.hub
 stages them): which repositories are here, for placement, and the hourly prune of commits no
 instance uses."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from contracts.hub_refs import COMMIT
-from workers.storage import DEFAULT_PRUNE_MIN_AGE, discard, locked
+from workers.models.storage import DEFAULT_PRUNE_MIN_AGE, discard, locked
 
 HUB_FOLDER = "hub"  # under the node's cache (WHARF_CACHE_DIR)
 

@@ -16,12 +16,12 @@ from contracts.hub_refs import is_hub_ref, parse_hub_ref
 from contracts.object_store import ObjectSource, StagingError, source_from_env
 from contracts.spec import ServiceSpec
 from contracts.spec_facts import model_refs
-from workers import hub
-from workers.hub_cache import HUB_FOLDER
-from workers.hub_pins import VersionPins
+from workers.models import hub
+from workers.models.hub_cache import HUB_FOLDER
+from workers.models.hub_pins import VersionPins
+from workers.models.storage import stage
 from workers.runtimes.base import InstanceError
 from workers.runtimes.pulls import size_text
-from workers.storage import stage
 
 GPU_ENGINES = ("vllm", "bladellm", "tgi", "paddlenlp")
 

@@ -24,8 +24,8 @@ MiB), while bytes keep coming; but a file that call gives up on (an HTTP error, 
 dies) starts again from its first byte: the client writes into a temporary file of its own,
 deleted on failure (after a crash, left until the folder is complete).
 
-ModelScope goes through its official client, modelscope_hub (workers.hub_modelscope, which says
-how), and resumes to the byte: `<file>.incomplete` is continued with Range requests, by the
+ModelScope goes through its official client, modelscope_hub (workers.models.hub_modelscope, which
+says how), and resumes to the byte: `<file>.incomplete` is continued with Range requests, by the
 client's own retries, the next attempt or the next stage.
 
 HubUnreachable (a HubError) means: try again later (no connection, timeouts, HTTP 5xx/408/429 after
@@ -278,7 +278,7 @@ def _hub(ref: HubRef, token: str | None, endpoint: str) -> Iterator[_Hub]:
     if ref.scheme == "hf":
         yield _HuggingFace(ref, endpoint, token)
         return
-    from workers.hub_modelscope import ModelScope  # it builds on this module
+    from workers.models.hub_modelscope import ModelScope  # it builds on this module
 
     yield ModelScope.open(ref, endpoint, token)
 

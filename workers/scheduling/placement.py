@@ -10,7 +10,7 @@ node's loss takes few replicas; (2) a node that has its model cached, then its e
 so it starts without a download; (3) the fewest free cards of its kind left afterwards, so
 large nodes stay whole for big tensor-parallel instances; (4) the node's name, so the same
 input always gives the same answer. A need here never spans nodes: an instance that does
-(unit.size > 1) is a gang, placed whole by workers.gang on the same node states.
+(unit.size > 1) is a gang, placed whole by workers.scheduling.gang on the same node states.
 
 Free resources are kept per node and updated as needs are placed; nothing is recomputed from
 the held list per need (1,000 needs on 100 nodes must take well under a second).
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from workers.devices import first_contiguous  # the node-local allocator's rule, shared
+from workers.nodes.devices import first_contiguous  # the node-local allocator's rule, shared
 
 # Where a node's zone is read from when it has no `zone` label (Kubernetes' well-known label).
 ZONE_LABEL = "topology.kubernetes.io/zone"

@@ -3,7 +3,7 @@ bind mount (EAS: "cloned at instance start, read-only; restart to refresh").
 
 Every start clones again with the spec's own credentials, so a copy on the node is handed
 only to a workspace that could just fetch it. The clone lands in the node cache as
-`<cache_key>@<commit>` (the naming workers.storage uses), so the hourly prune removes clones
+`<cache_key>@<commit>` (the naming workers.models.storage uses), so the hourly prune removes clones
 no instance mounts any more; a commit already there is reused and the new clone discarded.
 
 The credentials reach git through GIT_ASKPASS and the environment of that one git process:
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from contracts.spec import REDACTED
 from contracts.spec_storage import GitRepository
-from workers.storage import locked
+from workers.models.storage import locked
 
 CLONE_TIMEOUT = 600.0  # seconds for one git command; a stuck server fails the instance
 MAX_MESSAGE = 400
@@ -43,7 +43,8 @@ class GitMountError(Exception):
 
 
 def cache_key(repo: GitRepository) -> str:
-    """The folder stem of a repository and branch in the node cache (workers.storage's form)."""
+    """The folder stem of a repository and branch in the node cache (workers.models.storage's
+    form)."""
     identity = f"{repo.repo}\n{repo.branch or ''}"
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     leaf = urlsplit(repo.repo).path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")

@@ -1,11 +1,11 @@
 """Gang placement: an instance that spans hosts (the spec's unit.size N > 1) has N members,
-placed together or not at all. Pure, on workers.placement's node states and rules.
+placed together or not at all. Pure, on workers.scheduling.placement's node states and rules.
 
 Every member needs the same cards (count and kind, per machine as in EAS), CPUs, memory and
 disk; each goes to a different node; all of them to nodes of one resource group (the nodes'
 `resource` label: a gang's collectives run over one group's network). Among the groups where
-N nodes fit a member, the one whose N best nodes rank best (workers.placement's order: spread,
-cached model and image, fewest cards left) wins, then the group's name; within it member 0,
+N nodes fit a member, the one whose N best nodes rank best (workers.scheduling.placement's order:
+spread, cached model and image, fewest cards left) wins, then the group's name; within it member 0,
 the leader that serves HTTP, goes to the best node. A gang that does not fit whole takes
 nothing and says, for every node, why it is not enough.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workers.placement import (
+from workers.scheduling.placement import (
     Held,
     Need,
     NodeOffer,

@@ -34,11 +34,11 @@ from contracts.node_tokenizer import (
 from contracts.object_store import ObjectSource, StagingError, source_from_env
 from contracts.spec import STORAGE_SOURCES, ServiceSpec, StorageEntry
 from controlplane.services.models import Instance
-from workers import storage
-from workers.hub_cache import HUB_FOLDER
-from workers.hub_pins import VersionPins
 from workers.locks import client
-from workers.node_logs import NodeRequestServer, reply
+from workers.models import storage
+from workers.models.hub_cache import HUB_FOLDER
+from workers.models.hub_pins import VersionPins
+from workers.nodes.node_logs import NodeRequestServer, reply
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ The image is pulled as the engine's own image is (workers.runtimes.pulls): a wor
 image from a registry is pulled again on every start with the spec's `dockerAuth` alone, so
 the registry decides whether this workspace may have it, not the node's store. The folder is
 read through a created, never started container (`docker create` + the archive API), and
-lands in the node cache as `<cache_key>@<image id>` (workers.storage's naming, so the hourly
+lands in the node cache as `<cache_key>@<image id>` (workers.models.storage's naming, so the hourly
 prune removes copies no instance mounts); a copy of that image id already there is reused.
 """
 
@@ -23,16 +23,16 @@ from pathlib import Path
 from docker.errors import APIError, ImageNotFound, NotFound
 
 from contracts.spec_storage import ImageFolder
+from workers.models.storage import locked
 from workers.runtimes.base import InstanceError
 from workers.runtimes.pulls import Report, pull
-from workers.storage import locked
 
 # Never run: docker create needs a command for images that name none.
 NO_COMMAND = ["/wharf-copy-out-is-never-run"]
 
 
 def cache_key(folder: ImageFolder) -> str:
-    """The folder stem of an image's folder in the node cache (workers.storage's form)."""
+    """The folder stem of an image's folder in the node cache (workers.models.storage's form)."""
     digest = hashlib.sha256(f"{folder.image}\n{folder.path}".encode()).hexdigest()[:16]
     name = folder.image.rsplit("/", 1)[-1].split("@")[0].replace(":", "_")
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:60].strip(".") or "image"

@@ -1,6 +1,6 @@
-"""ModelScope (`modelscope://org/name[@revision]`) for workers.hub, through its official light
-client, modelscope_hub (PyPI `modelscope-hub`): `HubApi.list_repo_revisions` (a branch or tag to
-its CommitId, which also tells a repository that is not there), `HubApi.list_repo_files(revision=
+"""ModelScope (`modelscope://org/name[@revision]`) for workers.models.hub, through its official
+light client, modelscope_hub (PyPI `modelscope-hub`): `HubApi.list_repo_revisions` (a branch or tag
+to its CommitId, which also tells a repository that is not there), `HubApi.list_repo_files(revision=
 <commit>, recursive=False)` (the top level, with sizes and sha256), then per serving file
 `HubApi.downloader.download_file(revision=<commit>, local_dir=<partial folder>, file_size=,
 expected_sha256=, progress_callbacks=)`.
@@ -25,13 +25,14 @@ internalAccelerationInfo, 0.2 s) and, if so, asks for the internal storage route
 
 What resumes, to the byte: the client downloads into `<file>.incomplete` in the partial folder
 and continues it with a Range request, within one call (its own retries, 5 by default) and in
-workers.hub's next attempt or the next stage. A file already there (of its listed size and
+workers.models.hub's next attempt or the next stage. A file already there (of its listed size and
 sha256) is taken without a request. A file starts again from its first byte when the hub ignores
 the Range (HTTP 200), answers 416, or the bytes fail the size or sha256 check.
 
 Errors are ours, built from the kind of the client's exception and its HTTP status, never from
 its text (which quotes the hub's answer). The client asks again itself (API calls 5 more times, a
-listing page 3 more, a file 5 more), and workers.hub API_ATTEMPTS / DOWNLOAD_ATTEMPTS times that.
+listing page 3 more, a file 5 more), and workers.models.hub API_ATTEMPTS / DOWNLOAD_ATTEMPTS
+times that.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from modelscope_hub import errors as ms_errors
 from tqdm import tqdm
 
 from contracts.hub_refs import HubRef
-from workers.hub import HubError, _FileProgress, _Hub, _Stage, _transient
+from workers.models.hub import HubError, _FileProgress, _Hub, _Stage, _transient
 
 setattr(ms_download, "tqdm", functools.partial(tqdm, disable=True))  # noqa: B010 (patched)
 setattr(ms_download, "DOWNLOAD_PARALLELS", 1)  # noqa: B010

@@ -33,10 +33,12 @@ from controlplane.workspaces.policy import (
     registry_refusals,
     spec_refusals,
 )
-from workers import adapters, devices, gangs, provisioning, storage_mounts, writable_storage
-from workers.hub_pins import VersionPins
+from workers.models import adapters, provisioning, storage_mounts, writable_storage
+from workers.models.hub_pins import VersionPins
+from workers.nodes import devices
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 from workers.runtimes.base import Report
+from workers.scheduling import gangs
 
 log = logging.getLogger(__name__)
 CARDS = devices.DeviceCache()  # this node's cards, for the will-it-fit warning
@@ -48,7 +50,7 @@ def start_instance(
     """Start the instance `name` placed on `node`; the service's name once its state changed.
     Nothing is created once `stopping()` says the worker is going (the row stays `creating`
     for its next start)."""
-    from workers.agent import crashed  # the agent owns back-off
+    from workers.nodes.agent import crashed  # the agent owns back-off
 
     row = (Instance.objects.select_related("service__workspace")
            .filter(name=name, node=node).first())  # fmt: skip

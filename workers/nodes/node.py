@@ -17,9 +17,9 @@ from django.utils import timezone
 from contracts.version import VERSION
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import parse_labels
-from workers import devices
-from workers.hub_cache import cached_repositories
-from workers.storage import cached_sources
+from workers.models.hub_cache import cached_repositories
+from workers.models.storage import cached_sources
+from workers.nodes import devices
 
 log = logging.getLogger(__name__)
 CARDS = devices.DeviceCache()

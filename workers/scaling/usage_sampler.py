@@ -22,7 +22,7 @@ from contracts import instance_usage
 from contracts.allocation import decode_allocation
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance
-from workers.devices import Runner, run_tool
+from workers.nodes.devices import Runner, run_tool
 
 log = logging.getLogger(__name__)
 INTERVAL = 2.0

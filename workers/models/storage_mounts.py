@@ -1,7 +1,7 @@
 """The storage folders a node makes for one instance before it starts, beside the cached
-object-storage copies (workers.provisioning): git clones (workers.git_mounts), folders copied
-out of images (workers.image_mounts) and writable object-storage copies
-(workers.writable_storage). Each is named in Placement.staged by its entry
+object-storage copies (workers.models.provisioning): git clones (workers.models.git_mounts), folders
+copied out of images (workers.models.image_mounts) and writable object-storage copies
+(workers.models.writable_storage). Each is named in Placement.staged by its entry
 (contracts.spec_storage.node_folder), which the engine's plan bind-mounts. A dataset's volume
 is the operator's to make: it is only checked for here."""
 
@@ -14,7 +14,7 @@ import docker.errors
 
 from contracts.spec import ServiceSpec
 from contracts.spec_storage import Dataset, node_folder
-from workers import git_mounts, image_mounts, writable_storage
+from workers.models import git_mounts, image_mounts, writable_storage
 from workers.runtimes import InstanceError, Runtime
 from workers.runtimes.pulls import Report
 

@@ -2,7 +2,7 @@
 it reads what the gateways report (requests/s, in flight, held: contracts.inflight) and what
 the nodes scraped from the engines (waiting requests, KV-cache usage: contracts.engine_load),
 and what they sampled of their instances' CPU and cards (contracts.instance_usage),
-asks workers.autoscaler for each autoscaled role's count, and writes it to the service's
+asks workers.scaling.autoscaler for each autoscaled role's count, and writes it to the service's
 `autoscale` with an event giving the numbers whenever a count changes. The scheduler reads
 the count (contracts.spec_facts.replicas) on the pass this queues, and adds or drains
 instances as for any change of count.
@@ -25,8 +25,8 @@ from controlplane.queues import store as queue_store
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Service
-from workers.autoscaler import Signals, State, decide, scheduled
 from workers.locks import LeasedPasses, client
+from workers.scaling.autoscaler import Signals, State, decide, scheduled
 
 log = logging.getLogger(__name__)
 INTERVAL = 2.0  # seconds between two passes over every autoscaled service

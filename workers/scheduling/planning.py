@@ -1,8 +1,8 @@
 """The scheduler's pure core for status: what phase a service's counts mean, and instance names.
 
 A service's instances have a role: "" for an ordinary service, "prefill" and "decode" for a
-prefill/decode-separated one. Each role is planned on its own (workers.rollout), so scaling
-one role leaves the other alone.
+prefill/decode-separated one. Each role is planned on its own (workers.scheduling.rollout), so
+scaling one role leaves the other alone.
 """
 
 from __future__ import annotations
