@@ -31,8 +31,8 @@ from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
 from workers.fleet import FleetSettings, wait_for_wake, wake
 from workers.locks import client
-from workers.models import adapters, writable_storage
-from workers.nodes import jobs, probes, warmup
+from workers.models import adapters
+from workers.nodes import jobs, probes, warmup, writable
 from workers.nodes.starter import start_instance
 from workers.runtimes import ObservedInstance, Runtime
 from workers.scheduling import gangs
@@ -97,32 +97,9 @@ def converge(
         if row.state == InstanceState.READY and adapters.due(row, now.timestamp()):
             touched |= background(row.name, partial(adapters.sync, row, found, runtime))
     for row, _ in due:  # what writable object-storage mounts wrote, uploaded now and then
-        if _writable_due(row):
-            touched |= background(row.name, partial(_sync_writable, row))
+        if writable.due(row):
+            touched |= background(row.name, partial(writable.sync, row))
     return touched
-
-
-def _writable_due(row: Instance) -> bool:
-    return (settings.WHARF_WRITABLE_DIR / row.name).is_dir() and writable_storage.due(
-        row.name, settings.WHARF_STORAGE_SYNC_SECONDS
-    )
-
-
-def _sync_writable(row: Instance) -> set[str]:
-    spec = row.placed_spec()
-    if spec is None:
-        return set()
-    return writable_storage.sync_instance(settings.WHARF_WRITABLE_DIR, row.name, spec)
-
-
-def _release_writable(row: Instance) -> None:
-    """The last upload of a stopped instance's writable copies; a failure is an event, and
-    the copies stay on the node (WHARF_WRITABLE_DIR/<instance>) for the operator."""
-    try:
-        writable_storage.release(settings.WHARF_WRITABLE_DIR, row.name, row.placed_spec())
-    except writable_storage.WritableStorageError as exc:
-        record(row.service, "StorageSyncFailed",
-               f"{exc}; the instance's copy is kept on node {row.node}", row.name)  # fmt: skip
 
 
 def _remove_unassigned(node, runtime, observed, rows, busy, background) -> set[str]:
@@ -163,7 +140,7 @@ def _job_retried(row: Instance, found, runtime, fleet, why: str, background) -> 
 
 
 def _released(row: Instance) -> set[str]:
-    _release_writable(row)
+    writable.release(row)
     return set()
 
 
@@ -275,7 +252,7 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> se
     def stop() -> set[str]:
         if found is not None:
             runtime.remove(row.name)
-        _release_writable(row)
+        writable.release(row)
         row.delete()
         if not Instance.objects.filter(service=row.service_id, node=row.node).exists():
             runtime.forget(row.service.name)  # what its instances shared here (the KV folder)
