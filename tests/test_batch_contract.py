@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from contracts import batch
-from contracts.sharing import queued_slots
+from contracts.sharing import SETTLE_S, queued_slots
 
 CHAT = "/v1/chat/completions"
 
@@ -110,3 +111,20 @@ def test_usage_of_an_answer(body, tokens):
 )
 def test_queued_work_takes_only_what_online_calls_leave(window, online, queued, slots):
     assert queued_slots(window, online, queued) == slots
+
+
+@pytest.mark.parametrize(
+    ("quiet_for", "queued", "slots"),
+    [
+        (0.3, {}, {"a": 1, "b": 1}),  # online traffic is on: one item per instance
+        (0.3, {"a": 1}, {"a": 0, "b": 1}),
+        (0.3, {"a": 3}, {"a": 0, "b": 1}),  # more in work from before: none more
+        (SETTLE_S - 0.01, {}, {"a": 1, "b": 1}),
+        (SETTLE_S, {}, {"a": 4, "b": 4}),  # quiet long enough: the whole window
+        (math.inf, {"a": 1}, {"a": 3, "b": 4}),  # no online call lately
+    ],
+)  # fmt: skip
+def test_while_online_traffic_is_on_queued_work_keeps_to_one_item_per_instance(
+    quiet_for, queued, slots
+):
+    assert queued_slots(4, {"a": 0, "b": 0}, queued, quiet_for) == slots

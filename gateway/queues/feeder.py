@@ -155,7 +155,8 @@ class QueueFeeder:
         for name in self._instance_of.values():
             queued[name] = queued.get(name, 0) + 1
         window = service.queue_window or service.worker_threads or self._batch_window
-        room = queued_slots(window, online, queued)
+        quiet = self._balancer.quiet_for([i.url for i in instances.values()])
+        room = queued_slots(window, online, queued, quiet)
         if not any(room.values()):
             return
         held = self._holds.held() if self._holds is not None else []

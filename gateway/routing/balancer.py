@@ -15,12 +15,15 @@ cooling down they are tried anyway: a guess beats refusing the request outright.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Collection, Mapping, Sequence
 
 from contracts.routing import RoutedInstance
 from gateway.routing import policies
 from gateway.routing.policies import EngineFigures, Load, PrefixTable, RoutingKey
+
+_ENDED_KEPT = 1024  # urls whose last call's end is kept before the old ones are dropped
 
 
 class Balancer:
@@ -29,6 +32,7 @@ class Balancer:
     ) -> None:
         self._cooldown = cooldown
         self._in_flight: dict[str, int] = {}
+        self._ended: dict[str, float] = {}  # when each url's last call ended (monotonic)
         self._turn: dict[str, int] = {}
         self._cooling: dict[str, float] = {}  # url -> monotonic time it may be used again
         self.prefixes = PrefixTable(prefix_blocks)
@@ -38,6 +42,11 @@ class Balancer:
 
     def in_flight(self, url: str) -> int:
         return self._in_flight.get(url, 0)
+
+    def quiet_for(self, urls: Collection[str]) -> float:
+        """Seconds since the last call to any of `urls` ended (inf: none lately)."""
+        ended = [self._ended[url] for url in urls if url in self._ended]
+        return time.monotonic() - max(ended) if ended else math.inf
 
     def ranked(
         self,
@@ -96,6 +105,10 @@ class Balancer:
         self._in_flight[url] = self._in_flight.get(url, 0) + 1
 
     def release(self, url: str) -> None:
+        now = time.monotonic()
+        self._ended[url] = now
+        if len(self._ended) > _ENDED_KEPT:  # bounded as instances come and go
+            self._ended = {u: at for u, at in self._ended.items() if now - at < 60}
         left = self._in_flight.get(url, 0) - 1
         if left > 0:
             self._in_flight[url] = left

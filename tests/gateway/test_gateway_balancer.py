@@ -61,3 +61,16 @@ def test_cooling_instances_are_still_tried_when_nothing_else_is_left() -> None:
     balancer.cool_down(A.url)
     balancer.cool_down(B.url)
     assert {balancer.pick("svc", [A, B]) for _ in range(4)} == {A, B}
+
+
+def test_quiet_for_is_the_time_since_the_last_call_to_any_of_the_instances_ended() -> None:
+    balancer = Balancer()
+    assert balancer.quiet_for(["http://a", "http://b"]) == float("inf")  # none yet
+    balancer.acquire("http://a")
+    balancer.release("http://a")
+    time.sleep(0.05)
+    balancer.acquire("http://b")
+    balancer.release("http://b")
+    assert balancer.quiet_for(["http://a", "http://b"]) < 0.04  # b's, the latest
+    assert 0.05 <= balancer.quiet_for(["http://a"]) < 1
+    assert balancer.quiet_for(["http://c"]) == float("inf")
