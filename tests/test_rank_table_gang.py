@@ -26,6 +26,7 @@ from contracts.kube.manifests import render as render_manifests
 from contracts.kube.rank_tables import tables
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
+from tests.test_engine_gang import PD_RANK_TABLES
 from tests.test_kube_manifests import OWNER, SETTINGS, keys_for
 from tests.test_kube_rank_tables import HASH, pod
 
@@ -169,13 +170,8 @@ def test_a_member_missing_from_the_layout_reads_only_itself():
 
 # A vLLM-Ascend member as the worker starts it
 
-PD_ACROSS_HOSTS = {
-    "name": "r1-pd", "unit": {"size": 2},
-    "llm": {"engine": "vllm-ascend", "model": "/models/r1",
-            "pd": {"prefill": {"npu": 8, "tensor_parallel_size": 16},
-                   "decode": {"npu": 8, "tensor_parallel_size": 16},
-                   "kv_connector": "MooncakeConnectorV1", "rank_table": True}},
-}  # fmt: skip
+# The preview tests' spec, its model a folder the worker would mount.
+PD_ACROSS_HOSTS = {**PD_RANK_TABLES, "llm": {**PD_RANK_TABLES["llm"], "model": "/models/r1"}}
 
 
 def ascend_spec():
