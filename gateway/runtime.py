@@ -147,6 +147,7 @@ async def running(settings: Settings) -> AsyncIterator[Runtime]:
     )
     elsewhere = OnlineElsewhere(client, inflight.key)
     queues = Queues(settings, engine_keys, balancer, counters, usage, elsewhere, limiter)
+    balancer.on_release = queues.feeder.nudge  # a gap between online calls: queued work
     upstream = Upstream(keepalive_s=settings.upstream_keepalive)
     call_figures = FiguresRecorder(client, health, prefix=settings.figures_prefix)
     tracing = Tracing.to_endpoint(settings.otlp_endpoint)

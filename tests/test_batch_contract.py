@@ -9,7 +9,7 @@ import math
 import pytest
 
 from contracts import batch
-from contracts.sharing import SETTLE_S, queued_slots
+from contracts.sharing import GAP_MARGIN, SETTLE_S, queued_slots
 
 CHAT = "/v1/chat/completions"
 
@@ -128,3 +128,26 @@ def test_while_online_traffic_is_on_queued_work_keeps_to_one_item_per_instance(
     quiet_for, queued, slots
 ):
     assert queued_slots(4, {"a": 0, "b": 0}, queued, quiet_for) == slots
+
+
+@pytest.mark.parametrize(
+    ("next_call_in", "item_s", "queued", "slots"),
+    [
+        ({"a": 0.4, "b": 0.4}, 0.1, {}, {"a": 1, "b": 1}),  # an item fits before the next call
+        ({"a": 0.4, "b": 0.1}, 0.1, {}, {"a": 1, "b": 0}),  # b's next call is due too soon
+        ({"a": 0.13, "b": 0.12}, 0.1, {}, {"a": 1, "b": 0}),  # the margin: 1.25 items' time
+        ({"a": 0.0, "b": 0.4}, 0.0, {}, {"a": 1, "b": 1}),  # no item timed yet: one goes
+        ({"a": 0.4}, 0.1, {"a": 1}, {"a": 0, "b": 1}),  # b's pace unknown: one goes
+        ({"a": 9.0, "b": 9.0}, 0.1, {"a": 1}, {"a": 0, "b": 1}),  # still one per instance
+    ],
+)  # fmt: skip
+def test_while_online_traffic_is_on_an_item_starts_only_in_a_gap_it_fits(
+    next_call_in, item_s, queued, slots
+):
+    assert GAP_MARGIN == 1.25  # the table's third row is drawn at it
+    assert queued_slots(4, {"a": 0, "b": 0}, queued, 0.3, next_call_in, item_s) == slots
+
+
+def test_once_online_traffic_is_off_the_gaps_no_longer_matter():
+    assert queued_slots(4, {"a": 0}, {}, SETTLE_S, {"a": 0.0}, 5.0) == {"a": 4}
+    assert queued_slots(0, {"a": 0}, {}, 0.3, {"a": 9.0}, 0.1) == {"a": 0}  # no window

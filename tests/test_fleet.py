@@ -276,3 +276,17 @@ def test_a_node_starts_nothing_its_workspace_is_no_longer_granted(fleet):
     update("shared", custom("shared", storage=[nfs]))
     fleet.settle(3)
     assert fleet.states("shared") == [("a", "ready")]
+
+
+def test_placement_counts_what_each_service_reserves_as_of_its_latest_spec(fleet):
+    fleet.node("a", cpus=4)
+    deploy(custom("web", metadata={"instance": 1, "cpu": 3}))
+    fleet.settle()
+    deploy(custom("batch", metadata={"instance": 1, "cpu": 2}))
+    fleet.settle(3)
+    assert fleet.rows("batch") == [] and "a: 1 free CPUs, needs 2" in service("batch").last_error
+    smaller = custom("web", metadata={"instance": 1, "cpu": 1})
+    update("web", smaller)  # a new generation: its instances now reserve 1 each
+    fleet.settle()
+    assert [state for _, state in fleet.states("web")] == ["ready"]
+    assert [state for _, state in fleet.states("batch")] == ["ready"]

@@ -51,6 +51,7 @@ POLL_S = 1.0  # between passes when nothing wakes the feeder
 LEASE_S = 30.0  # a lease not renewed lapses after this; renewed every third of it
 FINISH_TRIES = 5
 BATCH_WINDOW = 4  # a Standard service without worker_threads (the store bounds it too)
+_TOOK_WEIGHT = 0.3  # of the latest answered item's duration in a service's usual one
 ANSWERED, GIVEN_BACK, DROPPED = "answered", "given_back", "dropped"  # an item's outcomes
 JSON = "application/json"
 
@@ -88,6 +89,7 @@ class QueueFeeder:
         self._elsewhere = elsewhere
         self._batch_window = batch_window
         self._instance_of: dict[int, str] = {}  # item index -> the instance working on it
+        self._took: dict[str, float] = {}  # service -> an item's usual duration, seconds
         self._services: dict[str, RoutedService] = {}
         self._working: dict[int, asyncio.Task] = {}
         self._wake = asyncio.Event()
@@ -156,7 +158,8 @@ class QueueFeeder:
             queued[name] = queued.get(name, 0) + 1
         window = service.queue_window or service.worker_threads or self._batch_window
         quiet = self._balancer.quiet_for([i.url for i in instances.values()])
-        room = queued_slots(window, online, queued, quiet)
+        due = {name: self._balancer.next_call_in(i.url) for name, i in instances.items()}
+        room = queued_slots(window, online, queued, quiet, due, self._took.get(service.name, 0))
         if not any(room.values()):
             return
         held = self._holds.held() if self._holds is not None else []
@@ -213,9 +216,14 @@ class QueueFeeder:
     ) -> None:
         index = int(item["index"])
         started = time.monotonic()
+        alone = self._alone(instance.name)
         tokens: int | None = 0  # what the key's tpm is charged: nothing unless it ran
         try:
             answer = await self._call(service, instance, item)
+            if not isinstance(answer, str) and alone and self._alone(instance.name):
+                # An item's usual duration, for the gaps between online calls: one that ran
+                # beside other items of the queue's took longer than one alone would.
+                self._timed(service.name, time.monotonic() - started)
             if isinstance(answer, str):
                 await self._settle(lambda: self._plane.give_back(index, self.holder, answer))
                 self._metrics.queue_items.labels(service.name, GIVEN_BACK).inc()
@@ -243,6 +251,14 @@ class QueueFeeder:
             self._working.pop(index, None)
             self._instance_of.pop(index, None)
             self.nudge()
+
+    def _alone(self, instance: str) -> bool:
+        """Whether the instance works on no queued item of this gateway's but one."""
+        return sum(name == instance for name in self._instance_of.values()) <= 1
+
+    def _timed(self, service: str, took: float) -> None:
+        usual = self._took.get(service)
+        self._took[service] = took if usual is None else usual + _TOOK_WEIGHT * (took - usual)
 
     async def _call(
         self, service: RoutedService, instance: RoutedInstance, item: dict[str, Any]

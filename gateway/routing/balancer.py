@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from contracts.routing import RoutedInstance
+from contracts.sharing import SETTLE_S
 from gateway.routing import policies
 from gateway.routing.policies import EngineFigures, Load, PrefixTable, RoutingKey
 
 _ENDED_KEPT = 1024  # urls whose last call's end is kept before the old ones are dropped
+_PACE_WEIGHT = 0.3  # of the latest gap between two calls' starts in an instance's pace
 
 
 class Balancer:
@@ -33,6 +35,10 @@ class Balancer:
         self._cooldown = cooldown
         self._in_flight: dict[str, int] = {}
         self._ended: dict[str, float] = {}  # when each url's last call ended (monotonic)
+        self._began: dict[str, float] = {}  # when each url's last call began
+        self._pace: dict[str, float] = {}  # seconds between its calls' starts, averaged
+        # Called as each call ends (the queue feeder's nudge: a gap between online calls).
+        self.on_release: Callable[[], None] | None = None
         self._turn: dict[str, int] = {}
         self._cooling: dict[str, float] = {}  # url -> monotonic time it may be used again
         self.prefixes = PrefixTable(prefix_blocks)
@@ -47,6 +53,14 @@ class Balancer:
         """Seconds since the last call to any of `urls` ended (inf: none lately)."""
         ended = [self._ended[url] for url in urls if url in self._ended]
         return time.monotonic() - max(ended) if ended else math.inf
+
+    def next_call_in(self, url: str) -> float:
+        """Seconds until the next call to `url` is due at the pace of its recent calls (0:
+        due now or late; inf: no pace, its calls are not coming in a run)."""
+        pace = self._pace.get(url)
+        if pace is None:
+            return math.inf
+        return max(0.0, pace - (time.monotonic() - self._began[url]))
 
     def ranked(
         self,
@@ -103,15 +117,28 @@ class Balancer:
 
     def acquire(self, url: str) -> None:
         self._in_flight[url] = self._in_flight.get(url, 0) + 1
+        now = time.monotonic()
+        last = self._began.get(url)
+        self._began[url] = now
+        if last is None or now - last >= SETTLE_S:  # the first of a run of calls
+            self._pace.pop(url, None)
+        else:
+            pace = self._pace.get(url)
+            gap = now - last
+            self._pace[url] = gap if pace is None else pace + _PACE_WEIGHT * (gap - pace)
 
     def release(self, url: str) -> None:
         now = time.monotonic()
         self._ended[url] = now
         if len(self._ended) > _ENDED_KEPT:  # bounded as instances come and go
             self._ended = {u: at for u, at in self._ended.items() if now - at < 60}
+            self._began = {u: at for u, at in self._began.items() if u in self._ended}
+            self._pace = {u: pace for u, pace in self._pace.items() if u in self._began}
         left = self._in_flight.get(url, 0) - 1
         if left > 0:
             self._in_flight[url] = left
         else:
             # Dropping idle entries keeps the table bounded as instances come and go.
             self._in_flight.pop(url, None)
+        if self.on_release is not None:
+            self.on_release()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import pytest
+
 from contracts.routing import RoutedInstance
 from gateway.routing.balancer import Balancer
 
@@ -74,3 +76,33 @@ def test_quiet_for_is_the_time_since_the_last_call_to_any_of_the_instances_ended
     assert balancer.quiet_for(["http://a", "http://b"]) < 0.04  # b's, the latest
     assert 0.05 <= balancer.quiet_for(["http://a"]) < 1
     assert balancer.quiet_for(["http://c"]) == float("inf")
+
+
+def test_next_call_in_follows_the_pace_of_an_instances_calls_and_forgets_it_after_a_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    ended: list[str] = []
+    balancer = Balancer()
+    balancer.on_release = lambda: ended.append("nudge")
+
+    def call_at(at: float) -> None:
+        now[0] = at
+        balancer.acquire("http://a")
+        balancer.release("http://a")
+
+    call_at(100.0)
+    assert balancer.next_call_in("http://a") == float("inf")  # one call: no pace yet
+    call_at(100.5)
+    assert balancer.next_call_in("http://a") == pytest.approx(0.5)
+    now[0] = 100.8
+    assert balancer.next_call_in("http://a") == pytest.approx(0.2)
+    call_at(101.5)  # a gap of 1.0 moves the pace by 0.3 of the difference: 0.65
+    assert balancer.next_call_in("http://a") == pytest.approx(0.65)
+    now[0] = 103.0
+    assert balancer.next_call_in("http://a") == 0.0  # late: due now
+    call_at(104.0)  # 2.5 s since the last: a new run of calls, its pace unknown
+    assert balancer.next_call_in("http://a") == float("inf")
+    assert balancer.next_call_in("http://b") == float("inf")
+    assert ended == ["nudge"] * 4  # each call's end tells the queue feeder

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from contracts import spec_facts
-from contracts.allocation import decode_allocation, encode_allocation
+from contracts.allocation import encode_allocation
 from contracts.canary import ACTIVE as CANARY_ACTIVE
 from contracts.canary import CANARY_TRACK
 from contracts.hub_refs import is_hub_ref, parse_hub_ref
@@ -39,7 +39,7 @@ from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
 from workers.fleet import FleetSettings, placement_lock, wake
 from workers.models import storage
-from workers.scheduling import gangs, placement, planning, rollout
+from workers.scheduling import gangs, holdings, placement, planning, rollout
 
 log = logging.getLogger(__name__)
 
@@ -317,24 +317,7 @@ def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[plac
             unschedulable="" if state == NODE_READY else state,
             images=frozenset(node.images), models=frozenset(node.cached_models),
         ))  # fmt: skip
-    held = []
-    specs: dict[int, ServiceSpec | None] = {}
-    # A job's instance that succeeded holds nothing: its engine has ended for good.
-    for row in Instance.objects.exclude(state=InstanceState.SUCCEEDED).select_related("service"):
-        if row.service_id not in specs:
-            try:
-                specs[row.service_id] = row.service.parsed_spec()
-            except SpecError:
-                specs[row.service_id] = None
-        spec = specs[row.service_id]
-        kind, cards = decode_allocation(row.devices) if row.devices else ("", ())
-        held.append(placement.Held(
-            node=row.node, service=row.service.name, kind=kind, cards=tuple(cards),
-            cpu=spec_facts.reserved_cpu(spec) if spec else 0,
-            memory_mb=(spec.metadata.memory or 0) if spec else 0,
-            disk_mb=spec.metadata.disk_mb if spec else 0,
-        ))  # fmt: skip
-    return offers, held
+    return offers, holdings.held()
 
 
 def _paused(spec, replicas, rows, states) -> str:
