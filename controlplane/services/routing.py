@@ -33,6 +33,7 @@ from contracts.spec_job import is_job
 from contracts.spec_queue import is_async, window
 from contracts.spec_request_log import logged
 from controlplane.queues.models import QueueItem, QueueName
+from controlplane.services import publisher
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record_once
 from controlplane.services.groups import routed_groups
@@ -213,18 +214,23 @@ def publish_snapshot(force: bool = False) -> None:
     """Write the snapshot and tell the gateways; a Redis outage is logged, never raised,
     because the gateways keep their last snapshot and the next publish heals it. Unchanged
     routes are not published again unless `force`: a drain needs a version at least as new
-    as the drain, even when the drained instance was not routed (contracts.inflight)."""
-    snapshot = build_snapshot()
+    as the drain, even when the drained instance was not routed (contracts.inflight). Calls
+    at once share a build (controlplane.services.publisher)."""
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
         with client:
-            current = client.get(SNAPSHOT_KEY)
-            if not force and current and _same_routes(Snapshot.from_json(current), snapshot):
-                return  # unchanged: spare the gateways a reload
-            client.set(SNAPSHOT_KEY, snapshot.to_json())
-            client.publish(SNAPSHOT_CHANNEL, str(snapshot.version))
+            publisher.publish(client, lambda forced: _write(client, forced), force)
     except redis.RedisError as exc:
         log.warning("could not publish the routing snapshot: %s", exc)
+
+
+def _write(client: redis.Redis, force: bool) -> None:
+    snapshot = build_snapshot()
+    current = client.get(SNAPSHOT_KEY)
+    if not force and current and _same_routes(Snapshot.from_json(current), snapshot):
+        return  # unchanged: spare the gateways a reload
+    client.set(SNAPSHOT_KEY, snapshot.to_json())
+    client.publish(SNAPSHOT_CHANNEL, str(snapshot.version))
 
 
 def _same_routes(a: Snapshot, b: Snapshot) -> bool:
