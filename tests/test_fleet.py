@@ -13,10 +13,11 @@ from django.utils import timezone
 from contracts.inflight import encode_report, report_key
 from contracts.routing import SNAPSHOT_KEY, Snapshot
 from controlplane.nodes.models import Node
+from controlplane.services import routing
 from controlplane.services.choices import DesiredState
-from controlplane.services.models import Service
+from controlplane.services.models import Instance, Service
 from controlplane.services.versions import record_version
-from tests.api_support import default_workspace, grant
+from tests.api_support import default_workspace, grant, published
 from tests.fleet_support import FLEET, Fleet
 from workers.nodes.agent import _after_readiness
 from workers.nodes.probes import Probe
@@ -290,3 +291,26 @@ def test_placement_counts_what_each_service_reserves_as_of_its_latest_spec(fleet
     fleet.settle()
     assert [state for _, state in fleet.states("web")] == ["ready"]
     assert [state for _, state in fleet.states("batch")] == ["ready"]
+
+
+def test_a_pass_that_changes_no_route_builds_no_snapshot(fleet, store, monkeypatch):
+    """The build reads the whole fleet: a pass whose service's entry is the one the gateways
+    already have skips it; one that made an instance routable, or that finds the published
+    snapshot is not the one the entries describe, builds."""
+    builds = []
+    build = routing.build_snapshot
+    monkeypatch.setattr(routing, "build_snapshot", lambda: builds.append(1) or build())
+    fleet.node("a")
+    deploy(custom("web"))
+    fleet.settle()
+    (ready,) = published(store).services["web"].instances
+    builds.clear()
+    schedule("web", FLEET)
+    schedule("web", FLEET)
+    assert builds == []  # nothing changed
+    Instance.objects.filter(name=ready.name).update(state="unknown")  # out of routing
+    schedule("web", FLEET)
+    assert builds == [1] and published(store).services["web"].instances == ()
+    store.set(SNAPSHOT_KEY, Snapshot(version=1).to_json())  # written by something else
+    schedule("web", FLEET)
+    assert builds == [1, 1] and "web" in published(store).services

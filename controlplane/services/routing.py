@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -41,6 +43,13 @@ from controlplane.services.models import Canary, Instance, Service, ServiceGroup
 from controlplane.tokens.models import ApiKey
 
 log = logging.getLogger(__name__)
+
+
+# Each service's entry in the published snapshot, as a digest, and that snapshot's version: a
+# scheduling pass that changed no route leaves the snapshot alone (publish_for).
+ENTRIES = "wharf:snapshot:entries"
+_VERSION = "@version"
+_HEAD = re.compile(rb'^\{"version": (\d+)')  # Snapshot.to_json writes the version first
 
 
 def build_snapshot() -> Snapshot:
@@ -224,13 +233,70 @@ def publish_snapshot(force: bool = False) -> None:
         log.warning("could not publish the routing snapshot: %s", exc)
 
 
+def publish_for(name: str, force: bool = False) -> None:
+    """After a pass over one service: publish unless the gateways already have its entry as
+    it is now (a pass that only placed instances on their way up changes no route; the build
+    reads the whole fleet, a service's entry only its own rows), or `force`."""
+    if force or not _published_as_is(name):
+        publish_snapshot(force)
+
+
+def _published_as_is(name: str) -> bool:
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+        with client, client.pipeline(transaction=False) as pipe:
+            pipe.getrange(SNAPSHOT_KEY, 0, 40)
+            pipe.hmget(ENTRIES, _VERSION, name)
+            head, (version, digest) = pipe.execute()
+    except redis.RedisError:
+        return False  # the publish says why
+    found = _HEAD.match(head or b"")
+    if found is None or version is None or found.group(1) != version:
+        return False  # the entries are not the published snapshot's
+    return (digest.decode() if digest else None) == _entry_digest(name)
+
+
+def _entry_digest(name: str) -> str | None:
+    """The digest of the service's entry as a build now would make it (None: not routed)."""
+    active = Prefetch("canaries", queryset=Canary.objects.filter(state__in=CANARY_ACTIVE))
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name)
+    service = live.prefetch_related("tokens", active).first()
+    if service is None:
+        return None
+    try:
+        rows = list(Instance.objects.filter(service=service).values(*_ROUTED_FIELDS))
+        routed = _routed_service(service, typed_spec(service.plain_spec()), rows)
+    except Exception:  # left out of the build, which records why
+        return "unroutable"
+    fed = QueueItem.objects.filter(queue=QueueName.INPUT, batch__isnull=False, service=service)
+    return _digest(name, replace(routed, fed=fed.exists()))
+
+
+def _digest(name: str, service: RoutedService) -> str:
+    text = Snapshot(services={name: service}).to_json()
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
 def _write(client: redis.Redis, force: bool) -> None:
     snapshot = build_snapshot()
     current = client.get(SNAPSHOT_KEY)
-    if not force and current and _same_routes(Snapshot.from_json(current), snapshot):
-        return  # unchanged: spare the gateways a reload
-    client.set(SNAPSHOT_KEY, snapshot.to_json())
-    client.publish(SNAPSHOT_CHANNEL, str(snapshot.version))
+    if not force and current:
+        published = Snapshot.from_json(current)
+        if _same_routes(published, snapshot):  # unchanged: spare the gateways a reload
+            if client.hget(ENTRIES, _VERSION) != str(published.version).encode():
+                _entries(client, published.version, snapshot)  # the same routes
+            return
+    with client.pipeline() as pipe:  # the snapshot and its entries' digests, together
+        pipe.set(SNAPSHOT_KEY, snapshot.to_json())
+        _entries(pipe, snapshot.version, snapshot)
+        pipe.publish(SNAPSHOT_CHANNEL, str(snapshot.version))
+        pipe.execute()
+
+
+def _entries(client: redis.Redis, version: int, snapshot: Snapshot) -> None:
+    digests = {name: _digest(name, svc) for name, svc in snapshot.services.items()}
+    client.delete(ENTRIES)
+    client.hset(ENTRIES, mapping={_VERSION: str(version), **digests})
 
 
 def _same_routes(a: Snapshot, b: Snapshot) -> bool:

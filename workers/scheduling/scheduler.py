@@ -34,7 +34,7 @@ from controlplane.nodes.state import READY as NODE_READY
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
-from controlplane.services.routing import publish_snapshot
+from controlplane.services.routing import publish_for, publish_snapshot
 from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
 from workers.fleet import FleetSettings, placement_lock, wake
@@ -88,8 +88,8 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
         finish_deletion(service, "every instance removed; service deleted")
         return None
     # A drain waits for the gateways to serve a snapshot at least as new as itself.
-    publish_snapshot(force=any(r.state == InstanceState.DRAINING and r.name not in was_draining
-                               for r in rows))  # fmt: skip
+    publish_for(name, force=any(r.state == InstanceState.DRAINING and r.name not in was_draining
+                                for r in rows))  # fmt: skip
     wake(woken)
     return None if settled and not waiting else MOVING
 
