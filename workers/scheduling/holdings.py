@@ -35,13 +35,16 @@ def held() -> list[placement.Held]:
     if len(_reserved) + len(missing) > _KEPT:
         _reserved.clear()
         missing = set(generations)
+    # A service updated or deleted between these reads: its newer reservation, or none.
+    loaded = {}
     for service in Service.objects.filter(id__in=missing):
-        _reserved[(service.id, service.generation)] = _reservation(service)
+        loaded[service.id] = _reserved[(service.id, service.generation)] = _reservation(service)
     out = []
     for node, sid, devices in rows:
-        if sid not in generations:  # deleted since the rows were read
+        reserved = _reserved.get((sid, generations.get(sid, -1))) or loaded.get(sid)
+        if reserved is None:  # deleted since the rows were read
             continue
-        name, cpu, memory_mb, disk_mb = _reserved[(sid, generations[sid])]
+        name, cpu, memory_mb, disk_mb = reserved
         kind, cards = decode_allocation(devices) if devices else ("", ())
         out.append(placement.Held(
             node=node, service=name, kind=kind, cards=tuple(cards),
