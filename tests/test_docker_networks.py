@@ -5,6 +5,7 @@ service still reach each other. Real dockerd, the worker's own runtime and rende
 
 from __future__ import annotations
 
+import ipaddress
 import time
 import uuid
 
@@ -104,7 +105,9 @@ def test_another_services_container_meets_the_engines_front_at_the_nodes_address
     """The engine's port is published nowhere; its front's is, on the node's address, and it
     answers another service's container (which reaches that address) with a 401 unless it
     has the engine key; the engine's own service still reaches the engine on their bridge."""
-    bridge = node.runtime().client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    ipam = node.runtime().client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    # Some dockerd versions leave the default bridge's gateway out: the subnet's first address.
+    bridge = ipam.get("Gateway") or str(ipaddress.ip_network(ipam["Subnet"])[1])
     ours, theirs = (f"front-{uuid.uuid4().hex[:6]}" for _ in range(2))
     engine = node.start(server(ours), key=KEY, WHARF_NODE_ADDRESS=bridge)
     other = node.start(server(theirs), key=KEY.replace("c", "d"), WHARF_NODE_ADDRESS=bridge)
