@@ -67,15 +67,9 @@ def _routed_services() -> dict[str, RoutedService]:
     tightened, a value nothing expected) is left out with an event saying why: it must never
     stop the snapshot, and with it every other service's routing and key changes."""
     services = {}
-    active = Prefetch("canaries", queryset=Canary.objects.filter(state__in=CANARY_ACTIVE))
-    live = Service.objects.exclude(desired_state=DesiredState.DELETED)
-    queryset = live.prefetch_related("tokens", active)
-    rows = _instance_rows(live)
-    fed = set(
-        QueueItem.objects.filter(queue=QueueName.INPUT, batch__isnull=False)
-        .values_list("service_id", flat=True)
-        .distinct()
-    )
+    queryset = _live()
+    rows = _instance_rows(queryset)
+    fed = _fed(queryset)
     for service in queryset:
         try:
             routed = _routed_service(service, typed_spec(service.plain_spec()), rows[service.pk])
@@ -84,6 +78,19 @@ def _routed_services() -> dict[str, RoutedService]:
             log.warning("routing snapshot: leaving out %s: %s", service.name, exc)
             record_once(service, "Unroutable", f"left out of the gateways' routing: {exc}")
     return services
+
+
+def _live():
+    """The services a snapshot routes, with what an entry reads of each prefetched."""
+    active = Prefetch("canaries", queryset=Canary.objects.filter(state__in=CANARY_ACTIVE))
+    live = Service.objects.exclude(desired_state=DesiredState.DELETED)
+    return live.prefetch_related("tokens", active)
+
+
+def _fed(services) -> set[int]:
+    """Those of `services` with OpenAI batch work waiting in their input queue."""
+    queued = QueueItem.objects.filter(queue=QueueName.INPUT, batch__isnull=False)
+    return set(queued.filter(service__in=services).values_list("service_id", flat=True).distinct())
 
 
 def _instance_rows(services) -> dict[int, list[dict]]:
@@ -258,9 +265,7 @@ def _published_as_is(name: str) -> bool:
 
 def _entry_digest(name: str) -> str | None:
     """The digest of the service's entry as a build now would make it (None: not routed)."""
-    active = Prefetch("canaries", queryset=Canary.objects.filter(state__in=CANARY_ACTIVE))
-    live = Service.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name)
-    service = live.prefetch_related("tokens", active).first()
+    service = _live().filter(name=name).first()
     if service is None:
         return None
     try:
@@ -268,8 +273,7 @@ def _entry_digest(name: str) -> str | None:
         routed = _routed_service(service, typed_spec(service.plain_spec()), rows)
     except Exception:  # left out of the build, which records why
         return "unroutable"
-    fed = QueueItem.objects.filter(queue=QueueName.INPUT, batch__isnull=False, service=service)
-    return _digest(name, replace(routed, fed=fed.exists()))
+    return _digest(name, replace(routed, fed=bool(_fed([service]))))
 
 
 def _digest(name: str, service: RoutedService) -> str:
