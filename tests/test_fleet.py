@@ -293,24 +293,36 @@ def test_placement_counts_what_each_service_reserves_as_of_its_latest_spec(fleet
     assert [state for _, state in fleet.states("batch")] == ["ready"]
 
 
-def test_a_pass_that_changes_no_route_builds_no_snapshot(fleet, store, monkeypatch):
+def test_a_pass_publishes_its_own_entry_alone_and_builds_only_when_it_must(
+    fleet, store, monkeypatch
+):
     """The build reads the whole fleet: a pass whose service's entry is the one the gateways
-    already have skips it; one that made an instance routable, or that finds the published
-    snapshot is not the one the entries describe, builds."""
+    already have writes nothing; one that changed its routes replaces that entry alone, and
+    the snapshot is then what a whole build makes; one that finds the published snapshot is
+    not the one the entries describe builds."""
     builds = []
     build = routing.build_snapshot
     monkeypatch.setattr(routing, "build_snapshot", lambda: builds.append(1) or build())
     fleet.node("a")
     deploy(custom("web"))
+    deploy(custom("api"))
     fleet.settle()
     (ready,) = published(store).services["web"].instances
+    before = published(store).version
     builds.clear()
     schedule("web", FLEET)
     schedule("web", FLEET)
-    assert builds == []  # nothing changed
+    assert builds == [] and published(store).version == before  # nothing changed
     Instance.objects.filter(name=ready.name).update(state="unknown")  # out of routing
     schedule("web", FLEET)
-    assert builds == [1] and published(store).services["web"].instances == ()
+    patched = published(store)
+    assert builds == [] and patched.version > before
+    assert patched.services["web"].instances == () and patched.services["api"].instances
+    whole = build()
+    assert (patched.services, patched.keys, patched.groups) == (
+        whole.services, whole.keys, whole.groups)  # fmt: skip
+    schedule("web", FLEET)
+    assert builds == [] and published(store).version == patched.version  # patched as it is
     store.set(SNAPSHOT_KEY, Snapshot(version=1).to_json())  # written by something else
     schedule("web", FLEET)
-    assert builds == [1, 1] and "web" in published(store).services
+    assert builds == [1] and "web" in published(store).services

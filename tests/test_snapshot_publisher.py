@@ -97,3 +97,27 @@ def test_an_ask_after_redis_lost_the_numbers_still_gets_a_build(client):
     client.delete(publisher.WANTED, publisher.DONE)  # a Redis flushed or restarted empty
     publisher.publish(client, builds)  # takes 1 again
     assert len(builds.done) == 2 and int(client.get(publisher.DONE)) == 1
+
+
+def test_work_done_exclusively_waits_for_a_build_and_never_overlaps_it(client, redis_url):
+    """A patch of one entry (routing.publish_for) runs under the same lease as builds: it
+    begins only after the build that holds the lease ends, and gives the lease back."""
+    builds = Builds(seconds=0.3)
+    asker = threading.Thread(target=publisher.publish, args=(redis.Redis.from_url(redis_url),
+                                                             builds))  # fmt: skip
+    asker.start()
+    while client.get(publisher.LEASE) is None:
+        time.sleep(0.005)
+    began: list[float] = []
+    assert publisher.exclusively(client, lambda: began.append(time.monotonic()) or True)
+    asker.join()
+    ((_, build_ended, _),) = builds.done
+    assert began[0] >= build_ended and client.get(publisher.LEASE) is None
+
+
+def test_work_that_finds_the_lease_held_too_long_is_not_done(client, monkeypatch):
+    monkeypatch.setattr(publisher, "WAIT_S", 0.1)
+    client.set(publisher.LEASE, "someone else", px=5000)
+    done: list[int] = []
+    assert not publisher.exclusively(client, lambda: done.append(1) or True)
+    assert done == [] and client.get(publisher.LEASE) == b"someone else"

@@ -91,6 +91,7 @@ def targets(evict_within: float) -> list[Target]:
         Target("nodes_p99_ms", "GET nodes p99 ms", 250),
         Target("publish_ms", "publish ms", 100),
         Target("reload_ms", "gw reload ms", 100),
+        Target("entry_ms", "entry publish ms", 100),
         Target("evicted_s", "10 killed: moved s", evict_within),
     ]
 

@@ -1,13 +1,15 @@
 """The phases of one run at one fleet size, in order: the nodes register; a burst of service
 creates through the API until every instance is routed; a quiet window (steady state); paged
-list calls; forced snapshot publishes; 10 nodes killed at once until their instances are placed
-elsewhere. Each phase returns its figures; benchmarks/fleet_scale.py prints them."""
+list calls; forced snapshot publishes, and one service's entry published alone; 10 nodes
+killed at once until their instances are placed elsewhere. Each phase returns its figures;
+benchmarks/fleet_scale.py prints them."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import math
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,7 @@ from benchmarks.fleet_sim.watch import Watch
 from contracts.routing import SNAPSHOT_KEY
 from controlplane.nodes.models import Node
 from controlplane.services.models import Instance
-from controlplane.services.routing import publish_snapshot
+from controlplane.services.routing import publish_for, publish_snapshot
 from controlplane.workspaces.models import DEFAULT, Workspace
 
 INSTANCES_PER_SERVICE = 10
@@ -183,8 +185,26 @@ def publishes(watch: Watch, redis_url: str, times: int = 5) -> dict[str, float]:
         if loaded is not None:
             reloads.append(loaded - written)
         time.sleep(0.5)
+    entry = entry_publishes(redis_url, times)
     return {"publish_ms": figures.percentile(took, 50) * 1000,
-            "reload_ms": figures.percentile(reloads, 50) * 1000}  # fmt: skip
+            "reload_ms": figures.percentile(reloads, 50) * 1000,
+            "entry_ms": figures.percentile(entry, 50) * 1000}  # fmt: skip
+
+
+def entry_publishes(redis_url: str, times: int) -> list[float]:
+    """A scheduling pass's publish after one instance left routing, then came back (the
+    service's entry alone is replaced: routing.publish_for), seconds each."""
+    took = []
+    row = Instance.objects.filter(state="ready").select_related("service").first()
+    if row is None:
+        return [math.nan]
+    for state in ("unknown", "ready") * times:
+        Instance.objects.filter(pk=row.pk).update(state=state)
+        sent = time.monotonic()
+        with override_settings(REDIS_URL=redis_url):
+            publish_for(row.service.name)
+        took.append(time.monotonic() - sent)
+    return took
 
 
 def json_version(text: bytes | str | None) -> tuple[int, int]:

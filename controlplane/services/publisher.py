@@ -52,6 +52,22 @@ def publish(client: redis.Redis, write: Callable[[bool], None], force: bool = Fa
             time.sleep(POLL_S)
 
 
+def exclusively(client: redis.Redis, work: Callable[[], bool]) -> bool:
+    """`work()` while holding the publishing lease, so that nothing builds or patches the
+    snapshot meanwhile (routing.publish_for's patch of one entry); False when the lease did
+    not come within WAIT_S (the caller builds instead)."""
+    token = uuid.uuid4().hex
+    deadline = time.monotonic() + WAIT_S
+    while not client.set(LEASE, token, nx=True, px=int(LEASE_S * 1000)):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_S)
+    try:
+        return work()
+    finally:
+        client.eval(_RELEASE, 1, LEASE, token)
+
+
 def _builds(client: redis.Redis, write: Callable[[bool], None], mine: int) -> None:
     """Build until every number handed out so far is covered (asks keep coming meanwhile);
     `mine` covers a Redis that lost its numbers since it was taken."""

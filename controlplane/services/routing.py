@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import time
@@ -241,49 +242,106 @@ def publish_snapshot(force: bool = False) -> None:
 
 
 def publish_for(name: str, force: bool = False) -> None:
-    """After a pass over one service: publish unless the gateways already have its entry as
-    it is now (a pass that only placed instances on their way up changes no route; the build
-    reads the whole fleet, a service's entry only its own rows), or `force`."""
-    if force or not _published_as_is(name):
+    """After a pass over one service: the gateways get its entry as it is now. Unchanged (a
+    pass that only placed instances on their way up changes no route), nothing is written;
+    changed, only its entry is replaced in the published snapshot (the build reads the whole
+    fleet, an entry only its own rows); a whole build when the patch cannot stand for one
+    (`_patch`), or `force`."""
+    if force:
         publish_snapshot(force)
-
-
-def _published_as_is(name: str) -> bool:
+        return
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
-        with client, client.pipeline(transaction=False) as pipe:
-            pipe.getrange(SNAPSHOT_KEY, 0, 40)
-            pipe.hmget(ENTRIES, _VERSION, name)
-            head, (version, digest) = pipe.execute()
+        with client:
+            if _published_as_is(client, name) or publisher.exclusively(
+                client, lambda: _patch(client, name)
+            ):
+                return
     except redis.RedisError:
-        return False  # the publish says why
-    found = _HEAD.match(head or b"")
+        pass  # the publish says why
+    publish_snapshot()
+
+
+def _published_as_is(client: redis.Redis, name: str) -> bool:
+    """Whether the published snapshot has the service's entry as a build now would make it:
+    read outside the lease, so a cheap no before the patch looks again under it."""
+    published = _published_digest(client, name)
+    entry = _entry(name)
+    return published is not None and published == (entry[0] if entry else "")
+
+
+def _published_digest(client: redis.Redis, name: str) -> str | None:
+    """The digest of the service's published entry ("" when it has none); None when the
+    digests do not describe the snapshot in Redis (written by something else)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.getrange(SNAPSHOT_KEY, 0, 40)
+        pipe.hmget(ENTRIES, _VERSION, name)
+        snapshot, (version, digest) = pipe.execute()
+    found = _HEAD.match(snapshot or b"")
     if found is None or version is None or found.group(1) != version:
-        return False  # the entries are not the published snapshot's
-    return (digest.decode() if digest else None) == _entry_digest(name)
+        return None
+    return digest.decode() if digest else ""
 
 
-def _entry_digest(name: str) -> str | None:
-    """The digest of the service's entry as a build now would make it (None: not routed)."""
+def _entry(name: str) -> tuple[str, str] | None:
+    """The service's entry as a build now would make it, and its digest; None when a build
+    would leave it out (deleted, or unroutable: the build records why)."""
     service = _live().filter(name=name).first()
     if service is None:
         return None
     try:
         rows = list(Instance.objects.filter(service=service).values(*_ROUTED_FIELDS))
         routed = _routed_service(service, typed_spec(service.plain_spec()), rows)
-    except Exception:  # left out of the build, which records why
-        return "unroutable"
-    return _digest(name, replace(routed, fed=bool(_fed([service]))))
+    except Exception:
+        return None
+    text = Snapshot(services={name: replace(routed, fed=bool(_fed([service])))}).to_json()
+    return _hash(text), text
+
+
+def _patch(client: redis.Redis, name: str) -> bool:
+    """Under the publishing lease: replace the service's entry in the published snapshot and
+    tell the gateways; True when the snapshot now has it as it is. False when only a build
+    will do: the snapshot is not the one the digests describe, the service is new, gone or
+    unroutable, or its session header changed (its groups' entries carry it)."""
+    entry = _entry(name)  # read under the lease: a patch never writes rows older than the last
+    published = _published_digest(client, name)
+    if published is None or entry is None:
+        return published == "" and entry is None  # left out, and not in the snapshot
+    digest, text = entry
+    if digest == published:
+        return True
+    if not published:
+        return False  # a new entry: its workspace's keys and groups may name it
+    current = client.get(SNAPSHOT_KEY)
+    snapshot = json.loads(current or b"{}")
+    services, new = snapshot.get("services", {}), json.loads(text)["services"][name]
+    if name not in services or services[name].get("session_header") != new.get("session_header"):
+        return False
+    version = max(time.time_ns() // 1_000_000, int(snapshot["version"]) + 1)
+    services[name] = new
+    snapshot["version"] = version  # first, as Snapshot.to_json writes it (_HEAD)
+    with client.pipeline() as pipe:
+        pipe.set(SNAPSHOT_KEY, json.dumps(snapshot))
+        pipe.hset(ENTRIES, mapping={_VERSION: str(version), name: digest})
+        pipe.publish(SNAPSHOT_CHANNEL, str(version))
+        pipe.execute()
+    return True
 
 
 def _digest(name: str, service: RoutedService) -> str:
-    text = Snapshot(services={name: service}).to_json()
+    return _hash(Snapshot(services={name: service}).to_json())
+
+
+def _hash(text: str) -> str:
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def _write(client: redis.Redis, force: bool) -> None:
     snapshot = build_snapshot()
     current = client.get(SNAPSHOT_KEY)
+    head = _HEAD.match(current or b"")
+    if head is not None and int(head.group(1)) >= snapshot.version:  # newer than any before
+        snapshot = replace(snapshot, version=int(head.group(1)) + 1)
     if not force and current:
         published = Snapshot.from_json(current)
         if _same_routes(published, snapshot):  # unchanged: spare the gateways a reload
