@@ -57,9 +57,14 @@ def instances_by_node(nodes: Iterable[Node]) -> dict[str, list[Instance]]:
     """The instances on these nodes, by node name: one query for a page of nodes, not a read
     of the whole fleet's."""
     by_node: dict[str, list[Instance]] = {node.name: [] for node in nodes}
-    for instance in Instance.objects.filter(node__in=list(by_node)).select_related("service"):
+    rows = Instance.objects.filter(node__in=list(by_node)).select_related("service")
+    for instance in rows.only(*_SHOWN):  # not the service's spec, nor the rows' clocks
         by_node[instance.node].append(instance)
     return by_node
+
+
+# What a node's page reads of each of its instances (NodeSerializer).
+_SHOWN = ("name", "node", "role", "state", "devices", "service__name", "service__workspace_id")
 
 
 class NodeSerializer(serializers.ModelSerializer):
