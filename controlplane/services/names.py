@@ -8,6 +8,7 @@ from rest_framework import exceptions
 
 from contracts.spec import ServiceSpec, SpecError, typed_spec
 from contracts.spec_facts import model_ids
+from controlplane.services import spec_memo
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
@@ -21,6 +22,15 @@ class NameTaken(exceptions.APIException):
         super().__init__({"detail": detail, "errors": errors})
 
 
+def _model_ids(service: Service) -> frozenset[str] | None:
+    """The model ids a service answers to (kept per generation); None for a spec stored before
+    a rule tightened, still routed by its name."""
+    try:
+        return frozenset(model_ids(typed_spec(service.spec)))
+    except SpecError:
+        return None
+
+
 def check_model_names(spec: ServiceSpec, workspace: Workspace, service: Service | None = None):
     """Raise NameTaken if a live service but `service` answers to a model id `spec` (of
     `workspace`) serves. Another workspace's service is "another service", never named."""
@@ -29,13 +39,10 @@ def check_model_names(spec: ServiceSpec, workspace: Workspace, service: Service 
     if service is not None:
         others = others.exclude(pk=service.pk)
     errors: dict[str, list[str]] = {}
-    for other in others:
-        try:
-            taken = model_ids(typed_spec(other.spec)).keys() & wanted.keys()
-        except SpecError:  # stored before a rule tightened: still routed by its name
-            taken = {other.name} & wanted.keys()
+    for (name, workspace_id), ids in spec_memo.each(others, _model_ids, "name", "workspace_id"):
+        taken = (ids if ids is not None else {name}) & wanted.keys()
         for model in sorted(taken):
-            whose = (f"service {other.name!r}" if other.workspace_id == workspace.pk
+            whose = (f"service {name!r}" if workspace_id == workspace.pk
                      else "another service")  # fmt: skip
             errors.setdefault(wanted[model], []).append(
                 f"model {model!r} is served by {whose}; choose another name"

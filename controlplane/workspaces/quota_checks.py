@@ -8,6 +8,7 @@ from django.conf import settings
 from rest_framework import exceptions
 
 from contracts.spec import ServiceSpec, SpecError
+from controlplane.services import spec_memo
 from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.models import Service
 from controlplane.workspaces.models import Workspace
@@ -45,10 +46,18 @@ def _held(service: Service, running: bool | None = None) -> Footprint:
 def held_by(workspace: Workspace, but: Service | None = None) -> Footprint:
     """What the workspace's services (but one) hold."""
     rows = Service.objects.filter(workspace=workspace).exclude(desired_state=DesiredState.DELETED)
+    if but is not None:
+        rows = rows.exclude(pk=but.pk)
     total = Footprint()
-    for service in rows.exclude(pk=but.pk) if but else rows:
-        total += _held(service)
+    for (state, phase), running in spec_memo.each(rows, _running, "desired_state", "phase"):
+        total += running if state == DesiredState.RUNNING and phase != Phase.COMPLETED else (
+            footprint(None, False))  # fmt: skip
     return total
+
+
+def _running(service: Service) -> Footprint:
+    """What the service holds while it runs (its spec's, kept per generation)."""
+    return _held(service, running=True)
 
 
 def check_quotas(

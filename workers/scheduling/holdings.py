@@ -8,14 +8,10 @@ from __future__ import annotations
 from contracts import spec_facts
 from contracts.allocation import decode_allocation
 from contracts.spec import SpecError
+from controlplane.services import spec_memo
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
 from workers.scheduling import placement
-
-_KEPT = 4096  # services whose reservation is remembered before the table starts again
-
-# (service id, generation) -> (name, cpu, memory_mb, disk_mb) each of its instances reserves
-_reserved: dict[tuple[int, int], tuple[str, float, int, int]] = {}
 
 
 def held() -> list[placement.Held]:
@@ -26,25 +22,14 @@ def held() -> list[placement.Held]:
             "node", "service_id", "devices"
         )
     )
-    generations = dict(
-        Service.objects.filter(id__in={service for _, service, _ in rows}).values_list(
-            "id", "generation"
-        )
-    )
-    missing = {sid for sid, gen in generations.items() if (sid, gen) not in _reserved}
-    if len(_reserved) + len(missing) > _KEPT:
-        _reserved.clear()
-        missing = set(generations)
-    # A service updated or deleted between these reads: its newer reservation, or none.
-    loaded = {}
-    for service in Service.objects.filter(id__in=missing):
-        loaded[service.id] = _reserved[(service.id, service.generation)] = _reservation(service)
+    services = Service.objects.filter(id__in={service for _, service, _ in rows})
+    # A service updated since the rows were read counts its newer reservation; one deleted, none.
+    reserved = {sid: fact for (sid,), fact in spec_memo.each(services, _reservation, "id")}
     out = []
     for node, sid, devices in rows:
-        reserved = _reserved.get((sid, generations.get(sid, -1))) or loaded.get(sid)
-        if reserved is None:  # deleted since the rows were read
+        if sid not in reserved:
             continue
-        name, cpu, memory_mb, disk_mb = reserved
+        name, cpu, memory_mb, disk_mb = reserved[sid]
         kind, cards = decode_allocation(devices) if devices else ("", ())
         out.append(placement.Held(
             node=node, service=name, kind=kind, cards=tuple(cards),
