@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
@@ -17,6 +18,7 @@ from controlplane.services import routing
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Instance, Service
 from controlplane.services.versions import record_version
+from controlplane.tokens.models import ApiKey
 from tests.api_support import default_workspace, grant, published
 from tests.fleet_support import FLEET, Fleet
 from workers.nodes.agent import _after_readiness
@@ -318,11 +320,28 @@ def test_a_pass_publishes_its_own_entry_alone_and_builds_only_when_it_must(
     patched = published(store)
     assert builds == [] and patched.version > before
     assert patched.services["web"].instances == () and patched.services["api"].instances
-    whole = build()
-    assert (patched.services, patched.keys, patched.groups) == (
-        whole.services, whole.keys, whole.groups)  # fmt: skip
+    assert _as_built(patched, build())
     schedule("web", FLEET)
     assert builds == [] and published(store).version == patched.version  # patched as it is
+    # A service that comes or goes: its entry, and the keys for every service of its workspace.
+    owner = get_user_model().objects.create_user("key-owner")
+    key, _ = ApiKey.issue(owner, default_workspace(), "every service")
+    deploy(custom("new"))
+    schedule("new", FLEET)
+    assert builds == [] and _as_built(published(store), build())
+    assert published(store).keys[key.digest].services == {"api", "new", "web"}
+    Service.objects.filter(name="api").update(desired_state=DesiredState.DELETED)
+    Instance.objects.filter(service__name="api").delete()
+    schedule("api", FLEET)  # its last pass: every instance gone, the service deleted
+    assert builds == [] and _as_built(published(store), build())
+    assert "api" not in published(store).services
+    assert published(store).keys[key.digest].services == {"new", "web"}
     store.set(SNAPSHOT_KEY, Snapshot(version=1).to_json())  # written by something else
     schedule("web", FLEET)
     assert builds == [1] and "web" in published(store).services
+
+
+def _as_built(patched: Snapshot, built: Snapshot) -> bool:
+    """A patched snapshot routes as a whole build does (their versions differ)."""
+    return (patched.services, patched.keys, patched.groups) == (
+        built.services, built.keys, built.groups)  # fmt: skip

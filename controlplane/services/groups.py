@@ -4,10 +4,12 @@ snapshot carries each group's released members."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.db import IntegrityError, transaction
 from rest_framework import exceptions
 
-from contracts.routing import DEFAULT_SESSION_HEADER, RoutedService
+from contracts.routing import DEFAULT_SESSION_HEADER
 from contracts.service_groups import DEFAULT_WEIGHT, GROUPING, STANDALONE, GroupMember, RoutedGroup
 from contracts.spec import ServiceSpec
 from controlplane.services.api.errors import SpecInvalid
@@ -121,20 +123,21 @@ def _live_members(group: ServiceGroup):
     return Service.objects.filter(group=group).exclude(desired_state=DesiredState.DELETED)
 
 
-def routed_groups(services: dict[str, RoutedService]) -> dict[str, RoutedGroup]:
-    """Each group as the gateways route it: its released members that are routed."""
+def routed_groups(headers: Mapping[str, str]) -> dict[str, RoutedGroup]:
+    """Each group as the gateways route it: its released members that are routed (`headers`:
+    each routed service's session header, by name)."""
     found = {}
     for group in ServiceGroup.objects.prefetch_related("members"):
         members = sorted(
-            (m for m in group.members.all() if m.traffic_state == GROUPING and m.name in services),
+            (m for m in group.members.all() if m.traffic_state == GROUPING and m.name in headers),
             key=lambda m: m.name,
         )
-        headers = [group.session_header or DEFAULT_SESSION_HEADER]
-        headers += [services[m.name].session_header for m in members]
+        session = [group.session_header or DEFAULT_SESSION_HEADER]
+        session += [headers[m.name] for m in members]
         found[group.name] = RoutedGroup(
             name=group.name,
             mode=group.traffic_mode,
             members=tuple(GroupMember(m.name, m.group_weight) for m in members),
-            session_headers=tuple(dict.fromkeys(headers)),
+            session_headers=tuple(dict.fromkeys(session)),
         )
     return found

@@ -59,7 +59,7 @@ def build_snapshot() -> Snapshot:
     # Milliseconds since the epoch: increases across publishers without shared state.
     return Snapshot(
         version=time.time_ns() // 1_000_000, services=services, keys=_routed_keys(now),
-        groups=routed_groups(services),
+        groups=routed_groups({name: svc.session_header for name, svc in services.items()}),
     )  # fmt: skip
 
 
@@ -242,11 +242,12 @@ def publish_snapshot(force: bool = False) -> None:
 
 
 def publish_for(name: str, force: bool = False) -> None:
-    """After a pass over one service: the gateways get its entry as it is now. Unchanged (a
-    pass that only placed instances on their way up changes no route), nothing is written;
-    changed, only its entry is replaced in the published snapshot (the build reads the whole
-    fleet, an entry only its own rows); a whole build when the patch cannot stand for one
-    (`_patch`), or `force`."""
+    """After a pass over one service (or its deletion): the gateways get its entry as it is
+    now. Unchanged (a pass that only placed instances on their way up changes no route),
+    nothing is written; changed, new or gone, only its entry is put in or taken out of the
+    published snapshot, with the keys and groups again when a service came or went (the build
+    reads the whole fleet, an entry only its own rows); a whole build when the patch cannot
+    stand for one (`_patch`), or `force`."""
     if force:
         publish_snapshot(force)
         return
@@ -285,7 +286,7 @@ def _published_digest(client: redis.Redis, name: str) -> str | None:
 
 def _entry(name: str) -> tuple[str, str] | None:
     """The service's entry as a build now would make it, and its digest; None when a build
-    would leave it out (deleted, or unroutable: the build records why)."""
+    leaves it out for good (deleted), _UNROUTABLE when the build would say why it does."""
     service = _live().filter(name=name).first()
     if service is None:
         return None
@@ -293,39 +294,57 @@ def _entry(name: str) -> tuple[str, str] | None:
         rows = list(Instance.objects.filter(service=service).values(*_ROUTED_FIELDS))
         routed = _routed_service(service, typed_spec(service.plain_spec()), rows)
     except Exception:
-        return None
+        return _UNROUTABLE
     text = Snapshot(services={name: replace(routed, fed=bool(_fed([service])))}).to_json()
     return _hash(text), text
 
 
+_UNROUTABLE = ("unroutable", "")  # a digest no entry has
+
+
 def _patch(client: redis.Redis, name: str) -> bool:
-    """Under the publishing lease: replace the service's entry in the published snapshot and
-    tell the gateways; True when the snapshot now has it as it is. False when only a build
-    will do: the snapshot is not the one the digests describe, the service is new, gone or
-    unroutable, or its session header changed (its groups' entries carry it)."""
+    """Under the publishing lease: put the service's entry as it is now into the published
+    snapshot (or take it out, deleted), with the keys and groups again when the set of
+    routed services or a session header changed, and tell the gateways; True when the
+    snapshot now has it as it is. False when only a build will do: the snapshot is not the
+    one the digests describe, or the service is unroutable (the build records why)."""
     entry = _entry(name)  # read under the lease: a patch never writes rows older than the last
     published = _published_digest(client, name)
-    if published is None or entry is None:
-        return published == "" and entry is None  # left out, and not in the snapshot
-    digest, text = entry
-    if digest == published:
-        return True
-    if not published:
-        return False  # a new entry: its workspace's keys and groups may name it
-    current = client.get(SNAPSHOT_KEY)
-    snapshot = json.loads(current or b"{}")
-    services, new = snapshot.get("services", {}), json.loads(text)["services"][name]
-    if name not in services or services[name].get("session_header") != new.get("session_header"):
+    if published is None or entry is _UNROUTABLE:
         return False
+    if published == (entry[0] if entry else ""):
+        return True
+    snapshot = json.loads(client.get(SNAPSHOT_KEY) or b"{}")
+    services = snapshot["services"]
+    old = services.pop(name, None)
+    if entry is not None:
+        services[name] = json.loads(entry[1])["services"][name]
+    header = old and old.get("session_header")
+    if old is None or entry is None or header != services[name].get("session_header"):
+        _rekey(snapshot)
+    snapshot["services"] = dict(sorted(services.items()))
     version = max(time.time_ns() // 1_000_000, int(snapshot["version"]) + 1)
-    services[name] = new
     snapshot["version"] = version  # first, as Snapshot.to_json writes it (_HEAD)
     with client.pipeline() as pipe:
         pipe.set(SNAPSHOT_KEY, json.dumps(snapshot))
-        pipe.hset(ENTRIES, mapping={_VERSION: str(version), name: digest})
+        pipe.hset(ENTRIES, _VERSION, str(version))
+        if entry is None:
+            pipe.hdel(ENTRIES, name)
+        else:
+            pipe.hset(ENTRIES, name, entry[0])
         pipe.publish(SNAPSHOT_CHANNEL, str(version))
         pipe.execute()
     return True
+
+
+def _rekey(snapshot: dict) -> None:
+    """The keys and groups of a published `snapshot` (as JSON) again, for its services: a key
+    for every service of its workspace lists them, a group names its routed members."""
+    headers = {name: entry["session_header"] for name, entry in snapshot["services"].items()}
+    fresh = json.loads(
+        Snapshot(keys=_routed_keys(time.time()), groups=routed_groups(headers)).to_json()
+    )
+    snapshot["keys"], snapshot["groups"] = fresh["keys"], fresh["groups"]
 
 
 def _digest(name: str, service: RoutedService) -> str:

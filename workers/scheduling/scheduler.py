@@ -34,7 +34,7 @@ from controlplane.nodes.state import READY as NODE_READY
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_once
 from controlplane.services.models import Instance, Service
-from controlplane.services.routing import publish_for, publish_snapshot
+from controlplane.services.routing import publish_for
 from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
 from workers.fleet import FleetSettings, placement_lock, wake
@@ -345,7 +345,7 @@ def finish_deletion(service: Service, message: str) -> None:
     with transaction.atomic():
         ApiKey.objects.forget_service(service.name)
         service.delete()
-    publish_snapshot()
+    publish_for(service.name)
 
 
 def save_status(service: Service, status: planning.Status, ready: int, last_error: str) -> bool:
