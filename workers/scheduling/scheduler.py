@@ -61,7 +61,8 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     service = Service.objects.filter(name=name).first()
     if service is None:
         return None
-    nodes = {node.name: node for node in Node.objects.all()}
+    # Every node's state (the placement reads its offers under the lock, when it places).
+    nodes = {n.name: n for n in Node.objects.only("name", "heartbeat_at", "cordoned", "draining")}
     states = {name: _node_state(node, now, fleet) for name, node in nodes.items()}
     _follow_nodes(service, states, nodes, fleet, now)
     woken: set[str] = set()
