@@ -225,7 +225,8 @@ def _place(
     instance also gets its two ports on its node (`pd_ports`: the range they come from)."""
     needs = [_need(service.name, spec, role) for role in roles]
     woken: set[str] = set()
-    with placement_lock():
+    # The rows in one commit, made before the lock is given back: the next placer sees them.
+    with placement_lock(), transaction.atomic():
         offers, held = _fleet(states)
         if spec.unit_size() > 1:  # an instance across hosts: a gang, placed whole
             return gangs.place(
