@@ -323,6 +323,9 @@ def test_a_pass_publishes_its_own_entry_alone_and_builds_only_when_it_must(
     assert _as_built(patched, build())
     schedule("web", FLEET)
     assert builds == [] and published(store).version == patched.version  # patched as it is
+    routing.publish_for("web", force=True)  # a drain's: a newer version, routes unchanged
+    assert builds == [] and published(store).version > patched.version
+    assert _as_built(published(store), build())
     # A service that comes or goes: its entry, and the keys for every service of its workspace.
     owner = get_user_model().objects.create_user("key-owner")
     key, _ = ApiKey.issue(owner, default_workspace(), "every service")

@@ -247,20 +247,17 @@ def publish_for(name: str, force: bool = False) -> None:
     nothing is written; changed, new or gone, only its entry is put in or taken out of the
     published snapshot, with the keys and groups again when a service came or went (the build
     reads the whole fleet, an entry only its own rows); a whole build when the patch cannot
-    stand for one (`_patch`), or `force`."""
-    if force:
-        publish_snapshot(force)
-        return
+    stand for one (`_patch`). `force`: a new version even when nothing changed."""
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
         with client:
-            if _published_as_is(client, name) or publisher.exclusively(
-                client, lambda: _patch(client, name)
+            if (not force and _published_as_is(client, name)) or publisher.exclusively(
+                client, lambda: _patch(client, name, force)
             ):
                 return
     except redis.RedisError:
         pass  # the publish says why
-    publish_snapshot()
+    publish_snapshot(force)
 
 
 def _published_as_is(client: redis.Redis, name: str) -> bool:
@@ -302,17 +299,19 @@ def _entry(name: str) -> tuple[str, str] | None:
 _UNROUTABLE = ("unroutable", "")  # a digest no entry has
 
 
-def _patch(client: redis.Redis, name: str) -> bool:
+def _patch(client: redis.Redis, name: str, force: bool = False) -> bool:
     """Under the publishing lease: put the service's entry as it is now into the published
     snapshot (or take it out, deleted), with the keys and groups again when the set of
     routed services or a session header changed, and tell the gateways; True when the
-    snapshot now has it as it is. False when only a build will do: the snapshot is not the
-    one the digests describe, or the service is unroutable (the build records why)."""
+    snapshot now has it as it is. Unchanged, nothing is written unless `force` (a new
+    version all the same: a drain waits for one). False when only a build will do: the
+    snapshot is not the one the digests describe, or the service is unroutable (the build
+    records why)."""
     entry = _entry(name)  # read under the lease: a patch never writes rows older than the last
     published = _published_digest(client, name)
     if published is None or entry is _UNROUTABLE:
         return False
-    if published == (entry[0] if entry else ""):
+    if published == (entry[0] if entry else "") and not force:
         return True
     snapshot = json.loads(client.get(SNAPSHOT_KEY) or b"{}")
     services = snapshot["services"]
