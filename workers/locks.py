@@ -21,6 +21,10 @@ from redis.exceptions import LockError
 log = logging.getLogger(__name__)
 
 LEASE = 15.0  # seconds a lock outlives a holder that stopped renewing it
+# Seconds between tries of a waiter (redis-py's default is 0.1): a burst's placing passes take
+# the placement lock one after the other, each for tens of milliseconds, and a lock left idle
+# until the next try is time every waiter loses.
+RETRY = 0.005
 
 
 def client() -> redis.Redis:
@@ -32,7 +36,8 @@ def leased(key: str, wait: float) -> Iterator[bool]:
     """Hold the lock `key` for the block, waiting up to `wait` seconds for it; yields whether
     it was acquired (the block runs either way, so a caller that does not wait can requeue)."""
     # Not thread-local: the renewing thread must see the token the acquiring thread got.
-    lock = client().lock(key, timeout=LEASE, blocking_timeout=wait, thread_local=False)
+    lock = client().lock(key, timeout=LEASE, blocking_timeout=wait, thread_local=False,
+                         sleep=RETRY)  # fmt: skip
     if not lock.acquire():
         yield False
         return
