@@ -50,3 +50,14 @@ def test_the_pass_clears_the_marker_so_the_next_change_asks_again(broker):
     broker.delete(reconcile.pending_key("svc-a"))  # what reconcile_service does first
     intents.reconcile_service("svc-a")
     assert _queued(broker) == [(reconcile.TASK, ["svc-a"])] * 2
+
+
+def test_an_ask_due_sooner_than_the_queued_pass_is_queued_too(broker):
+    """A pass queued to come back in a while does not hold back one asked for now (an
+    instance turned ready); one asked for later than the queued one adds nothing."""
+    reconcile.ask(broker, intents._celery(), "svc-a", countdown=2)
+    reconcile.ask(broker, intents._celery(), "svc-a", countdown=5)  # later: coalesced
+    intents.reconcile_service("svc-a")  # now: sooner than the queued one
+    intents.reconcile_service("svc-a")  # as soon as the one just queued: coalesced
+    assert _queued(broker) == [(reconcile.TASK, ["svc-a"])] * 2
+    assert 0 < broker.ttl(reconcile.pending_key("svc-a")) <= 15
