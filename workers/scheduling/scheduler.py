@@ -43,7 +43,11 @@ from workers.scheduling import gangs, holdings, placement, planning, rollout
 
 log = logging.getLogger(__name__)
 
-MOVING = 2.0  # seconds to the next pass while instances start, drain or wait for cards
+MOVING = 2.0  # seconds to the next pass while instances wait for cards
+# ... while instances start, restart or drain: each of their transitions asks for a pass at
+# once (workers.nodes.agent), so this one only makes up for an ask that was lost; at fleet
+# size a burst's services polled every 2 s took the workers' every core (issue 31).
+FOLLOW = 5.0
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     publish_for(name, force=any(r.state == InstanceState.DRAINING and r.name not in was_draining
                                 for r in rows))  # fmt: skip
     wake(woken)
-    return None if settled and not waiting else MOVING
+    return None if settled and not waiting else MOVING if waiting else FOLLOW
 
 
 def _node_state(node: Node, now: datetime, fleet: FleetSettings) -> str:
