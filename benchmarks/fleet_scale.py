@@ -3,7 +3,7 @@ drive the real API, workers (scheduler, placement, rollout, autoscaler, beat), P
 Redis and a gateway, and every figure is printed beside its target, one line per size:
 
     .venv/bin/python benchmarks/fleet_scale.py [--nodes 500 | --sizes 50,100,200,500]
-        [--start-delay 1] [--window 20] [--redis URL]
+        [--start-delay 1] [--window 20] [--api-processes 2] [--redis URL]
 
 Each size runs on a fresh database (DATABASE_URL, default the PostgreSQL database
 `wharf_fleetsim`, migrated and flushed) and a Redis server of its own (redis-server on a free
@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=20.0, help="steady state, s")
     parser.add_argument("--node-processes", type=int, default=0, help="0: one per 100 nodes")
     parser.add_argument("--workers", type=int, default=1, help="control-plane workers")
+    parser.add_argument("--api-processes", type=int, default=2, help="uvicorn's --workers")
     parser.add_argument("--redis", help="a Redis database to use (flushed): default, its own")
     args = parser.parse_args()
     # Stopped (timeout, Ctrl-C): the processes it started are stopped too (run_size's finally).
@@ -64,7 +65,8 @@ def main() -> None:
         server, url = private_redis(home) if args.redis is None else (None, args.redis)
         redis.Redis.from_url(url).flushdb()
         options = Options(nodes=size, cards=args.cards, start_delay=args.start_delay,
-                          node_processes=args.node_processes, workers=args.workers)  # fmt: skip
+                          node_processes=args.node_processes, workers=args.workers,
+                          api_processes=args.api_processes)  # fmt: skip
         print(f"{size} nodes: running (logs under {home}/logs)", flush=True)
         try:
             lines.append(run_size(options, timing, url, home))

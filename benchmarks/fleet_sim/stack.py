@@ -81,6 +81,7 @@ class Options:
     agent_interval: float = 2.0
     node_processes: int = 0  # 0: one per 100 nodes
     workers: int = 1  # control-plane workers (each with its beat: one leads)
+    api_processes: int = 2  # as the README's sizing advises (the Kubernetes base runs two)
     worker_concurrency: int = 4
     env: dict[str, str] = field(default_factory=dict)  # the control plane's settings
 
@@ -109,6 +110,7 @@ class Stack:
         self.api_url = f"http://127.0.0.1:{port}"
         self._start("api", [sys.executable, "-m", "uvicorn", "controlplane.asgi:application",
                             "--host", "127.0.0.1", "--port", str(port),
+                            "--workers", str(self.options.api_processes),
                             "--no-access-log"])  # fmt: skip
         for i in range(self.options.workers):
             self._start("worker", [sys.executable, "manage.py", "worker", "--node",
