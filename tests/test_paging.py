@@ -97,6 +97,7 @@ def test_a_page_of_nodes_reads_only_its_own_nodes_instances(api):
         return [(r["name"], [i["name"] for i in r["instances"]]) for r in rows], len(queries)
 
     grow(3)
+    page()  # the first read of the workspace's specs (then kept per generation: spec_memo)
     small = page()
     grow(40)
     large = page()

@@ -12,6 +12,7 @@ from contracts.hub_refs import is_hub_ref
 from contracts.spec import SpecError, typed_spec
 from contracts.spec_facts import model_refs
 from controlplane.nodes.models import Node
+from controlplane.services import spec_memo
 from controlplane.services.choices import DesiredState
 from controlplane.services.models import Instance, Service
 
@@ -36,21 +37,28 @@ def workspace_uses(workspace_id: int) -> tuple[set[str], set[str]]:
     models: set[str] = set()
     services = Service.objects.filter(workspace_id=workspace_id).exclude(
         desired_state=DesiredState.DELETED)  # fmt: skip
-    for service in services:
-        try:
-            spec = typed_spec(service.spec)
-        except SpecError:
-            continue
-        container = spec.containers[0] if spec.containers else None
-        if container and container.image:
-            images.add(container.image)
-        elif spec.llm is not None:
-            images.add(settings.WHARF_VLLM_CPU_IMAGE if spec.llm.engine == "vllm-cpu"
-                       else default_images().get(spec.llm.engine, ""))  # fmt: skip
-        images.update(c.image for c in spec.containers[1:] if c.image)  # its sidecars'
-        models.update(ref.split("@", 1)[0] if is_hub_ref(ref) else ref
-                      for _, ref in model_refs(spec))  # fmt: skip
+    for _, (named_images, named_models) in spec_memo.each(services, _uses):
+        images |= named_images
+        models |= named_models
     return images, models
+
+
+def _uses(service: Service) -> tuple[frozenset[str], frozenset[str]]:
+    """The images and models one service names (kept per generation: spec_memo)."""
+    try:
+        spec = typed_spec(service.spec)
+    except SpecError:
+        return frozenset(), frozenset()
+    images: set[str] = set()
+    container = spec.containers[0] if spec.containers else None
+    if container and container.image:
+        images.add(container.image)
+    elif spec.llm is not None:
+        images.add(settings.WHARF_VLLM_CPU_IMAGE if spec.llm.engine == "vllm-cpu"
+                   else default_images().get(spec.llm.engine, ""))  # fmt: skip
+    images.update(c.image for c in spec.containers[1:] if c.image)  # its sidecars'
+    models = {ref.split("@", 1)[0] if is_hub_ref(ref) else ref for _, ref in model_refs(spec)}
+    return frozenset(images), frozenset(models)
 
 
 def instances_by_node(nodes: Iterable[Node]) -> dict[str, list[Instance]]:
