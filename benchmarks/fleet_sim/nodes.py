@@ -4,7 +4,8 @@ sim-0000 … sim-0099 in one process, each with its own in-memory runtime.
 Each node does what a real worker's node does, through the same functions: it registers and
 heartbeats with workers.nodes.node.heartbeat (every WHARF_NODE_HEARTBEAT s) and runs the agent's
 converge (every agent interval, or at once when a scheduler wakes it), which starts what is
-placed on it with workers.nodes.starter.start_instance. What is simulated is the host: its cards
+placed on it with workers.nodes.starter.start_instance, and asks for a pass of each service
+whose instances changed state, as a worker's agent does. What is simulated is the host: its cards
 (WHARF_SIM_CARDS GPUs, reported instead of nvidia-smi's), and its engines, which are ready
 WHARF_SIM_START_DELAY seconds after they were created. The nodes of one process take turns on
 one thread (the host settings heartbeat reads are swapped per node), so a process holds one
@@ -35,6 +36,7 @@ from workers.nodes.agent import converge  # noqa: E402
 from workers.nodes.devices import Device, DeviceCache  # noqa: E402
 from workers.nodes.starter import start_instance  # noqa: E402
 from workers.runtimes.memory import MemoryRuntime  # noqa: E402
+from workers.tasks import enqueue_reconcile  # noqa: E402
 
 log = logging.getLogger("fleetsim.nodes")
 DOWN_KEY = "fleetsim:down"  # the names of nodes whose hosts are dead
@@ -88,8 +90,10 @@ class SimNode:
         def start(instance: str) -> None:
             start_instance(instance, self.name, self.runtime, self.fleet)
 
-        converge(self.name, self.runtime, self.fleet, start, check=self.runtime.check,
-                 probe_clock=self.probe_clock)  # fmt: skip
+        touched = converge(self.name, self.runtime, self.fleet, start, check=self.runtime.check,
+                           probe_clock=self.probe_clock)  # fmt: skip
+        for service in touched:  # as a worker's agent does (workers.celery: on_change)
+            enqueue_reconcile(service)
 
 
 def simulated_cards(count: int) -> DeviceCache:

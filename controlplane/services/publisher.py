@@ -52,12 +52,12 @@ def publish(client: redis.Redis, write: Callable[[bool], None], force: bool = Fa
             time.sleep(POLL_S)
 
 
-def exclusively(client: redis.Redis, work: Callable[[], bool]) -> bool:
+def exclusively(client: redis.Redis, work: Callable[[], bool], wait: float = WAIT_S) -> bool:
     """`work()` while holding the publishing lease, so that nothing builds or patches the
     snapshot meanwhile (routing.publish_for's patch of one entry); False when the lease did
-    not come within WAIT_S (the caller builds instead)."""
+    not come within `wait` seconds (the caller builds instead)."""
     token = uuid.uuid4().hex
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + wait
     while not client.set(LEASE, token, nx=True, px=int(LEASE_S * 1000)):
         if time.monotonic() > deadline:
             return False

@@ -251,8 +251,11 @@ def publish_for(name: str, force: bool = False) -> None:
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
         with client:
+            # A patch while nothing else publishes; else the publish shared with the others
+            # asking now (patches one after the other under the lease would not keep up
+            # with a burst's instances turning ready: benchmarks/README.md, "Fleet at scale").
             if (not force and _published_as_is(client, name)) or publisher.exclusively(
-                client, lambda: _patch(client, name, force)
+                client, lambda: _patch(client, name, force), wait=0
             ):
                 return
     except redis.RedisError:
