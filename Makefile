@@ -85,7 +85,9 @@ image:
 	bash engine_images/vllm-cpu/build.sh
 
 ## The image of Wharf itself (API, gateway, worker): wharf/wharf:<version>; root and dockerd.
-wharf-image:
+## After the console's npm install, so that it holds the JSON editor and a later build of the
+## same checkout (tests/test_wharf_image.py) finds it up to date.
+wharf-image: console
 	bash images/wharf/build.sh
 
 ## Every image: the vLLM CPU engine's and Wharf's.
