@@ -325,7 +325,7 @@ def _patch(client: redis.Redis, name: str, force: bool = False) -> bool:
     if old is None or entry is None or header != services[name].get("session_header"):
         _rekey(snapshot)
     snapshot["services"] = dict(sorted(services.items()))
-    version = max(time.time_ns() // 1_000_000, int(snapshot["version"]) + 1)
+    version = _after(int(snapshot["version"]))
     snapshot["version"] = version  # first, as Snapshot.to_json writes it (_HEAD)
     with client.pipeline() as pipe:
         pipe.set(SNAPSHOT_KEY, json.dumps(snapshot))
@@ -353,6 +353,12 @@ def _digest(name: str, service: RoutedService) -> str:
     return _hash(Snapshot(services={name: service}).to_json())
 
 
+def _after(published: int) -> int:
+    """A version for what replaces the `published` one: milliseconds since the epoch (so it
+    grows across publishers without shared state), and newer than it whatever the clocks."""
+    return max(time.time_ns() // 1_000_000, published + 1)
+
+
 def _hash(text: str) -> str:
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
@@ -361,8 +367,8 @@ def _write(client: redis.Redis, force: bool) -> None:
     snapshot = build_snapshot()
     current = client.get(SNAPSHOT_KEY)
     head = _HEAD.match(current or b"")
-    if head is not None and int(head.group(1)) >= snapshot.version:  # newer than any before
-        snapshot = replace(snapshot, version=int(head.group(1)) + 1)
+    if head is not None:  # newer than any before
+        snapshot = replace(snapshot, version=_after(int(head.group(1))))
     if not force and current:
         published = Snapshot.from_json(current)
         if _same_routes(published, snapshot):  # unchanged: spare the gateways a reload

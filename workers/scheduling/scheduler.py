@@ -96,7 +96,9 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     publish_for(name, force=any(r.state == InstanceState.DRAINING and r.name not in was_draining
                                 for r in rows))  # fmt: skip
     wake(woken)
-    return None if settled and not waiting else MOVING if waiting else FOLLOW
+    if waiting:
+        return MOVING
+    return None if settled else FOLLOW
 
 
 def _node_state(node: Node, now: datetime, fleet: FleetSettings) -> str:
