@@ -13,7 +13,7 @@ import pytest
 from contracts.allocation import decode_allocation
 from contracts.engines.vllm_ascend import GLOBAL_RANK_TABLE, LOCAL_RANK_TABLE
 from controlplane.nodes.models import Node
-from controlplane.services.models import Service
+from controlplane.services.models import Instance, Service
 from tests.fleet_support import FLEET, Fleet
 from tests.test_fleet import deploy
 from workers.scheduling.scheduler import schedule
@@ -107,6 +107,22 @@ def test_instances_on_one_node_never_share_a_port(fleet):
     ports = [p for r in fleet.rows("pd") for p in (r.port, r.kv_port)]
     assert len(ports) == 4 and len(set(ports)) == 4
     assert all(30000 <= p <= 32767 for p in ports)
+
+
+def test_instances_placed_in_one_pass_take_the_lowest_free_numbers_and_ports(fleet):
+    fleet.node("a", cards=8)
+    spec = pd("vllm", "NixlConnector", "gpu")
+    spec["llm"]["pd"]["prefill"] = {"gpu": 1, "instance": 3}
+    deploy({**spec, "metadata": {"instance": 1}})
+    schedule("pd", FLEET)
+    prefill = sorted(r.pd_index for r in fleet.rows("pd") if r.role == "prefill")
+    assert prefill == [0, 1, 2]
+    ports = [p for r in fleet.rows("pd") for p in (r.port, r.kv_port)]
+    assert len(ports) == 8 and len(set(ports)) == 8
+    # the middle one goes: its replacement takes number 1, not one past the lowest free
+    Instance.objects.get(service__name="pd", role="prefill", pd_index=1).delete()
+    schedule("pd", FLEET)
+    assert sorted(r.pd_index for r in fleet.rows("pd") if r.role == "prefill") == [0, 1, 2]
 
 
 def test_a_node_out_of_ports_leaves_the_instance_pending_saying_so(fleet):

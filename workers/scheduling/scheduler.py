@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import count as numbers
+from itertools import islice
 
 from django.db import transaction
 from django.utils import timezone
@@ -32,7 +35,7 @@ from controlplane.nodes.state import DRAINING as NODE_DRAINING
 from controlplane.nodes.state import NOT_READY, node_state
 from controlplane.nodes.state import READY as NODE_READY
 from controlplane.services.choices import DesiredState, InstanceState
-from controlplane.services.events import record, record_once
+from controlplane.services.events import record, record_each, record_once
 from controlplane.services.models import Instance, Service
 from controlplane.services.routing import publish_for
 from controlplane.services.sealing import unseal
@@ -228,60 +231,80 @@ def _place(
 ) -> tuple[set[str], str]:
     """Place one new instance per entry of `roles` and record each as a row; those that fit
     nowhere wait, with what each node lacks (returned, and an event). A prefill or decode
-    instance also gets its two ports on its node (`pd_ports`: the range they come from)."""
+    instance also gets its two ports on its node (`pd_ports`: the range they come from).
+
+    Only what placement changes is read under the fleet-wide lock (what every instance holds);
+    the nodes' offers and the service's own numbering are read before it, and the rows and
+    events are written in one insert each, so a burst's passes hold the lock briefly."""
     needs = [_need(service.name, spec, role) for role in roles]
-    woken: set[str] = set()
+    offers = _offers(states)
+    if spec.unit_size() > 1:  # an instance across hosts: a gang, placed whole
+        with placement_lock(), transaction.atomic():
+            return gangs.place(
+                service, spec, roles, needs, offers, holdings.held(), target, track,
+                lambda node, count: _node_ports(node, pd_ports, count),
+                lambda role: _free_indexes(service, [role])[role][0],
+            )  # fmt: skip
+    indexes = _free_indexes(service, roles)
     # The rows in one commit, made before the lock is given back: the next placer sees them.
     with placement_lock(), transaction.atomic():
-        offers, held = _fleet(states)
-        if spec.unit_size() > 1:  # an instance across hosts: a gang, placed whole
-            return gangs.place(
-                service, spec, roles, needs, offers, held, target, track,
-                lambda node, count: _node_ports(node, pd_ports, count),
-                lambda role: _free_index(service, role),
-            )  # fmt: skip
-        results = placement.place(needs, offers, held)
-        taken: Counter[str] = Counter()
+        results = placement.place(needs, offers, holdings.held())
+        rows: list[Instance] = []
+        events: list[tuple[str, str, str]] = []
+        waiting = ""
         for role, result in zip(roles, results, strict=True):
             if isinstance(result, placement.Unplaced):
                 waiting = result.message()
-                record_once(service, "InsufficientResources", f"no node fits: {waiting}")
-                return woken, waiting
+                break
             port = kv_port = None
             if role:
-                ports = _node_ports(result.node, pd_ports)
+                ports = _node_ports(result.node, pd_ports, taken=rows)
                 if ports is None:
                     waiting = f"{result.node}: no free port in WHARF_PD_PORTS"
-                    record_once(service, "InsufficientResources", f"no node fits: {waiting}")
-                    return woken, waiting
+                    break
                 port, kv_port = ports
             kind, _ = card_need(spec, role)
-            index = _free_index(service, role) + taken[role]
-            taken[role] += 1
-            Instance.objects.create(
-                service=service, name=result.key, role=role, pd_index=index,
+            rows.append(Instance(
+                service=service, name=result.key, role=role, pd_index=indexes[role].pop(0),
                 runtime="", node=result.node, spec_hash=target, state=InstanceState.CREATING,
                 track=track,
                 devices=encode_allocation(kind, result.cards) if result.cards else "",
                 port=port, kv_port=kv_port,
-            )  # fmt: skip
+            ))  # fmt: skip
             where = f"{result.node}" + (f" ({kind}:{','.join(map(str, result.cards))})"
                                         if result.cards else "")  # fmt: skip
-            record(service, "InstanceCreated", f"placed on node {where}", result.key)
-            woken.add(result.node)
-    return woken, ""
+            events.append(("InstanceCreated", f"placed on node {where}", result.key))
+        Instance.objects.bulk_create(rows)
+        record_each(service, events)
+        if waiting:
+            record_once(service, "InsufficientResources", f"no node fits: {waiting}")
+    return {row.node for row in rows}, waiting
 
 
-def _node_ports(node: str, pd_ports: tuple[int, int], count: int = 2) -> tuple[int, ...] | None:
-    """Ports no instance on `node` holds: where an instance serves and its KV side channel
-    (or a gang's rendezvous port first)."""
-    return placement.free_ports(gangs.held_ports(node), count, *pd_ports)
+def _node_ports(
+    node: str, pd_ports: tuple[int, int], count: int = 2, taken: Sequence[Instance] = ()
+) -> tuple[int, ...] | None:
+    """Ports no instance on `node` holds (nor one of `taken`, placed but not yet written):
+    where an instance serves and its KV side channel (or a gang's rendezvous port first)."""
+    held = set(gangs.held_ports(node)) | {
+        port for row in taken if row.node == node for port in (row.port, row.kv_port) if port
+    }
+    return placement.free_ports(held, count, *pd_ports)
 
 
-def _free_index(service: Service, role: str) -> int:
-    """The lowest number within the role no row holds (rank tables, engine ids)."""
-    taken = set(service.instances.filter(role=role, rank=0).values_list("pd_index", flat=True))
-    return min(set(range(len(taken) + 1)) - taken)
+def _free_indexes(service: Service, roles: list[str]) -> dict[str, list[int]]:
+    """For each role, the lowest numbers no row of the role holds (rank tables, engine ids),
+    as many as `roles` places of it."""
+    taken: dict[str, set[int]] = {role: set() for role in roles}
+    for role, index in service.instances.filter(role__in=taken, rank=0).values_list(
+        "role", "pd_index"
+    ):
+        taken[role].add(index)
+    wanted = Counter(roles)
+    return {
+        role: list(islice((i for i in numbers() if i not in used), wanted[role]))
+        for role, used in taken.items()
+    }
 
 
 def _need(service: str, spec: ServiceSpec, role: str) -> placement.Need:
@@ -310,9 +333,8 @@ def _model_key(spec: ServiceSpec) -> str:
         return ""
 
 
-def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[placement.Held]]:
-    """Every node as the placement sees it (in the states this pass found), and what every
-    instance holds."""
+def _offers(states: dict[str, str]) -> list[placement.NodeOffer]:
+    """Every node as the placement sees it, in the states this pass found."""
     offers = []
     for node in Node.objects.filter(name__in=states):
         state = states[node.name]
@@ -325,7 +347,7 @@ def _fleet(states: dict[str, str]) -> tuple[list[placement.NodeOffer], list[plac
             unschedulable="" if state == NODE_READY else state,
             images=frozenset(node.images), models=frozenset(node.cached_models),
         ))  # fmt: skip
-    return offers, holdings.held()
+    return offers
 
 
 def _paused(spec, replicas, rows, states) -> str:
