@@ -5,8 +5,12 @@ control plane never imports the workers.
 Asks coalesce: while a pass is queued, another ask due no sooner adds nothing; one due sooner
 (an instance turned ready while the pass queued to follow its start waits out its delay) is
 queued too, and the marker keeps the sooner time. The marker expires, so a pass lost with a
-dead worker is asked again by the periodic pass. No Django here: the caller hands
-its Redis client and its Celery app.
+dead worker is asked again by the periodic pass. A queued pass carries when it was asked, and
+one whose service has had a whole pass start after that is skipped when its turn comes: that
+pass saw what it was asked for, and asked its own follow-up (at fleet size, each instance
+turned ready asked a pass that asked its own follow-up, and the earlier follow-ups all ran
+too: five passes per service in a burst). No Django here: the caller hands its Redis client
+and its Celery app.
 """
 
 from __future__ import annotations
@@ -24,17 +28,44 @@ def pending_key(name: str) -> str:
     return f"wharf:reconcile:pending:{name}"
 
 
+def ran_key(name: str) -> str:
+    return f"wharf:reconcile:ran:{name}"
+
+
+RAN_TTL = 600  # seconds; longer than any pass's countdown, so a stale pass is known as such
+
 # The marker holds when the queued pass is due (seconds since the epoch, the Redis server's
-# clock): set when absent or later than this ask's; 1 when this ask must be queued.
-_SOONER = """local due = redis.call('time')
-due = tonumber(due[1]) + tonumber(due[2]) / 1e6 + tonumber(ARGV[1])
+# clock): set when absent or later than this ask's; the ask's time when this ask must be
+# queued, nothing when not.
+_SOONER = """local now = redis.call('time')
+now = tonumber(now[1]) + tonumber(now[2]) / 1e6
+local due = now + tonumber(ARGV[1])
 local queued = tonumber(redis.call('get', KEYS[1]) or '')
-if queued and queued <= due + 0.05 then return 0 end
+if queued and queued <= due + 0.05 then return false end
 redis.call('set', KEYS[1], string.format('%.3f', due), 'EX', math.ceil(ARGV[1] + ARGV[2]))
-return 1"""
+return string.format('%.6f', now)"""
 
 
 def ask(redis: Any, celery: Any, name: str, countdown: float = 0) -> None:
     """Queue one pass of service `name` unless one already queued is due as soon."""
-    if redis.eval(_SOONER, 1, pending_key(name), countdown, PENDING_TTL):
-        celery.send_task(TASK, args=[name], countdown=countdown)
+    asked = redis.eval(_SOONER, 1, pending_key(name), countdown, PENDING_TTL)
+    if asked:
+        celery.send_task(TASK, args=[name], kwargs={"asked": float(asked)}, countdown=countdown)
+
+
+def now(redis: Any) -> float:
+    """The Redis server's clock, the one asks are stamped with."""
+    seconds, micros = redis.time()
+    return seconds + micros / 1e6
+
+
+def covered(redis: Any, name: str, asked: float) -> bool:
+    """Whether a whole pass of `name` started after an ask made at `asked`."""
+    ran = redis.get(ran_key(name))
+    return ran is not None and float(ran) > asked
+
+
+def ran(redis: Any, name: str, started: float) -> None:
+    """A pass of `name` that started at `started` (`now`) has finished. Passes of a service
+    run one at a time, so each finished one started after the one before."""
+    redis.set(ran_key(name), f"{started:.6f}", ex=RAN_TTL)

@@ -61,3 +61,41 @@ def test_an_ask_due_sooner_than_the_queued_pass_is_queued_too(broker):
     intents.reconcile_service("svc-a")  # as soon as the one just queued: coalesced
     assert _queued(broker) == [(reconcile.TASK, ["svc-a"])] * 2
     assert 0 < broker.ttl(reconcile.pending_key("svc-a")) <= 15
+
+
+def _asked(client: redis.Redis) -> list[float]:
+    """When each queued pass was asked (its `asked` argument), oldest first."""
+    return [
+        json.loads(base64.b64decode(json.loads(raw)["body"]))[1]["asked"]
+        for raw in reversed(client.lrange("celery", 0, -1))
+    ]
+
+
+@pytest.mark.django_db
+def test_a_pass_asked_before_a_whole_pass_started_is_skipped(broker, monkeypatch):
+    """A follow-up queued before a pass that then ran (asked by an instance turned ready) has
+    nothing left to see: it is skipped, and the marker of the pass asked since stays. A pass
+    still running, or one that died, covers nothing."""
+    from workers import tasks
+
+    broker.delete(reconcile.ran_key("svc-a"))
+    reconcile.ask(broker, intents._celery(), "svc-a", countdown=5)  # a follow-up
+    reconcile.ask(broker, intents._celery(), "svc-a")  # an instance turned ready: sooner
+    follow_up, ready = _asked(broker)
+
+    def during_the_pass(name, fleet=None):
+        assert not reconcile.covered(broker, "svc-a", ready)  # not before it has finished
+        return None
+
+    monkeypatch.setattr(tasks, "reconcile_isolated", during_the_pass)
+    tasks.reconcile_service("svc-a", asked=ready)
+    assert reconcile.covered(broker, "svc-a", follow_up)
+    intents.reconcile_service("svc-a")  # a change after the pass: its own pass
+    after = _asked(broker)[-1]
+    assert not reconcile.covered(broker, "svc-a", after)
+    monkeypatch.setattr(tasks, "reconcile_isolated", lambda *a: pytest.fail("a covered pass ran"))
+    tasks.reconcile_service("svc-a", asked=follow_up)
+    assert broker.exists(reconcile.pending_key("svc-a"))  # the later ask's marker stays
+    monkeypatch.setattr(tasks, "reconcile_isolated", lambda *a: None)
+    tasks.reconcile_service("svc-a", asked=after)
+    assert not broker.exists(reconcile.pending_key("svc-a"))

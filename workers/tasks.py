@@ -34,15 +34,20 @@ def enqueue_reconcile(name: str, countdown: float = 0) -> None:
 
 
 @app.task(name=reconcile.TASK)
-def reconcile_service(name: str) -> None:
-    client().delete(reconcile.pending_key(name))  # changes from now on need a pass after this one
+def reconcile_service(name: str, asked: float | None = None) -> None:
+    redis_ = client()
+    if asked is not None and reconcile.covered(redis_, name, asked):
+        return  # a pass that started after this ask saw what it was asked for
+    redis_.delete(reconcile.pending_key(name))  # changes from now on need a pass after this one
     # One pass per service at a time; a trigger that finds the lock taken comes back shortly,
     # so an update made during a pass is never lost.
     with leased(f"wharf:reconcile:{name}", wait=0) as held:
         if not held:
             enqueue_reconcile(name, countdown=REQUEUE_DELAY)
             return
+        started = reconcile.now(redis_)
         again = reconcile_isolated(name)
+        reconcile.ran(redis_, name, started)  # a pass that died covers no ask
     if again is not None:
         enqueue_reconcile(name, countdown=again)
 
