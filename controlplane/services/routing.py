@@ -10,6 +10,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import cache
 
 import redis
 from django.conf import settings
@@ -234,11 +235,17 @@ def publish_snapshot(force: bool = False) -> None:
     as the drain, even when the drained instance was not routed (contracts.inflight). Calls
     at once share a build (controlplane.services.publisher)."""
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
-        with client:
-            publisher.publish(client, lambda forced: _write(client, forced), force)
+        client = _client_at(settings.REDIS_URL)
+        publisher.publish(client, lambda forced: _write(client, forced), force)
     except redis.RedisError as exc:
         log.warning("could not publish the routing snapshot: %s", exc)
+
+
+@cache
+def _client_at(url: str) -> redis.Redis:
+    """One client (and connection pool) per URL for the process: a publish after every pass
+    that changed a route, not a new connection each (settings change in tests)."""
+    return redis.Redis.from_url(url, socket_timeout=5)
 
 
 def publish_for(name: str, force: bool = False) -> None:
@@ -249,15 +256,14 @@ def publish_for(name: str, force: bool = False) -> None:
     reads the whole fleet, an entry only its own rows); a whole build when the patch cannot
     stand for one (`_patch`). `force`: a new version even when nothing changed."""
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
-        with client:
-            # A patch while nothing else publishes; else the publish shared with the others
-            # asking now (patches one after the other under the lease would not keep up
-            # with a burst's instances turning ready: benchmarks/README.md, "Fleet at scale").
-            if (not force and _published_as_is(client, name)) or publisher.exclusively(
-                client, lambda: _patch(client, name, force), wait=0
-            ):
-                return
+        client = _client_at(settings.REDIS_URL)
+        # A patch while nothing else publishes; else the publish shared with the others asking
+        # now (patches one after the other under the lease would not keep up with a burst's
+        # instances turning ready: benchmarks/README.md, "Fleet at scale").
+        if (not force and _published_as_is(client, name)) or publisher.exclusively(
+            client, lambda: _patch(client, name, force), wait=0
+        ):
+            return
     except redis.RedisError:
         pass  # the publish says why
     publish_snapshot(force)
