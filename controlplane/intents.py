@@ -10,6 +10,7 @@ from celery import Celery
 from django.conf import settings
 
 from contracts import beat, node_logs, node_tokenizer, reconcile
+from controlplane import redis_clients
 from controlplane.services.models import Service
 
 
@@ -22,13 +23,7 @@ def _celery() -> Celery:
 
 
 def _redis() -> redis.Redis:
-    return _redis_at(settings.REDIS_URL)
-
-
-@cache
-def _redis_at(url: str) -> redis.Redis:
-    """One client (and connection pool) per URL for the process, not one per ask."""
-    return redis.Redis.from_url(url)
+    return redis_clients.shared(settings.REDIS_URL)
 
 
 def reconcile_service(name: str) -> None:

@@ -13,11 +13,12 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 
 import redis
 from django.conf import settings
 from redis.exceptions import LockError
+
+from controlplane import redis_clients
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +30,8 @@ RETRY = 0.005
 
 
 def client() -> redis.Redis:
-    """The process's client of the Redis in settings: one connection pool per URL (settings
-    change in tests), not a connection per lock, ask and wake-up. A new connection cost about
-    1 ms of a core (its handshake), and a scheduling pass opened five."""
-    return _client_at(settings.REDIS_URL)
-
-
-@cache
-def _client_at(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)
+    """The process's client of the Redis in settings (controlplane.redis_clients)."""
+    return redis_clients.shared(settings.REDIS_URL)
 
 
 @contextmanager

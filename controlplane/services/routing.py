@@ -10,7 +10,6 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime
-from functools import cache
 
 import redis
 from django.conf import settings
@@ -36,6 +35,7 @@ from contracts.spec_gateway_policy import policy_limit, service_rate_limit
 from contracts.spec_job import is_job
 from contracts.spec_queue import is_async, window
 from contracts.spec_request_log import logged
+from controlplane import redis_clients
 from controlplane.queues.models import QueueItem, QueueName
 from controlplane.services import publisher
 from controlplane.services.choices import DesiredState, InstanceState
@@ -235,17 +235,10 @@ def publish_snapshot(force: bool = False) -> None:
     as the drain, even when the drained instance was not routed (contracts.inflight). Calls
     at once share a build (controlplane.services.publisher)."""
     try:
-        client = _client_at(settings.REDIS_URL)
+        client = redis_clients.shared(settings.REDIS_URL, socket_timeout=5)
         publisher.publish(client, lambda forced: _write(client, forced), force)
     except redis.RedisError as exc:
         log.warning("could not publish the routing snapshot: %s", exc)
-
-
-@cache
-def _client_at(url: str) -> redis.Redis:
-    """One client (and connection pool) per URL for the process: a publish after every pass
-    that changed a route, not a new connection each (settings change in tests)."""
-    return redis.Redis.from_url(url, socket_timeout=5)
 
 
 def publish_for(name: str, force: bool = False) -> None:
@@ -256,7 +249,7 @@ def publish_for(name: str, force: bool = False) -> None:
     reads the whole fleet, an entry only its own rows); a whole build when the patch cannot
     stand for one (`_patch`). `force`: a new version even when nothing changed."""
     try:
-        client = _client_at(settings.REDIS_URL)
+        client = redis_clients.shared(settings.REDIS_URL, socket_timeout=5)
         # A patch while nothing else publishes; else the publish shared with the others asking
         # now (patches one after the other under the lease would not keep up with a burst's
         # instances turning ready: benchmarks/README.md, "Fleet at scale").
