@@ -30,7 +30,11 @@ def launch(
     """An engine serving `model` as "tiny" and requiring `key`, its output in `log`: (its
     process, its url). It is not healthy yet: see wait_healthy."""
     port = free_port()
-    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_API_KEY": key, **(env or {})}
+    # The model's worker in the engine core's own process, not a third one: one torch import
+    # fewer, about 6 s less to start here (23.5 -> 17.5 s). Fine for these fixtures; the
+    # product starts vLLM CPU as its platform asks (a worker process, for OpenMP's setup).
+    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_API_KEY": key,
+                   "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(env or {})}  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(
             [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
