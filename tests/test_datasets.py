@@ -17,7 +17,7 @@ from contracts.engines import render
 from contracts.engines.plan import ContainerPlan, Mount
 from contracts.spec import SpecError, parse_spec
 from contracts.spec_rules import runtime_checks
-from tests.test_kube_manifests import objects, pod, spec_with
+from tests.kube_manifest_support import objects, pod, spec_with
 from workers.models.storage_mounts import check_dataset
 from workers.runtimes.base import InstanceError, InstanceRequest
 from workers.runtimes.docker import run_options

@@ -21,11 +21,11 @@ import yaml
 from cryptography.fernet import Fernet
 
 from contracts.kube.manifests import ENGINE_CALLERS
+from tests.kube_manifest_support import VERSIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "deploy/kubernetes"
 OVERLAYS = ("production", "dev")
-VERSIONS = ("1.33.0", "1.37.0")  # as tests/test_kube_manifests.py
 NAMESPACE = "wharf-serving"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 # What the production overlay reads and the operator creates (overlays/production/README.md).

@@ -16,7 +16,7 @@ from contracts.kube import names
 from contracts.kube.manifests import ManifestError, pull_secret_name, render
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
-from tests.test_kube_manifests import OWNER, SETTINGS, SPECS, VERSIONS, example, keys_for
+from tests.kube_manifest_support import OWNER, SETTINGS, SPECS, VERSIONS, example, keys_for
 from workers.kube import canary
 
 CANARY = CANARY_TRACK

@@ -21,8 +21,8 @@ from contracts import engine_tls
 from contracts.kube import front
 from gateway.relay.upstream import ConnectFailedError
 from tests import test_engine_front
+from tests.kube_manifest_support import BASE, SETTINGS, VERSIONS, deployment, example, objects
 from tests.test_engine_tls import fetch
-from tests.test_kube_manifests import BASE, SETTINGS, VERSIONS, deployment, example, objects
 from tests.tls_support import authority, server_pair
 from workers.kube import observe
 

@@ -24,7 +24,7 @@ from contracts.kube import lws, names
 from contracts.kube.manifests import ManifestError, render
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
-from tests.test_kube_manifests import OWNER, SETTINGS, VERSIONS, env_of, keys_for
+from tests.kube_manifest_support import OWNER, SETTINGS, VERSIONS, env_of, keys_for
 
 CRD = Path(__file__).parent / "data" / "leaderworkerset.x-k8s.io_leaderworkersets.v0.7.0.yaml.gz"
 VLLM = {"name": "r1", "unit": {"size": 2}, "metadata": {"gpu": 8, "instance": 3},

@@ -26,8 +26,8 @@ from contracts.kube.manifests import render as render_manifests
 from contracts.kube.rank_tables import tables
 from contracts.spec import parse_spec
 from contracts.spec_facts import replicas
+from tests.kube_manifest_support import OWNER, SETTINGS, keys_for
 from tests.test_engine_gang import PD_RANK_TABLES
-from tests.test_kube_manifests import OWNER, SETTINGS, keys_for
 from tests.test_kube_rank_tables import HASH, pod
 
 SCHEDULER = "10.0.0.100"

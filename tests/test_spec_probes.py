@@ -201,7 +201,7 @@ def test_on_kubernetes_each_probe_is_the_kubelets(probe, action):
 
 
 def test_a_pods_engine_gets_the_containers_probes_and_validates_on_kubernetes():
-    from tests.test_kube_manifests import VERSIONS, engine, objects
+    from tests.kube_manifest_support import VERSIONS, engine, objects
 
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     startup = {"tcp_socket": {"port": 8000}, **TIMING}

@@ -7,7 +7,7 @@ import base64
 import json
 from dataclasses import replace
 
-from tests.test_kube_manifests import BASE, SETTINGS, objects, pod
+from tests.kube_manifest_support import BASE, SETTINGS, objects, pod
 
 
 def test_the_front_owns_the_pods_http_port_and_reads_its_secrets_by_reference():
