@@ -34,6 +34,7 @@ from contracts.batch import usage_of
 from contracts.routing import RoutedInstance, RoutedService, Snapshot
 from contracts.sharing import queued_slots
 from contracts.usage import SERVICE_TOKEN_ID
+from gateway.background import STOP_GRACE
 from gateway.config import Settings
 from gateway.engine_auth import EngineKeys
 from gateway.errors import RATE_LIMITED, error_body
@@ -126,12 +127,32 @@ class QueueFeeder:
         working = list(self._working.items())
         for _, task in working:
             task.cancel()
-        for index, task in working:
+        for _, task in working:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if working:
+            await self._give_back_all([index for index, _ in working])
+        await self._client.aclose()
+
+    async def _give_back_all(self, indexes: list[int]) -> None:
+        """Together, and for STOP_GRACE at most: a control plane that does not answer must not
+        hold up the stop (SIGTERM). What it did not take back lapses with its lease and goes
+        to another gateway, as if this one had died."""
+
+        async def give_back(index: int) -> None:
             with contextlib.suppress(PlaneError):
                 await self._plane.give_back(index, self.holder, "its gateway stopped")
-        await self._client.aclose()
+
+        tasks = [asyncio.create_task(give_back(index)) for index in indexes]
+        _, late = await asyncio.wait(tasks, timeout=STOP_GRACE)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        if late:
+            log.warning(
+                "queue: %d items not given back within %.0f s of the stop; they go to "
+                "another gateway when their leases lapse", len(late), STOP_GRACE,
+            )  # fmt: skip
 
     async def _run(self) -> None:
         while True:
