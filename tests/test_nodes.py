@@ -103,15 +103,22 @@ def test_the_heartbeat_registers_the_node_and_keeps_the_operators_marks(tmp_path
     staged = "bucket-m-0123456789abcdef"
     (tmp_path / "cache" / f"{staged}@fedcba9876543210").mkdir(parents=True)
     runtime = ProcessRuntime(str(tmp_path), tmp_path / "instances")
-    node = heartbeat(runtime)
+    assert heartbeat(runtime)  # registered: its inventory written
+    node = Node.objects.get(name="n1")
     assert node.cached_models == ["tiny-llama", staged]  # placement prefers these nodes
     assert (node.name, node.address, node.labels, node.runtime) == (
         "n1", settings.WHARF_NODE_ADDRESS, {"zone": "a"}, "process",
     )  # fmt: skip
     assert node.cpus == os.cpu_count() and node.memory_mb > 0 and node.version
-    assert node.state == "ready"
-    Node.objects.filter(name="n1").update(cordoned=True)
-    assert heartbeat(runtime).state == "cordoned"
+    assert node.state == "ready" and len(node.inventory_digest) == 16
+    Node.objects.filter(name="n1").update(cordoned=True, heartbeat_at=None)
+    assert not heartbeat(runtime)  # nothing changed: only the beat's time is written
+    assert Node.objects.get(name="n1").state == "cordoned"
+    settings.WHARF_NODE_LABELS = "zone=b"
+    assert heartbeat(runtime)  # a new label: the inventory again, with its new digest
+    again = Node.objects.get(name="n1")
+    assert again.labels == {"zone": "b"} and again.inventory_digest != node.inventory_digest
+    assert again.state == "cordoned"
 
 
 @pytest.mark.django_db

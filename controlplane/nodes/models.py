@@ -3,7 +3,11 @@ cordons, drains and uncordons it through the API."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -29,6 +33,10 @@ class Node(models.Model):
     # placement prefers a node that has the model already.
     cached_models = models.JSONField(default=list, blank=True)
     version = models.CharField(max_length=32, blank=True)  # of the Wharf worker
+    # inventory_digest() of what its heartbeat last wrote; "" when written otherwise. While it
+    # stands, a beat writes its time alone and the scheduler keeps the node's offer
+    # (workers.scheduling.offers).
+    inventory_digest = models.CharField(max_length=16, blank=True, default="")
     cordoned = models.BooleanField(default=False)
     draining = models.BooleanField(default=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -44,3 +52,9 @@ class Node(models.Model):
     def state(self) -> str:
         grace = timedelta(seconds=settings.WHARF_NODE_GRACE)
         return node_state(self.heartbeat_at, timezone.now(), grace, self.cordoned, self.draining)
+
+
+def inventory_digest(inventory: Mapping[str, Any]) -> str:
+    """16 hex digits that change whenever anything in a heartbeat's inventory does."""
+    text = json.dumps(inventory, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -123,7 +123,7 @@ def sync(cluster, kube: names.KubeSettings) -> int:
         Node.objects.update_or_create(name=view.name, defaults={
             "address": view.address, "labels": view.labels, "cards": view.cards,
             "cpus": view.cpus, "memory_mb": view.memory_mb, "disk_mb": view.disk_mb,
-            "runtime": RUNTIME,
+            "runtime": RUNTIME, "inventory_digest": "",  # not a heartbeat's: read in full
             "heartbeat_at": now if view.ready else None,
         })  # fmt: skip
         for pod, devices in view.held.items():

@@ -15,7 +15,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from contracts.version import VERSION
-from controlplane.nodes.models import Node
+from controlplane.nodes.models import Node, inventory_digest
 from controlplane.nodes.state import parse_labels
 from workers.models.hub_cache import cached_repositories
 from workers.models.storage import cached_sources
@@ -78,13 +78,20 @@ def inventory(runtime) -> dict:
     }
 
 
-def heartbeat(runtime) -> Node:
-    """Register this node or refresh it; the operator's cordon and drain marks are kept."""
-    node, _ = Node.objects.update_or_create(
-        name=settings.WHARF_NODE_NAME,
-        defaults={**inventory(runtime), "heartbeat_at": timezone.now()},
+def heartbeat(runtime) -> bool:
+    """Register this node or refresh it; the operator's cordon and drain marks are kept.
+    Whether its inventory was written: a beat that finds it as last written writes only its
+    time (one narrow UPDATE, and the scheduler keeps the node's offer)."""
+    found = inventory(runtime)
+    digest = inventory_digest(found)
+    now = timezone.now()
+    name = settings.WHARF_NODE_NAME
+    if Node.objects.filter(name=name, inventory_digest=digest).update(heartbeat_at=now):
+        return False
+    Node.objects.update_or_create(
+        name=name, defaults={**found, "inventory_digest": digest, "heartbeat_at": now}
     )
-    return node
+    return True
 
 
 class Heartbeat(threading.Thread):

@@ -33,7 +33,6 @@ from contracts.spec_job import is_job
 from controlplane.nodes.models import Node
 from controlplane.nodes.state import DRAINING as NODE_DRAINING
 from controlplane.nodes.state import NOT_READY, node_state
-from controlplane.nodes.state import READY as NODE_READY
 from controlplane.services.choices import DesiredState, InstanceState
 from controlplane.services.events import record, record_each, record_once
 from controlplane.services.models import Instance, Service
@@ -43,6 +42,7 @@ from controlplane.tokens.models import ApiKey
 from workers.fleet import FleetSettings, placement_lock, wake
 from workers.models import storage
 from workers.scheduling import gangs, holdings, placement, planning, rollout
+from workers.scheduling.offers import offers as node_offers
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ def _place(
     the nodes' offers and the service's own numbering are read before it, and the rows and
     events are written in one insert each, so a burst's passes hold the lock briefly."""
     needs = [_need(service.name, spec, role) for role in roles]
-    offers = _offers(states)
+    offers = node_offers(states)
     if spec.unit_size() > 1:  # an instance across hosts: a gang, placed whole
         with placement_lock(), transaction.atomic():
             return gangs.place(
@@ -331,23 +331,6 @@ def _model_key(spec: ServiceSpec) -> str:
         return storage.cache_key(source_from_env(model))
     except Exception:  # an odd URI: no preference, staging reports it
         return ""
-
-
-def _offers(states: dict[str, str]) -> list[placement.NodeOffer]:
-    """Every node as the placement sees it, in the states this pass found."""
-    offers = []
-    for node in Node.objects.filter(name__in=states):
-        state = states[node.name]
-        offers.append(placement.NodeOffer(
-            name=node.name,
-            cards=tuple(placement.Card(c["kind"], c["index"], c.get("memory_mb", 0))
-                        for c in node.cards),
-            cpus=node.cpus, memory_mb=node.memory_mb, disk_mb=node.disk_mb,
-            labels=dict(node.labels),
-            unschedulable="" if state == NODE_READY else state,
-            images=frozenset(node.images), models=frozenset(node.cached_models),
-        ))  # fmt: skip
-    return offers
 
 
 def _paused(spec, replicas, rows, states) -> str:
