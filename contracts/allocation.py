@@ -4,6 +4,7 @@ runtimes label it: "gpu:0,1"; "" when it holds none."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 KINDS = ("gpu", "npu")
 
@@ -21,6 +22,7 @@ def encode_allocation(kind: str, indexes: Iterable[int]) -> str:
     return f"{kind}:{','.join(str(i) for i in held)}"
 
 
+@lru_cache(maxsize=4096)  # a placing pass decodes every instance's: a fleet has few distinct
 def decode_allocation(text: str) -> tuple[str, tuple[int, ...]]:
     """The inverse of encode_allocation. Raises ValueError on a malformed label rather than
     guessing: reading it as "holds nothing" could hand its cards to a second instance."""
