@@ -35,8 +35,9 @@ class Node(models.Model):
     version = models.CharField(max_length=32, blank=True)  # of the Wharf worker
     # inventory_digest() of what its heartbeat last wrote; "" when written otherwise. While it
     # stands, a beat writes its time alone and the scheduler keeps the node's offer
-    # (workers.scheduling.offers).
-    inventory_digest = models.CharField(max_length=16, blank=True, default="")
+    # (workers.scheduling.offers). A default in the database too: a worker of the version
+    # before, still running during an upgrade, registers its node without this column.
+    inventory_digest = models.CharField(max_length=16, blank=True, default="", db_default="")
     cordoned = models.BooleanField(default=False)
     draining = models.BooleanField(default=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
