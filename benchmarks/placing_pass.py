@@ -6,12 +6,15 @@ pass per service, as a burst of creates would:
     .venv/bin/python benchmarks/placing_pass.py [--nodes 100,500]
 
 Printed per size, medians in ms: the first passes (an empty fleet), the last twenty (the fleet
-nearly full) and a settled pass (nothing to place), two ways in the same run: the nodes' rows
-written by heartbeats (an inventory digest: each worker keeps the offers it built,
-workers.scheduling.offers), and the same rows without a digest (every row read and decoded
-every pass: what a pass did before). The nodes' heartbeats are kept fresh between passes.
-DATABASE_URL (default the PostgreSQL database `wharf_fleetsim`) is migrated and flushed; Redis
-is a redis-server of the run's own.
+nearly full) and a settled pass (nothing to place), three ways in the same run:
+- nothing kept: the nodes' rows without an inventory digest (every row read and decoded every
+  pass) and the worker's kept capacity forgotten before each pass (every instance's row read
+  and held on its node every pass): what a pass did before either was kept;
+- offers kept: rows written by heartbeats (a digest: each worker keeps the offers it built,
+  workers.scheduling.offers), capacity still forgotten before each pass;
+- both kept: as shipped (workers.scheduling.capacity brings the kept states up to date).
+The nodes' heartbeats are kept fresh between passes. DATABASE_URL (default the PostgreSQL
+database `wharf_fleetsim`) is migrated and flushed; Redis is a redis-server of the run's own.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from controlplane.nodes.models import Node  # noqa: E402
 from controlplane.services.models import Instance, Service  # noqa: E402
 from controlplane.workspaces.models import DEFAULT, Workspace  # noqa: E402
 from workers.fleet import FleetSettings  # noqa: E402
-from workers.scheduling import offers  # noqa: E402
+from workers.scheduling import capacity, offers  # noqa: E402
 from workers.scheduling.scheduler import schedule  # noqa: E402
 
 LAST = 20  # passes timed at the fleet's end, and settled passes
@@ -62,6 +65,7 @@ def fresh_fleet(nodes: int, digests: bool) -> list[str]:
     Service.objects.all().delete()
     Node.objects.all().delete()
     offers._kept.clear()
+    capacity.forget()
     cards = [{"kind": "gpu", "index": k, "name": "H200", "memory_mb": 143771} for k in range(8)]
     Node.objects.bulk_create(
         Node(name=f"n{i:04d}", address=f"10.1.{i // 250}.{i % 250}", cards=cards, cpus=64,
@@ -76,22 +80,24 @@ def fresh_fleet(nodes: int, digests: bool) -> list[str]:
     return [row.name for row in rows]
 
 
-def passes(names: list[str], fleet: FleetSettings) -> list[float]:
+def passes(names: list[str], fleet: FleetSettings, keep: bool) -> list[float]:
     took = []
     for number, name in enumerate(names):
         if number % 10 == 0:  # the heartbeats, outside the timing
             Node.objects.update(heartbeat_at=timezone.now())
+        if not keep:
+            capacity.forget()
         began = time.perf_counter()
         schedule(name, fleet)
         took.append(time.perf_counter() - began)
     return took
 
 
-def measure(nodes: int, digests: bool) -> dict[str, float]:
+def measure(nodes: int, digests: bool, keep: bool) -> dict[str, float]:
     names = fresh_fleet(nodes, digests)
     fleet = FleetSettings.from_django()
-    placing = passes(names, fleet)
-    settled = passes(names[:LAST], fleet)
+    placing = passes(names, fleet, keep)
+    settled = passes(names[:LAST], fleet, keep)
     return {
         "first 20 placing passes": statistics.median(placing[:LAST]) * 1000,
         "last 20 placing passes": statistics.median(placing[-LAST:]) * 1000,
@@ -111,13 +117,19 @@ def main() -> None:
     try:
         with override_settings(REDIS_URL=url):
             for nodes in (int(size) for size in args.nodes.split(",")):
-                read = measure(nodes, digests=False)
-                kept = measure(nodes, digests=True)
-                print(f"\n{nodes} nodes, {kept['instances']:.0f} instances placed; medians, ms")
-                print(f"{'pass':26} | {'rows read every pass':>20} | {'offers kept':>11}")
+                ways = {
+                    "nothing kept": measure(nodes, digests=False, keep=False),
+                    "offers kept": measure(nodes, digests=True, keep=False),
+                    "both kept": measure(nodes, digests=True, keep=True),
+                }
+                placed = ways["both kept"]["instances"]
+                print(f"\n{nodes} nodes, {placed:.0f} instances placed; medians, ms")
+                print(f"{'pass':26} | " + " | ".join(f"{way:>12}" for way in ways))
                 for figure in ("first 20 placing passes", "last 20 placing passes",
                                "a settled pass"):  # fmt: skip
-                    print(f"{figure:26} | {read[figure]:20.1f} | {kept[figure]:11.1f}")
+                    print(
+                        f"{figure:26} | " + " | ".join(f"{ways[way][figure]:12.1f}" for way in ways)
+                    )
     finally:
         server.terminate()
         server.wait(10)

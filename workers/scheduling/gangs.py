@@ -9,7 +9,7 @@ whose node stops answering gives the whole instance up, to be placed again.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -143,7 +143,7 @@ def held_ports(node: str) -> list[int]:
 
 
 def give_up_broken(
-    service: Service, states: dict[str, str], nodes: dict[str, Node], evicted: set[str]
+    service: Service, states: dict[str, str], nodes: Collection[str], evicted: set[str]
 ) -> set[str]:
     """A gang with a member on a node that stopped answering (or is gone) is given up whole:
     its rows go at once (out of routing; the live members' agents remove what they run as no

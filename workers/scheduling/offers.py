@@ -24,7 +24,8 @@ _lock = threading.Lock()  # the worker's threads share what is kept
 
 def offers(states: dict[str, str]) -> list[NodeOffer]:
     """The offers of the nodes in `states` (node -> its state this pass), in that state."""
-    digests = dict(Node.objects.filter(name__in=states).values_list("name", "inventory_digest"))
+    listed = Node.objects.values_list("name", "inventory_digest")  # all: no list of 500 names
+    digests = {name: digest for name, digest in listed if name in states}
     with _lock:
         kept = {name: _kept[name] for name in digests if name in _kept}
     stale = [name for name, digest in digests.items()

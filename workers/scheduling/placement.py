@@ -138,6 +138,18 @@ class NodeState:
         self.disk = offer.disk_mb
         self.services: dict[str, int] = {}
 
+    def copy(self, offer: NodeOffer, zones: dict[tuple[str, str], int]) -> NodeState:
+        """This state for another pass to take from, with the node's `offer` as it is now (the
+        same resources; only whether it takes anything new may differ) and that pass's `zones`.
+        What `hold` changes is copied; the lists of free cards it replaces, not edits, are
+        shared."""
+        new = NodeState.__new__(NodeState)
+        new.offer, new.zones = offer, zones
+        new.total, new.free, new.free_cards = self.total, dict(self.free), self.free_cards
+        new.cpu, new.memory, new.disk = self.cpu, self.memory, self.disk
+        new.services = dict(self.services)
+        return new
+
     @property
     def zone(self) -> str:
         labels = self.offer.labels
@@ -247,7 +259,11 @@ def place(
 ) -> list[Placed | Unplaced]:
     """One Placed or Unplaced per need, in the needs' order; each need sees the earlier ones.
     Unplaced says, for every node, what is missing there."""
-    states = node_states(nodes, held)
+    return place_on(needs, node_states(nodes, held))
+
+
+def place_on(needs: Sequence[Need], states: Sequence[NodeState]) -> list[Placed | Unplaced]:
+    """`place` on the nodes' free states (`node_states`, in name order), which it takes from."""
     # Schedulable nodes with a selector's labels, worked out once per distinct selector.
     candidates: dict[frozenset[tuple[str, str]], list[NodeState]] = {}
     results: list[Placed | Unplaced] = []

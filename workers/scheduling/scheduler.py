@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import count as numbers
 from itertools import islice
+from typing import NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -41,7 +42,7 @@ from controlplane.services.sealing import unseal
 from controlplane.tokens.models import ApiKey
 from workers.fleet import FleetSettings, placement_lock, wake
 from workers.models import storage
-from workers.scheduling import gangs, holdings, placement, planning, rollout
+from workers.scheduling import capacity, gangs, holdings, placement, planning, rollout
 from workers.scheduling.offers import offers as node_offers
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,15 @@ MOVING = 2.0  # seconds to the next pass while instances wait for cards
 # once (workers.nodes.agent), so this one only makes up for an ask that was lost; at fleet
 # size a burst's services polled every 2 s took the workers' every core (issue 31).
 FOLLOW = 5.0
+
+
+class NodeRow(NamedTuple):
+    """What a pass reads of every node: whether it answers and takes anything new."""
+
+    name: str
+    heartbeat_at: datetime | None
+    cordoned: bool
+    draining: bool
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,8 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     if service is None:
         return None
     # Every node's state (the placement reads its offers under the lock, when it places).
-    nodes = {n.name: n for n in Node.objects.only("name", "heartbeat_at", "cordoned", "draining")}
+    listed = Node.objects.values_list(*NodeRow._fields)
+    nodes = {node.name: node for node in map(NodeRow._make, listed)}
     states = {name: _node_state(node, now, fleet) for name, node in nodes.items()}
     _follow_nodes(service, states, nodes, fleet, now)
     woken: set[str] = set()
@@ -104,7 +115,7 @@ def schedule(name: str, fleet: FleetSettings, now: datetime | None = None) -> fl
     return None if settled else FOLLOW
 
 
-def _node_state(node: Node, now: datetime, fleet: FleetSettings) -> str:
+def _node_state(node: NodeRow, now: datetime, fleet: FleetSettings) -> str:
     grace = timedelta(seconds=fleet.node_grace)
     return node_state(node.heartbeat_at, now, grace, node.cordoned, node.draining)
 
@@ -233,8 +244,9 @@ def _place(
     nowhere wait, with what each node lacks (returned, and an event). A prefill or decode
     instance also gets its two ports on its node (`pd_ports`: the range they come from).
 
-    Only what placement changes is read under the fleet-wide lock (what every instance holds);
-    the nodes' offers and the service's own numbering are read before it, and the rows and
+    Only what placement changes is read under the fleet-wide lock (what every instance holds,
+    as far as it changed since this worker's last pass: workers.scheduling.capacity); the
+    nodes' offers and the service's own numbering are read before it, and the rows and
     events are written in one insert each, so a burst's passes hold the lock briefly."""
     needs = [_need(service.name, spec, role) for role in roles]
     offers = node_offers(states)
@@ -248,7 +260,7 @@ def _place(
     indexes = _free_indexes(service, roles)
     # The rows in one commit, made before the lock is given back: the next placer sees them.
     with placement_lock(), transaction.atomic():
-        results = placement.place(needs, offers, holdings.held())
+        results = placement.place_on(needs, capacity.states(offers))
         rows: list[Instance] = []
         events: list[tuple[str, str, str]] = []
         waiting = ""
