@@ -6,15 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from itertools import count
 
 import pytest
 from django.db.models import F
 
+from contracts.allocation import decode_allocation
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
 from controlplane.workspaces.models import DEFAULT, Workspace
+from tests.api_support import default_workspace
+from tests.fleet_support import FLEET, Fleet
 from workers.scheduling import capacity, holdings, placement
 from workers.scheduling.placement import Card, Need, NodeOffer
+from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -184,3 +189,35 @@ def test_a_pass_that_raises_while_bringing_it_up_to_date_leaves_nothing_kept(mon
     assert capacity._kept is None
     monkeypatch.setattr(holdings, "as_held", real)
     assert seen(capacity.states(NODES)) == full_read(NODES)
+
+
+def test_two_workers_taking_turns_give_no_card_twice_and_free_what_went(store, settings, redis_url):
+    """The scheduler as shipped, each pass on one of two workers in turn, each with the
+    capacity it kept: each must see the rows the other placed, and the cards freed."""
+    settings.REDIS_URL = redis_url
+    fleet = Fleet()
+    for name in ("a", "b", "c"):
+        fleet.node(name, cards=4)
+    kept: list = [None, None]
+    numbers = count()
+
+    def deploy_and_place(services: int) -> None:
+        names = [f"s{next(numbers)}" for _ in range(services)]
+        for name in names:
+            container = {"image": "none", "command": "serve", "port": 8000}
+            spec = {"name": name, "metadata": {"instance": 2, "gpu": 1}, "containers": [container]}
+            Service.objects.create(workspace=default_workspace(), name=name, spec=spec)
+        for turn, name in enumerate(names):
+            capacity._kept = kept[turn % 2]
+            schedule(name, FLEET)
+            kept[turn % 2] = capacity._kept
+
+    def cards() -> list[tuple[str, int]]:
+        rows = Instance.objects.values_list("node", "devices")
+        return [(node, card) for node, devices in rows for card in decode_allocation(devices)[1]]
+
+    deploy_and_place(6)  # twelve instances: every card
+    assert len(cards()) == len(set(cards())) == 12
+    Instance.objects.filter(service__name="s0").delete()  # drained, removed by their agents
+    deploy_and_place(3)  # six more instances: two fit, in s0's cards
+    assert len(cards()) == len(set(cards())) == 12
