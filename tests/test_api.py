@@ -1,10 +1,12 @@
 """The services REST API against the configured database (PostgreSQL in CI)."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from controlplane.services.models import Event, Service
-from controlplane.tokens.models import ServiceToken, digest
+from controlplane.tokens.models import USE_NOTED_EVERY, ApiToken, ServiceToken, digest
 
 pytestmark = pytest.mark.django_db
 
@@ -24,6 +26,21 @@ def test_rejects_a_wrong_api_token():
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Bearer wat-not-a-token")
     assert client.get("/api/v1/services").status_code == 401
+
+
+def test_a_tokens_last_use_is_written_once_a_minute_not_once_a_call(api):
+    token = ApiToken.objects.get(user=api.user)
+    assert token.last_used_at is None
+    api.get("/api/v1/services")
+    first = ApiToken.objects.get(pk=token.pk).last_used_at
+    assert first is not None
+    with CaptureQueriesContext(connection) as calls:
+        api.get("/api/v1/services")
+    assert not [q for q in calls.captured_queries if q["sql"].startswith("UPDATE")]
+    assert ApiToken.objects.get(pk=token.pk).last_used_at == first
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=first - USE_NOTED_EVERY)
+    api.get("/api/v1/services")
+    assert ApiToken.objects.get(pk=token.pk).last_used_at > first
 
 
 def test_create_returns_the_service_token_once_and_stores_its_digest(api):

@@ -16,6 +16,7 @@ from controlplane.eas_api import signature, signature_roa
 from controlplane.eas_api.errors import EasError
 from controlplane.eas_api.models import AccessKey
 from controlplane.services.sealing import UnsealError
+from controlplane.tokens.models import note_use
 
 NONCE_SECONDS = int(signature.MAX_SKEW.total_seconds() * 2)  # a signature's whole life
 
@@ -69,7 +70,7 @@ class AccessKeySignature(authentication.BaseAuthentication):
         except UnsealError as exc:
             raise EasError("InvalidAccessKeyId.Inactive", str(exc), 403) from None
         self._once(headers.get("x-acs-signature-nonce"), key)
-        AccessKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now())
+        note_use(key)
         return key.user, key
 
     @staticmethod

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from contracts.tokens import bearer_token
-from controlplane.tokens.models import ApiToken, digest
+from controlplane.tokens.models import ApiToken, digest, note_use
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -21,7 +20,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         )
         if api_token is None or not api_token.user.is_active:
             raise exceptions.AuthenticationFailed("invalid API token")
-        ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())
+        note_use(api_token)
         return api_token.user, api_token
 
     def authenticate_header(self, request) -> str:

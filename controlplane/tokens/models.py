@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from contracts.token_sealing import seal_token, sealing_key
 from contracts.tokens import (
@@ -17,6 +18,20 @@ from contracts.tokens import (
 
 def digest(token: str) -> str:
     return token_digest(settings.WHARF_TOKEN_KEY.encode(), token)
+
+
+# How far a credential's last_used_at may lag: a call writes it when it is older than this,
+# so a client that calls ten times a second costs one write a minute, not ten a second.
+USE_NOTED_EVERY = timedelta(minutes=1)
+
+
+def note_use(credential: models.Model) -> None:
+    """Set `credential`'s last_used_at (an API token's, an access key's) to now, to the
+    minute."""
+    now = timezone.now()
+    last = getattr(credential, "last_used_at", None)
+    if last is None or now - last >= USE_NOTED_EVERY or last > now:
+        type(credential)._default_manager.filter(pk=credential.pk).update(last_used_at=now)
 
 
 def sealed(token: str) -> str:
