@@ -14,7 +14,6 @@ from django.db.models import F
 from contracts.allocation import decode_allocation
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Instance, Service
-from controlplane.workspaces.models import DEFAULT, Workspace
 from tests.api_support import default_workspace
 from tests.fleet_support import FLEET, Fleet
 from workers.scheduling import capacity, holdings, placement
@@ -51,9 +50,9 @@ def read(monkeypatch) -> list[int]:
     return counts
 
 
-def service(name: str, cpu: float = 1, gpu: int = 1) -> Service:
-    workspace = Workspace.objects.get_or_create(name=DEFAULT)[0]
-    metadata = {"instance": 1, "cpu": cpu, "memory": 1000, **({"gpu": gpu} if gpu else {})}
+def service(name: str, cpu: float = 1, gpu: int = 1, instances: int = 1) -> Service:
+    workspace = default_workspace()
+    metadata = {"instance": instances, "cpu": cpu, "memory": 1000, **({"gpu": gpu} if gpu else {})}
     spec = {"name": name, "metadata": metadata,
             "containers": [{"image": "engine:1", "command": "serve", "port": 8000}]}  # fmt: skip
     return Service.objects.create(name=name, workspace=workspace, spec=spec)
@@ -204,9 +203,7 @@ def test_two_workers_taking_turns_give_no_card_twice_and_free_what_went(store, s
     def deploy_and_place(services: int) -> None:
         names = [f"s{next(numbers)}" for _ in range(services)]
         for name in names:
-            container = {"image": "none", "command": "serve", "port": 8000}
-            spec = {"name": name, "metadata": {"instance": 2, "gpu": 1}, "containers": [container]}
-            Service.objects.create(workspace=default_workspace(), name=name, spec=spec)
+            service(name, instances=2)
         for turn, name in enumerate(names):
             capacity._kept = kept[turn % 2]
             schedule(name, FLEET)

@@ -42,8 +42,7 @@ class _Kept:
     top: int  # the highest of them (0: none)
     services: dict[int, holdings.Reservation]  # every held row's service
     offers: dict[str, NodeOffer]  # the offers the states were built on
-    states: dict[str, NodeState]  # name -> its state after `held`
-    zones: dict[tuple[str, str], int]  # shared by `states`
+    states: dict[str, NodeState]  # name -> its state after `held` (all share one `zones`)
 
 
 _kept: _Kept | None = None
@@ -58,7 +57,7 @@ def states(offers: Sequence[NodeOffer]) -> list[NodeState]:
         kept, _kept = _kept, None  # a pass that raises leaves nothing half brought up to date
         kept = (_brought_up_to_date(kept, offers) if kept else None) or _read(offers)
         _kept = kept
-        zones = dict(kept.zones)
+        zones = dict(next(iter(kept.states.values())).zones) if kept.states else {}
         return [kept.states[offer.name].copy(offer, zones)
                 for offer in sorted(offers, key=lambda offer: offer.name)]  # fmt: skip
 
@@ -79,11 +78,8 @@ def _read(offers: Sequence[NodeOffer]) -> _Kept:
 
 
 def _built(held, count, id_sum, top, services, offers) -> _Kept:
-    states = node_states(offers, held)
-    zones = states[0].zones if states else {}
-    return _Kept(held, count, id_sum, top, services,
-                 {offer.name: offer for offer in offers}, {s.offer.name: s for s in states},
-                 zones)  # fmt: skip
+    states = {state.offer.name: state for state in node_states(offers, held)}
+    return _Kept(held, count, id_sum, top, services, {o.name: o for o in offers}, states)
 
 
 def _brought_up_to_date(kept: _Kept, offers: Sequence[NodeOffer]) -> _Kept | None:
