@@ -81,3 +81,12 @@ class StopSignals:
     def stop_begun(self) -> None:
         """From here on every stop signal is only noted: the stop runs to its end."""
         self._stopping = True
+
+    def stop_ended(self) -> None:
+        """Everything is stopped and the process is about to exit: stop signals are ignored
+        from here on. Python puts a handled signal back to its default action as it exits, so
+        one that came then would kill the process and turn its exit code into death by that
+        signal, after "stopped" was printed."""
+        self._stopping = True
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -81,6 +82,23 @@ def test_stop_signals_are_taken_also_when_started_with_sigint_ignored():
             "except KeyboardInterrupt: print('stopped')")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.stdout.strip() == "stopped", done.stderr
+
+
+def test_a_signal_while_it_exits_after_the_stop_does_not_change_its_exit_code():
+    """Python puts a handled signal back to its default action as it exits: a stop signal
+    that came then (a second Ctrl-C, make's SIGTERM) would kill it after "stopped" was
+    printed. Signals are sent without pause from "stopped" until it is gone, three times."""
+    code = ("import time\nfrom launcher.stop_signals import StopSignals\n"
+            "s = StopSignals(); s.install(); s.stop_begun()\n"
+            "s.stop_ended(); print('stopped', flush=True); time.sleep(0.2)")  # fmt: skip
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "stopped"
+        while proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGINT)
+            time.sleep(0.0005)
+        assert proc.wait() == 0
 
 
 def group_of(script: str) -> subprocess.Popen:

@@ -79,6 +79,7 @@ class Command(BaseCommand):
 
     def finish(self, problem: str | None, left: list[str]) -> None:
         """The last lines: "stopped" only once nothing runs; else what does, and exit 1."""
+        self.signals.stop_ended()  # the exit code is the stop's, whatever signal comes now
         if left:
             self.say_error("could not stop everything; still running: " + ", ".join(left))
         if problem:
