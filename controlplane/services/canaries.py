@@ -9,10 +9,13 @@ from django.db import transaction
 from django.db.models import F
 
 from contracts import canary as canaries
+from contracts.spec import parse_spec
 from controlplane.audit.models import AuditEntry
 from controlplane.services.events import record
 from controlplane.services.models import Canary, Instance, Service
+from controlplane.services.names import NameTaken, claim_model_names
 from controlplane.services.routing import publish_snapshot
+from controlplane.services.sealing import unseal
 from controlplane.services.versions import record_version
 
 ACTOR = "wharf"  # the audit's actor for the controller's own decisions
@@ -46,6 +49,13 @@ def promote(release: Canary, why: str, actor: str = ACTOR) -> None:
     """The canary's spec becomes the service's, as a new version; its instances become the
     stable ones (their spec is the service's now) and the old ones are drained."""
     service = Service.objects.select_for_update().get(pk=release.service_id)
+    try:
+        with transaction.atomic():  # its adapters' model ids, checked when it started
+            claim_model_names(parse_spec(unseal(release.spec)), service)
+    except NameTaken as taken:
+        taken_by = "; ".join(words for said in taken.errors.values() for words in said)
+        finish(release, canaries.ABORTED, f"its model names cannot be served: {taken_by}", actor)
+        return
     Service.objects.filter(pk=service.pk).update(spec=release.spec, generation=F("generation") + 1)
     service.refresh_from_db()
     record_version(service, release.spec, "canary promoted")

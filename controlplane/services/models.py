@@ -69,6 +69,18 @@ class Service(models.Model):
         return parse_spec(self.plain_spec())
 
 
+class ModelName(models.Model):
+    """A model id a live service answers to (contracts.spec_facts.model_ids): unique
+    platform-wide, so two services never hold one however their writes interleave
+    (controlplane.services.names). A deleted service's are let go at once."""
+
+    name = models.CharField(max_length=400, unique=True)
+    service = models.ForeignKey(Service, on_delete=models.CASCADE, related_name="model_names")
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class ServiceGroup(models.Model):
     """A service group (EAS's): it exists while a live service names it (metadata.group).
     Its name shares the services' namespace: the gateway routes /api/predict/<name> to it."""

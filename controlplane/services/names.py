@@ -1,16 +1,20 @@
 """Model names belong to one service platform-wide: a served model name or adapter id that
 another service (of any workspace) answers to is a 409 naming the field, since the gateway
-routes a `model` to one service and a second claimant would take the first one's callers."""
+routes a `model` to one service and a second claimant would take the first one's callers.
+
+Each live service holds its model ids as rows of ModelName, whose name is unique: a write
+claims the ids its spec serves and lets go of the rest in the caller's transaction, and the
+unique index settles two writes claiming one id at once (the second waits for the first to
+commit and is refused). A check reads only the ids asked for, not every service's spec."""
 
 from __future__ import annotations
 
+from django.db import IntegrityError, transaction
 from rest_framework import exceptions
 
-from contracts.spec import ServiceSpec, SpecError, typed_spec
+from contracts.spec import ServiceSpec
 from contracts.spec_facts import model_ids
-from controlplane.services import spec_memo
-from controlplane.services.choices import DesiredState
-from controlplane.services.models import Service
+from controlplane.services.models import ModelName, Service
 from controlplane.workspaces.models import Workspace
 
 
@@ -19,33 +23,46 @@ class NameTaken(exceptions.APIException):
 
     def __init__(self, errors: dict[str, list[str]]):
         detail = "A model name this spec serves is another service's; nothing was saved."
+        self.errors = errors
         super().__init__({"detail": detail, "errors": errors})
 
 
-def _model_ids(service: Service) -> frozenset[str] | None:
-    """The model ids a service answers to (kept per generation); None for a spec stored before
-    a rule tightened, still routed by its name."""
-    try:
-        return frozenset(model_ids(typed_spec(service.spec)))
-    except SpecError:
-        return None
-
-
 def check_model_names(spec: ServiceSpec, workspace: Workspace, service: Service | None = None):
-    """Raise NameTaken if a live service but `service` answers to a model id `spec` (of
+    """Raise NameTaken if a live service but `service` holds a model id `spec` (of
     `workspace`) serves. Another workspace's service is "another service", never named."""
     wanted = model_ids(spec)
-    others = Service.objects.exclude(desired_state=DesiredState.DELETED)
-    if service is not None:
-        others = others.exclude(pk=service.pk)
+    held = ModelName.objects.filter(name__in=wanted).exclude(service=service)
     errors: dict[str, list[str]] = {}
-    for (name, workspace_id), ids in spec_memo.each(others, _model_ids, "name", "workspace_id"):
-        taken = (ids if ids is not None else {name}) & wanted.keys()
-        for model in sorted(taken):
-            whose = (f"service {name!r}" if workspace_id == workspace.pk
-                     else "another service")  # fmt: skip
-            errors.setdefault(wanted[model], []).append(
-                f"model {model!r} is served by {whose}; choose another name"
-            )
+    for model, name, workspace_id in held.values_list(
+        "name", "service__name", "service__workspace_id"
+    ).order_by("name"):
+        whose = f"service {name!r}" if workspace_id == workspace.pk else "another service"
+        errors.setdefault(wanted[model], []).append(
+            f"model {model!r} is served by {whose}; choose another name"
+        )
     if errors:
         raise NameTaken(errors)
+
+
+def claim_model_names(spec: ServiceSpec, service: Service) -> None:
+    """`service` holds exactly the model ids `spec` serves, in the caller's transaction;
+    NameTaken when another service holds one, also one claimed by a write not yet committed
+    when this one read (the unique index makes this one wait for it, then refuses)."""
+    check_model_names(spec, service.workspace, service)
+    wanted = model_ids(spec)
+    mine = set(ModelName.objects.filter(service=service).values_list("name", flat=True))
+    ModelName.objects.filter(service=service, name__in=mine - wanted.keys()).delete()
+    missing = [model for model in wanted if model not in mine]
+    try:
+        with transaction.atomic():  # a savepoint: the caller's transaction stays usable
+            ModelName.objects.bulk_create([ModelName(name=m, service=service) for m in missing])
+    except IntegrityError:
+        check_model_names(spec, service.workspace, service)  # who holds it, now committed
+        raise NameTaken({wanted[model]: [f"model {model!r} was just taken by another "
+                                         "service; choose another name"]
+                         for model in missing}) from None  # fmt: skip
+
+
+def release_model_names(service: Service) -> None:
+    """A deleted service answers to no model id: another may take its names at once."""
+    ModelName.objects.filter(service=service).delete()

@@ -28,6 +28,7 @@ from controlplane.services.api.groups import valid_body
 from controlplane.services.api.views import _canonical, _validated, live_service
 from controlplane.services.canaries import finish, note, promote
 from controlplane.services.models import Canary, Service
+from controlplane.services.names import check_model_names
 from controlplane.services.sealing import seal, unseal
 from controlplane.services.secrets import SecretsLostError, keep_secrets
 from controlplane.workspaces.quota_checks import check_quotas
@@ -99,6 +100,7 @@ def _release_spec(service: Service, sent) -> tuple[dict, str]:
         raise SpecInvalid({"spec.llm.served_model_name": [
             "a canary serves the service's own model names, "
             f"{list(current.served_model_names)}"]})  # fmt: skip
+    check_model_names(spec, service.workspace, service)  # its adapters, claimed when promoted
     check_quotas(service.workspace, spec, running=True)  # beside the stable side
     return data, spec.spec_hash()
 

@@ -22,7 +22,7 @@ from controlplane.services.api.views import (
 from controlplane.services.choices import DesiredState
 from controlplane.services.events import record
 from controlplane.services.models import Service, ServiceVersion
-from controlplane.services.names import check_model_names
+from controlplane.services.names import claim_model_names
 from controlplane.services.sealing import unseal
 from controlplane.services.versions import current_number, record_version
 from controlplane.workspaces.quota_checks import check_quotas
@@ -128,7 +128,7 @@ def roll_back(request: Request, name: str, wanted: int | None) -> Response:
                 exc.errors,
             )
         running = service.desired_state == DesiredState.RUNNING
-        check_model_names(spec, service.workspace, service)
+        claim_model_names(spec, service)
         check_quotas(service.workspace, spec, running, service)
         Service.objects.filter(pk=service.pk).update(
             spec=target.spec, generation=F("generation") + 1

@@ -37,7 +37,7 @@ from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
 from controlplane.services.groups import check_group, leave_group, sync_membership
 from controlplane.services.models import Service
-from controlplane.services.names import check_model_names
+from controlplane.services.names import check_model_names, claim_model_names, release_model_names
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import seal, unseal
 from controlplane.services.secrets import SecretsLostError, keep_secrets, redact
@@ -122,7 +122,7 @@ def update_spec(service: Service, data: dict, note: str, what: str) -> ServiceSp
     transaction: validated, within quota, the reconciler asked on commit. `note` labels the
     version, `what` starts the Updated event."""
     spec = _validated(unseal(data), service.workspace)
-    check_model_names(spec, service.workspace, service)
+    claim_model_names(spec, service)
     check_group(spec, service.workspace, service)
     check_quotas(service.workspace, spec, service.desired_state == DesiredState.RUNNING, service)
     Service.objects.filter(pk=service.pk).update(
@@ -177,6 +177,7 @@ def create_service(request: Request, sent) -> Response:
                 name=spec.name, spec=seal(data), owner=request.user,
                 workspace=access(request).workspace,
             )  # fmt: skip
+            claim_model_names(spec, service)
             sync_membership(service, spec)
             token = ServiceToken.issue(service, spec.token)
             record_version(service, service.spec, "created")
@@ -248,6 +249,7 @@ def delete_service(request: Request, name: str) -> Response:
     with transaction.atomic():
         service = live_service(request, name)
         Service.objects.filter(pk=service.pk).update(desired_state=DesiredState.DELETED)
+        release_model_names(service)
         leave_group(service)
         record(service, "Deleting", "delete requested; removing every instance")
         _on_commit_reconcile(name)
