@@ -8,6 +8,8 @@ import pytest
 
 from contracts.spec import parse_spec
 from controlplane.services.models import Service
+from controlplane.workspaces.models import Workspace
+from controlplane.workspaces.quota_checks import check_quotas
 from controlplane.workspaces.quotas import Footprint, Quotas, excess, footprint
 from tests.api_support import client_for
 
@@ -117,6 +119,23 @@ def test_admins_set_quotas_and_deploys_past_them_are_refused_by_name():
     # A lowered quota stops nothing and refuses only growth.
     admin.patch("/api/v1/workspaces/q", {"quotas": {"instances": 1}}, format="json")
     assert developer.put("/api/v1/services/two", custom("two", 2), format="json").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_workspace_without_quotas_reads_nothing_else_and_one_with_a_quota_still_counts(
+    django_assert_num_queries,
+):
+    """Unbounded (the default), a write's check reads the workspace's quotas and no service;
+    a quota set since bounds the very next write."""
+    admin = client_for("boss", role="admin", workspace="q")
+    for name in ("one", "two"):
+        assert admin.post("/api/v1/services", custom(name, 1), format="json").status_code == 201
+    workspace = Workspace.objects.get(name="q")
+    with django_assert_num_queries(1):
+        check_quotas(workspace, parse_spec(custom("three", 1)), running=True)
+    admin.patch("/api/v1/workspaces/q", {"quotas": {"instances": 2}}, format="json")
+    refused = admin.post("/api/v1/services", custom("three", 1), format="json")
+    assert refused.status_code == 400 and set(refused.json()["errors"]) == {"quotas.instances"}
 
 
 @pytest.mark.django_db

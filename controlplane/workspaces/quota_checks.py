@@ -1,6 +1,8 @@
 """The API's quota check: what a workspace's services hold, read from their rows, against its
 quotas (controlplane.workspaces.quotas). Called inside the write's transaction: the workspace
-row is locked, so two deploys at once cannot both take the last card."""
+row is locked, so two deploys at once cannot both take the last card. A workspace with no
+quota on services, instances or cards reads neither (a quota set meanwhile bounds the next
+write, as one set just after this write would)."""
 
 from __future__ import annotations
 
@@ -65,6 +67,8 @@ def check_quotas(
 ) -> None:
     """Raise OverQuota if `service` (None: a new one) with `spec` (None: its own), running or
     not, would take the workspace past a quota."""
+    if not Workspace.objects.get(pk=workspace.pk).quotas().bound_services():
+        return  # nothing to pass: neither what the others hold is read nor the row locked
     locked = Workspace.objects.select_for_update().get(pk=workspace.pk)
     others = held_by(locked, but=service)
     before = _held(service) if service else Footprint()

@@ -22,6 +22,10 @@ class Quotas:
     cards: dict[str, int] = field(default_factory=dict)  # kind -> quota; a kind absent: none
     queued_items: int | None = None  # Async items and batch requests waiting or in work
 
+    def bound_services(self) -> bool:
+        """Whether a quota bounds what services hold (services, instances or cards)."""
+        return self.services is not None or self.instances is not None or bool(self.cards)
+
     def within(self, ceilings: Quotas) -> Quotas:
         """These quotas capped by `ceilings` (staff's): the lower of each pair, None: none."""
         kinds = set(self.cards) | set(ceilings.cards)
