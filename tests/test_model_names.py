@@ -67,57 +67,62 @@ def test_an_update_may_keep_its_own_names_but_not_take_another(api, store):
     assert "llm.served_model_name" in answer.json()["errors"]
 
 
+def create(api, body: dict) -> None:
+    answer = api.post("/api/v1/services", body, format="json")
+    assert answer.status_code == 201, answer.json()
+
+
 def held(service: str) -> set[str]:
     return set(ModelName.objects.filter(service__name=service).values_list("name", flat=True))
 
 
 def test_a_service_holds_exactly_the_ids_its_spec_serves_and_lets_go_of_the_rest(api, store):
-    assert api.post("/api/v1/services", spec("a", "qwen", ["sql"]), format="json").status_code == 201
+    create(api, spec("a", "qwen", ["sql"]))
     assert held("a") == {"a", "qwen", "a:sql", "qwen:sql"}
     assert api.put("/api/v1/services/a", spec("a", "llama"), format="json").status_code == 200
     assert held("a") == {"a", "llama"}
     # what it let go of is free at once, to any service
-    assert api.post("/api/v1/services", spec("b", "qwen"), format="json").status_code == 201
+    create(api, spec("b", "qwen"))
 
 
 def test_a_deleted_service_lets_go_of_its_names_at_once(api, store):
-    assert api.post("/api/v1/services", spec("a", "qwen"), format="json").status_code == 201
+    create(api, spec("a", "qwen"))
     assert api.delete("/api/v1/services/a").status_code == 202
     assert Service.objects.filter(name="a").exists()  # its instances are still being removed
     assert held("a") == set()
-    assert api.post("/api/v1/services", spec("b", "qwen"), format="json").status_code == 201
+    create(api, spec("b", "qwen"))
 
 
 def test_a_rollback_to_a_name_another_service_took_meanwhile_is_a_409(api, store):
-    assert api.post("/api/v1/services", spec("a", "qwen"), format="json").status_code == 201
+    create(api, spec("a", "qwen"))
     assert api.put("/api/v1/services/a", spec("a", "llama"), format="json").status_code == 200
-    assert api.post("/api/v1/services", spec("b", "qwen"), format="json").status_code == 201
+    create(api, spec("b", "qwen"))
     answer = api.post("/api/v1/services/a/rollback", {}, format="json")
     assert answer.status_code == 409 and "llm.served_model_name" in answer.json()["errors"]
     assert held("a") == {"a", "llama"} and held("b") == {"b", "qwen"}
 
 
 def test_a_canary_claims_its_adapters_when_promoted_and_is_aborted_if_one_was_taken(api, store):
-    assert api.post("/api/v1/services", spec("a", "qwen"), format="json").status_code == 201
+    create(api, spec("a", "qwen"))
     started = api.post("/api/v1/services/a/canary", {"spec": spec("a", "qwen", ["sql"])},
                        format="json")  # fmt: skip
     assert started.status_code == 201, started.json()
     assert api.post("/api/v1/services/a/canary/promote").json()["state"] == "promoted"
     assert held("a") == {"a", "qwen", "a:sql", "qwen:sql"}
 
-    assert api.post("/api/v1/services", spec("b", "m"), format="json").status_code == 201
+    create(api, spec("b", "m"))
     refused = api.post("/api/v1/services/b/canary", {"spec": spec("b", "m", ["x"])}, format="json")
     assert refused.status_code == 201
     # taken between the canary's start and its promotion
-    assert api.post("/api/v1/services", spec("c", "m:x"), format="json").status_code == 201
+    create(api, spec("c", "m:x"))
     ended = api.post("/api/v1/services/b/canary/promote").json()
     assert ended["state"] == "aborted" and "'m:x' is served by service 'c'" in ended["message"]
     assert held("b") == {"b", "m"} and Service.objects.get(name="b").spec == spec("b", "m")
 
 
 def test_a_canary_serving_another_services_name_does_not_start(api, store):
-    assert api.post("/api/v1/services", spec("a", "m:x"), format="json").status_code == 201
-    assert api.post("/api/v1/services", spec("b", "m"), format="json").status_code == 201
+    create(api, spec("a", "m:x"))
+    create(api, spec("b", "m"))
     answer = api.post("/api/v1/services/b/canary", {"spec": spec("b", "m", ["x"])}, format="json")
     assert answer.status_code == 409 and "llm.lora.adapters[0].name" in answer.json()["errors"]
 
@@ -127,7 +132,7 @@ def test_two_writes_claiming_one_name_at_once_one_wins_the_other_is_refused(api)
     """The second claim reads before the first commits, so only the unique index can tell:
     it waits for the first and is refused, naming the winner."""
     for name in ("a", "b"):
-        assert api.post("/api/v1/services", spec(name), format="json").status_code == 201
+        create(api, spec(name))
     first, second = (Service.objects.get(name=name) for name in ("a", "b"))
     claimed, go_on = threading.Event(), threading.Event()
 
@@ -149,12 +154,10 @@ def test_two_writes_claiming_one_name_at_once_one_wins_the_other_is_refused(api)
     assert held("a") == {"a", "qwen"} and held("b") == {"b"}
 
 
-def test_the_migration_gives_each_live_service_its_ids_and_the_older_keeps_a_shared_one(
-    api, store
-):
-    assert api.post("/api/v1/services", spec("a", "qwen"), format="json").status_code == 201
-    assert api.post("/api/v1/services", spec("b", "llama"), format="json").status_code == 201
-    assert api.post("/api/v1/services", spec("gone", "phi"), format="json").status_code == 201
+def test_the_migration_gives_each_live_service_its_ids_the_older_keeps_one_shared(api, store):
+    create(api, spec("a", "qwen"))
+    create(api, spec("b", "llama"))
+    create(api, spec("gone", "phi"))
     assert api.delete("/api/v1/services/gone").status_code == 202
     # as stored before the rule: b serves qwen too, and an old spec no longer parses
     Service.objects.filter(name="b").update(spec=spec("b", "qwen"))
