@@ -1,6 +1,29 @@
+"""The API's ASGI application (uvicorn: `python -m controlplane`, `make run`).
+
+Django runs each request's code on a thread of its own and keeps a database connection per
+thread, so on PostgreSQL every request opened a session of its own (about 10 ms of its time,
+and a server process forked for it). This process's requests share a pool of
+WHARF_API_DB_POOL connections instead. Only the API pools: the workers' threads live long and
+keep theirs."""
+
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
+
+
+def pooled(database: dict, size: int, wait: float) -> None:
+    """Make `database` (a DATABASES entry) take its connections from a pool of at most `size`,
+    in place, before its first connection: Django's own pooling (psycopg_pool), each connection
+    checked before it is handed out, a request waiting at most `wait` seconds for one. Nothing
+    for SQLite or size 0."""
+    if size and database["ENGINE"] == "django.db.backends.postgresql":
+        database["CONN_MAX_AGE"] = 0  # a pooled connection goes back at the request's end
+        database.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": size, "timeout": wait,
+        }  # fmt: skip
+
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 application = get_asgi_application()
+pooled(settings.DATABASES["default"], settings.WHARF_API_DB_POOL, settings.WHARF_API_DB_POOL_WAIT_S)

@@ -179,6 +179,12 @@ WSGI_APPLICATION = "controlplane.wsgi.application"
 ASGI_APPLICATION = "controlplane.asgi.application"
 
 DATABASES = {"default": _database(envstr("DATABASE_URL"))}
+# PostgreSQL connections each API process shares among its requests (controlplane.asgi); 0: a
+# session of its own for each request. POOL_WAIT_S: how long a request waits for one, then
+# gets the database's 503 (controlplane.outages).
+WHARF_API_DB_POOL = envint("WHARF_API_DB_POOL", 16, minimum=0)
+WHARF_API_DB_POOL_WAIT_S = 3.0
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True

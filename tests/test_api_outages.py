@@ -1,7 +1,8 @@
 """The API while PostgreSQL cannot be reached, then can again: a real API process (uvicorn, as
 `make run` and production start it) reaches the test database through a TCP forwarder the test
 stops and starts. Down, every call is a 503 that names the database, with retry-after (not a
-500); back, the API answers as before without a restart."""
+500); back, the API answers as before without a restart. And the sessions the API opens: its
+requests share a pool of them."""
 
 from __future__ import annotations
 
@@ -117,4 +118,29 @@ def test_the_api_answers_503_naming_the_database_while_it_is_down(redis_url, tmp
         until(lambda r: r.status_code == 200)  # no restart needed
     finally:
         forwarder.stop()
+        live.stop()
+
+
+def sessions_opened() -> int:
+    """PostgreSQL sessions opened on the test database so far."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+def test_the_apis_requests_share_a_pool_of_database_sessions(redis_url, tmp_path):
+    """Django runs each request on a thread of its own, and keeps a connection per thread:
+    without the API's pool (controlplane.asgi) each of these calls opened a session."""
+    token = client_for("alice")._credentials["HTTP_AUTHORIZATION"]
+    live = LiveApi(redis_url, tmp_path)
+    headers = {"Authorization": token}
+    try:
+        with httpx.Client(base_url=live.url, headers=headers, trust_env=False) as api:
+            assert api.get("/api/v1/services").status_code == 200  # the pool is open
+            before = sessions_opened()
+            for _ in range(40):
+                assert api.get("/api/v1/services").status_code == 200
+            time.sleep(1)  # a session that ended is counted by then
+            assert sessions_opened() - before <= 2
+    finally:
         live.stop()
