@@ -14,11 +14,16 @@ from controlplane.services.versions import current_number
 
 
 def _typed(service: Service) -> ServiceSpec | None:
-    """The stored spec as typed; None for one this version can no longer read."""
-    try:
-        return typed_spec(service.plain_spec())
-    except SpecError:
-        return None
+    """The stored spec as typed; None for one this version can no longer read. Read once per
+    row object and generation: three fields of each listed service derive from it."""
+    kept = getattr(service, "_typed_spec", None)
+    if kept is None or kept[0] != service.generation:
+        try:
+            spec = typed_spec(service.plain_spec())
+        except SpecError:
+            spec = None
+        kept = service._typed_spec = (service.generation, spec)  # type: ignore[attr-defined]
+    return kept[1]
 
 
 class InstanceSerializer(serializers.ModelSerializer):

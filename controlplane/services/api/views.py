@@ -37,7 +37,7 @@ from controlplane.services.choices import DesiredState, Phase
 from controlplane.services.events import record
 from controlplane.services.groups import check_group, leave_group, sync_membership
 from controlplane.services.models import Service
-from controlplane.services.names import check_model_names, claim_model_names, release_model_names
+from controlplane.services.names import claim_model_names, release_model_names
 from controlplane.services.routing import publish_snapshot
 from controlplane.services.sealing import seal, unseal
 from controlplane.services.secrets import SecretsLostError, keep_secrets, redact
@@ -170,7 +170,6 @@ def create_service(request: Request, sent) -> Response:
         )  # fmt: skip
     try:
         with transaction.atomic():
-            check_model_names(spec, access(request).workspace)
             check_group(spec, access(request).workspace)
             check_quotas(access(request).workspace, spec, running=True)
             service = Service.objects.create(
