@@ -1,21 +1,23 @@
-"""What an API call costs with and without the API's pool of database connections (issue 31:
-API call latency), in one run: a real API process (uvicorn, as `python -m controlplane` starts
-it) on PostgreSQL, started twice, with WHARF_API_DB_POOL=0 (a session of its own for every
-request, as before the pool) and with the default pool:
+"""What an API call costs (issue 31: API call latency), in one run, on PostgreSQL:
 
     .venv/bin/python benchmarks/api_calls.py [--calls 200] [--creates 80]
 
-Printed side by side, per setting: creates eight at once, then `GET /api/v1/services` (the
-services just made) one call at a time and eight at once (p50 and p99, ms); the PostgreSQL
-sessions opened per 100 calls and the API's CPU ms per call. DATABASE_URL (default the
-PostgreSQL database `wharf_fleetsim`) is migrated and flushed; Redis is a redis-server of the
-run's own; no worker runs, so the services created stay pending.
+First a create's own cost in process (Django's test client), once the workspace holds 100, 300
+and 600 services: it should not grow with them. Then a real API process (uvicorn, as `python
+-m controlplane` starts it), started twice: with WHARF_API_DB_POOL=0 (a session of its own for
+every request, as before the pool) and with the default pool. Printed side by side: creates
+eight at once, then `GET /api/v1/services` (the services just made) one call at a time and
+eight at once (p50 and p99, ms); the PostgreSQL sessions opened per 100 calls and the API's
+CPU ms per call. DATABASE_URL (default the PostgreSQL database `wharf_fleetsim`) is migrated
+and flushed; Redis is a redis-server of the run's own; no worker runs, so the services created
+stay pending.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -35,6 +37,7 @@ import httpx  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
 
 from benchmarks.fleet_sim import figures  # noqa: E402
 from benchmarks.fleet_sim.phases import api_token, service_spec  # noqa: E402
@@ -114,6 +117,29 @@ def measure(pool: str, redis_url: str, token: str, calls: int, creates: int) -> 
     }
 
 
+def create_cost(token: str, sizes: tuple[int, ...], each: int = 30) -> str:
+    """A create's own cost, in process (Django's test client, no HTTP, no other call at once),
+    once the workspace holds each of `sizes` services: the median of `each` creates. Its
+    checks read only what they need, so it should not grow with the services."""
+    client = Client(HTTP_AUTHORIZATION=token, SERVER_NAME="localhost")
+    made, found = 0, []
+
+    def create() -> None:
+        nonlocal made
+        answer = client.post(
+            "/api/v1/services", service_spec(made), content_type="application/json"
+        )
+        assert answer.status_code == 201, answer.content
+        made += 1
+
+    for size in sizes:
+        while made < size:
+            create()
+        found.append(f"{size}: {1000 * statistics.median(timed(lambda _: create(), each, 1)):.1f}")
+    Service.objects.all().delete()
+    return "create in process, median ms, with N services in the workspace: " + "; ".join(found)
+
+
 def pair(seconds: list[float]) -> str:
     p50, p99 = (1000 * figures.percentile(seconds, q) for q in (50, 99))
     return f"{p50:.1f} / {p99:.1f}"
@@ -127,6 +153,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     call_command("flush", interactive=False, verbosity=0)
     token = api_token()
+    print(create_cost(token, (100, 300, 600)))
     folder = Path(tempfile.mkdtemp(prefix="api-calls-"))
     redis_server, redis_url = private_redis(folder)
     try:
