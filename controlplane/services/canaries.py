@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import F
 
 from contracts import canary as canaries
-from contracts.spec import parse_spec
+from contracts.spec import SpecError, typed_spec
 from controlplane.audit.models import AuditEntry
 from controlplane.services.events import record
 from controlplane.services.models import Canary, Instance, Service
@@ -51,11 +51,13 @@ def promote(release: Canary, why: str, actor: str = ACTOR) -> None:
     service = Service.objects.select_for_update().get(pk=release.service_id)
     try:
         with transaction.atomic():  # its adapters' model ids, checked when it started
-            claim_model_names(parse_spec(unseal(release.spec)), service)
+            claim_model_names(typed_spec(unseal(release.spec)), service)
     except NameTaken as taken:
         taken_by = "; ".join(words for said in taken.errors.values() for words in said)
         finish(release, canaries.ABORTED, f"its model names cannot be served: {taken_by}", actor)
         return
+    except SpecError:
+        pass  # a spec this version no longer reads: the service keeps the names it holds
     Service.objects.filter(pk=service.pk).update(spec=release.spec, generation=F("generation") + 1)
     service.refresh_from_db()
     record_version(service, release.spec, "canary promoted")
