@@ -53,6 +53,26 @@ def ask(redis: Any, celery: Any, name: str, countdown: float = 0) -> None:
         celery.send_task(TASK, args=[name], kwargs={"asked": float(asked)}, countdown=countdown)
 
 
+# The periodic pass over every service (reconcile-all) heals drift; nothing waits for it. Its
+# passes go in the broker's last priority list (Redis: 0, what every other message gets, is
+# taken first, 9 last), so a fan-out over 500 services does not stand between a node's
+# eviction or a create and its pass (benchmarks/README.md, "Fleet at scale"). Its marker is not
+# a due time: an ask of the other kind is never coalesced with it, and is queued ahead.
+SWEEP_PRIORITY = 9
+_SWEEP = """if redis.call('exists', KEYS[1]) == 1 then return false end
+local now = redis.call('time')
+redis.call('set', KEYS[1], 'sweep', 'EX', ARGV[1])
+return string.format('%.6f', tonumber(now[1]) + tonumber(now[2]) / 1e6)"""
+
+
+def sweep(redis: Any, celery: Any, name: str) -> None:
+    """Queue one pass of `name` behind every other pass, unless one of any kind is queued."""
+    asked = redis.eval(_SWEEP, 1, pending_key(name), PENDING_TTL)
+    if asked:
+        celery.send_task(TASK, args=[name], kwargs={"asked": float(asked)},
+                         priority=SWEEP_PRIORITY)  # fmt: skip
+
+
 def now(redis: Any) -> float:
     """The Redis server's clock, the one asks are stamped with."""
     seconds, micros = redis.time()

@@ -99,3 +99,39 @@ def test_a_pass_asked_before_a_whole_pass_started_is_skipped(broker, monkeypatch
     monkeypatch.setattr(tasks, "reconcile_isolated", lambda *a: None)
     tasks.reconcile_service("svc-a", asked=after)
     assert not broker.exists(reconcile.pending_key("svc-a"))
+
+
+SWEEP_LIST = "celery\x06\x169"  # kombu's Redis transport: the queue's list for priority 9
+
+
+def _taken_in_order(count: int) -> list[tuple[str, float]]:
+    """(service, asked) of the next `count` passes as a consumer of the workers' broker takes
+    them (kombu's Redis transport: each priority's list in turn)."""
+    app = intents._celery()
+    taken = []
+    with app.connection_for_read() as connection:
+        queue = connection.SimpleQueue("celery")
+        for _ in range(count):
+            message = queue.get(timeout=1)
+            args, kwargs, _ = json.loads(message.body)
+            taken.append((args[0], kwargs["asked"]))
+            message.ack()
+        queue.close()
+    return taken
+
+
+def test_the_periodic_sweep_waits_behind_passes_asked_by_changes(broker):
+    """reconcile-all's passes (reconcile.sweep) are taken after every pass a change asked,
+    even one asked after them; a change's ask is never coalesced with a queued sweep, and a
+    sweep adds nothing while any pass of the service is queued."""
+    broker.delete(SWEEP_LIST)
+    celery = intents._celery()
+    reconcile.sweep(broker, celery, "svc-a")
+    reconcile.sweep(broker, celery, "svc-a")  # queued already: nothing
+    assert broker.llen(SWEEP_LIST) == 1 and _queued(broker) == []
+    intents.reconcile_service("svc-b")
+    reconcile.sweep(broker, celery, "svc-b")  # a change's pass is queued: nothing
+    intents.reconcile_service("svc-a")  # a change after the sweep: queued ahead of it
+    assert broker.llen(SWEEP_LIST) == 1
+    assert [name for name, _ in _taken_in_order(3)] == ["svc-b", "svc-a", "svc-a"]
+    assert broker.llen(SWEEP_LIST) == 0 and _queued(broker) == []

@@ -82,10 +82,12 @@ def _record_failure(name: str, exc: Exception) -> None:
 
 @app.task(name="workers.tasks.reconcile_all")
 def reconcile_all() -> None:
-    """The periodic pass over every service (instances whose service is gone are removed by
-    their node's agent)."""
+    """The periodic pass over every service, behind every pass asked by a change
+    (contracts.reconcile.sweep); instances whose service is gone are removed by their node's
+    agent."""
+    redis_ = client()
     for name in Service.objects.values_list("name", flat=True):
-        enqueue_reconcile(name)
+        reconcile.sweep(redis_, app, name)
 
 
 @app.task(name="workers.tasks.follow_nodes")
