@@ -76,7 +76,9 @@ def main() -> None:
                 server.wait(10)
         print(table(lines, timing.evict_within), flush=True)
     print(f"\nkilled nodes' instances measured from the kill; target = WHARF_NODE_GRACE "
-          f"{timing.grace} + WHARF_NODE_EVICT {timing.evict} + 5 s")  # fmt: skip
+          f"{timing.grace} + WHARF_NODE_EVICT {timing.evict} + 5 s; sim+gw cores: what the "
+          f"simulated nodes and the gateway took of this machine's {os.cpu_count()} in the "
+          f"quiet window")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -87,6 +87,7 @@ def targets(evict_within: float) -> list[Target]:
         Target("pg_per_100", "PG xact/s/100n", None),
         Target("writes_per_100", "PG row writes/s/100n", None),
         Target("redis_per_100", "Redis cmd/s/100n", None),
+        Target("sim_cores", "sim+gw cores", None),
         Target("services_p99_ms", "GET services p99 ms", 250),
         Target("nodes_p99_ms", "GET nodes p99 ms", 250),
         Target("publish_ms", "publish ms", 100),

@@ -130,17 +130,19 @@ def steady_state(stack: Stack, watch: Watch, redis_url: str, nodes: int,
                  window: float) -> dict[str, float]:  # fmt: skip
     """Nothing changes for `window` s: the control plane's CPU (API and workers, with their
     beat), PostgreSQL commits, rows written and Redis commands, each per second per 100
-    nodes. The database and Redis figures include the simulated nodes' heartbeats and agent
-    passes (real nodes make them too); the watch is paused meanwhile, so they do not include
-    the benchmark's."""
+    nodes, and the cores the simulator and the gateway take. The database and Redis figures
+    include the simulated nodes' heartbeats and agent passes (real nodes make them too); the
+    watch is paused meanwhile, so they do not include the benchmark's."""
     client = redis.Redis.from_url(redis_url)
     watch.paused.set()
     time.sleep(1)  # a look under way ends
     cpu0, pg0, writes0 = stack.cpu(), xact_commits(), row_writes()
+    sim0 = stack.cpu(("nodes", "gateway"))
     redis0, t0 = int(client.info("stats")["total_commands_processed"]), time.monotonic()
     time.sleep(window)
     time.sleep(1)  # PostgreSQL's statistics reach the view within a second
     cpu1, pg1, writes1 = stack.cpu(), xact_commits(), row_writes()
+    sim1 = stack.cpu(("nodes", "gateway"))
     redis1, t1 = int(client.info("stats")["total_commands_processed"]), time.monotonic()
     watch.paused.clear()
     per_100 = 100 / nodes / (t1 - t0)
@@ -149,6 +151,9 @@ def steady_state(stack: Stack, watch: Watch, redis_url: str, nodes: int,
         "pg_per_100": (pg1 - pg0 - 4) * per_100,  # less the four reads of the figures
         "writes_per_100": (writes1 - writes0) * per_100,
         "redis_per_100": (redis1 - redis0 - 2) * per_100,
+        # What the simulated nodes and the gateway take of the machine meanwhile, in cores:
+        # the latencies measured after the burst share the machine with it.
+        "sim_cores": (sim1 - sim0) / (t1 - t0),
     }
 
 
