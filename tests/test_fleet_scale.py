@@ -40,6 +40,7 @@ def test_a_small_fleet_places_and_routes_every_instance_and_replaces_killed_node
     for service in Service.objects.all():
         assert rows.filter(service=service).count() == 10, service.name
     assert not math.isnan(found.values["evicted_s"])
+    assert found.values["sim_cores"] > 0  # the simulated nodes' share of the machine, measured
 
 
 @pytest.mark.parametrize(

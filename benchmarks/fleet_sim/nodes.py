@@ -7,9 +7,12 @@ converge (every agent interval, or at once when a scheduler wakes it), which sta
 placed on it with workers.nodes.starter.start_instance, and asks for a pass of each service
 whose instances changed state, as a worker's agent does. What is simulated is the host: its cards
 (WHARF_SIM_CARDS GPUs, reported instead of nvidia-smi's), and its engines, which are ready
-WHARF_SIM_START_DELAY seconds after they were created. The nodes of one process take turns on
-one thread (the host settings heartbeat reads are swapped per node), so a process holds one
-database connection whatever its node count. A node named in the Redis set DOWN_KEY stops
+WHARF_SIM_START_DELAY seconds after they were created. As in a real worker, heartbeats and
+the agent's passes run on threads of their own (a heartbeat never waits behind a pass that
+starts many engines: at 500 nodes, a process's passes took up to 26 s during the burst, and
+its nodes were taken for dead); the nodes of one process take turns on each (the host
+settings the heartbeat reads are swapped per node), so a process holds two database
+connections whatever its node count. A node named in the Redis set DOWN_KEY stops
 heartbeating and acting, as a host that died: its runtime's engines are simply left behind.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
 import time
 from dataclasses import replace
 
@@ -110,24 +114,39 @@ def woken(nodes: list[SimNode]) -> set[str]:
     return {node.name for node, answer in zip(nodes, answers, strict=True) if answer}
 
 
-def run(nodes: list[SimNode], interval: float, beat_every: float) -> None:
-    """Passes over every node, forever: a heartbeat when due, then a converge when its agent
-    interval has passed or a scheduler woke it."""
+def down() -> set[str]:
+    return {name if isinstance(name, str) else name.decode()
+            for name in client().smembers(DOWN_KEY)}  # fmt: skip
+
+
+def beat(nodes: list[SimNode], beat_every: float) -> None:
+    """Each node's heartbeat when due, forever (a thread of its own, as Heartbeat is)."""
+    while True:
+        close_old_connections()
+        dead = down()
+        for node in nodes:
+            if node.name not in dead and time.monotonic() - node.beat_at >= beat_every:
+                try:
+                    node.heartbeat()
+                except Exception:  # a node's failure is logged; the others go on
+                    log.exception("node %s: heartbeat failed", node.name)
+        time.sleep(0.2)
+
+
+def run(nodes: list[SimNode], interval: float) -> None:
+    """Passes over every node, forever: a converge when its agent interval has passed or a
+    scheduler woke it."""
     last_pass: dict[str, float] = {}
     slowest, told = 0.0, time.monotonic()
     while True:
         began = time.monotonic()
         close_old_connections()
-        down = {name if isinstance(name, str) else name.decode()
-                for name in client().smembers(DOWN_KEY)}  # fmt: skip
-        wake = woken(nodes)
+        dead, wake = down(), woken(nodes)
         for node in nodes:
-            if node.name in down:
+            if node.name in dead or node.beat_at == 0.0:  # not registered yet
                 continue
             now = time.monotonic()
             try:
-                if now - node.beat_at >= beat_every:
-                    node.heartbeat()
                 if node.name in wake or now - last_pass.get(node.name, 0) >= interval:
                     last_pass[node.name] = now
                     node.converge()
@@ -153,7 +172,9 @@ def main() -> None:
     host.CARDS = simulated_cards(args.cards)
     fleet = replace(FleetSettings.from_django(), agent_interval=args.interval)
     nodes = [SimNode(i, fleet, args.delay) for i in range(args.first, args.first + args.count)]
-    run(nodes, args.interval, float(settings.WHARF_NODE_HEARTBEAT))
+    beats = float(settings.WHARF_NODE_HEARTBEAT)
+    threading.Thread(target=beat, args=(nodes, beats), name="heartbeats", daemon=True).start()
+    run(nodes, args.interval)
 
 
 if __name__ == "__main__":
