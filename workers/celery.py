@@ -26,7 +26,6 @@ from django.conf import settings  # noqa: E402
 
 NODE_QUEUE = f"wharf.node.{settings.WHARF_NODE_NAME}"
 PRUNE_INTERVAL = 3600.0  # seconds between model-cache prunes on each host
-NODES_FOLLOWED = 2.0  # seconds between looks at the nodes' heartbeats (workers.tasks)
 
 app = Celery("wharf")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -42,12 +41,6 @@ app.conf.update(
             "task": "workers.tasks.reconcile_all",
             "schedule": float(settings.WHARF_RECONCILE_INTERVAL),
         },
-        # A node's silence crossing its grace or its eviction gets its services a pass at once.
-        "follow-nodes": {
-            "task": "workers.tasks.follow_nodes",
-            "schedule": NODES_FOLLOWED,
-            "options": {"expires": 5 * NODES_FOLLOWED},
-        },  # the next one catches up
         # Usage counted in Redis reaches the database at most a minute and 15 s late.
         "flush-usage": {"task": "workers.tasks.flush_usage", "schedule": 15.0},
         "expire-batches": {"task": "workers.tasks.expire_batches", "schedule": 300.0},
@@ -72,9 +65,9 @@ def consume_node_queue(sender, instance, **kwargs) -> None:
 @worker_ready.connect
 def start_node(sender, **kwargs) -> None:
     """The node's heartbeat, its agent, its log and tokenizer servers, its engines' scraper and
-    its instances' usage sampler, in the worker's main process; and the autoscaler and the
-    canary controller, whose passes run on one worker at a time (workers.scaling.autoscaling,
-    workers.scheduling.canaries)."""
+    its instances' usage sampler, in the worker's main process; and the autoscaler, the
+    canary controller and the nodes' follower, whose passes run on one worker at a time
+    (workers.scaling.autoscaling, workers.scheduling.canaries, workers.tasks)."""
     from workers.fleet import FleetSettings
     from workers.nodes.agent import Agent
     from workers.nodes.node import Heartbeat
@@ -85,7 +78,7 @@ def start_node(sender, **kwargs) -> None:
     from workers.scaling.scraper import Scraper
     from workers.scaling.usage_sampler import UsageSampler
     from workers.scheduling.canaries import CanaryController
-    from workers.tasks import enqueue_reconcile
+    from workers.tasks import NodeFollower, enqueue_reconcile
 
     def reconcile(services: set[str]) -> None:
         for name in services:
@@ -93,7 +86,7 @@ def start_node(sender, **kwargs) -> None:
 
     if settings.WHARF_RUNTIME == "kubernetes":
         _threads.extend(_cluster_threads(enqueue_reconcile))
-        _threads.extend([Autoscaler(), CanaryController()])
+        _threads.extend([Autoscaler(), CanaryController(), NodeFollower()])
         for thread in _threads:
             thread.start()
         return
@@ -104,7 +97,7 @@ def start_node(sender, **kwargs) -> None:
     _threads.append(UsageSampler(settings.WHARF_NODE_NAME, get_runtime().cpu_seconds))
     _threads.append(Agent(settings.WHARF_NODE_NAME, get_runtime(), FleetSettings.from_django(),
                           on_change=reconcile))  # fmt: skip
-    _threads.extend([Autoscaler(), CanaryController()])
+    _threads.extend([Autoscaler(), CanaryController(), NodeFollower()])
     for thread in _threads:
         thread.start()
 

@@ -89,7 +89,7 @@ class LeasedPasses(threading.Thread):
         self._stopped = threading.Event()
 
     def run(self) -> None:
-        from django.db import DatabaseError, close_old_connections
+        from django.db import DatabaseError, close_old_connections, connections
 
         from workers.tasks import enqueue_reconcile
 
@@ -104,6 +104,7 @@ class LeasedPasses(threading.Thread):
                 log.warning("%s pass failed: %s", self.name, exc)
             except Exception:  # a thread that dies silently would stop every later pass
                 log.exception("%s pass failed", self.name)
+        connections.close_all()  # this thread's own; stopped, it holds no database session
 
     def stop(self) -> None:
         self._stopped.set()

@@ -16,7 +16,7 @@ from controlplane.services.models import Service
 from controlplane.usage import flush
 from workers.celery import app
 from workers.fleet import FleetSettings
-from workers.locks import client, leased
+from workers.locks import LeasedPasses, client, leased
 from workers.models import hub_cache, storage
 from workers.runtimes import get_runtime
 from workers.scheduling.scheduler import schedule
@@ -26,6 +26,8 @@ KUBERNETES = "kubernetes"
 REQUEUE_DELAY = 2.0  # seconds between passes while a service is still moving
 FAILED_DELAY = 15.0  # seconds before a pass that raised is tried again
 FOLLOWED_KEY = "wharf:nodes:followed-at"  # when follow_nodes last looked (seconds, epoch)
+FOLLOW_LOCK = "wharf:nodes:follow"  # held by the worker taking a look
+NODES_FOLLOWED = 2.0  # seconds between looks at the nodes' heartbeats
 
 
 def enqueue_reconcile(name: str, countdown: float = 0) -> None:
@@ -90,12 +92,11 @@ def reconcile_all() -> None:
         reconcile.sweep(redis_, app, name)
 
 
-@app.task(name="workers.tasks.follow_nodes")
-def follow_nodes() -> None:
-    """A pass now for each service with instances on a node whose silence just crossed its
-    grace (they leave routing) or its eviction (they are placed elsewhere), rather than at the
-    next reconcile-all. The last look's time is kept in Redis, so a new beat leader goes on
-    from where the last one stopped."""
+def follow_nodes() -> set[str]:
+    """The services with instances on a node whose silence crossed its grace (they leave
+    routing) or its eviction (they are placed elsewhere) since the last look: they get a pass
+    now rather than at the next reconcile-all. The last look's time is kept in Redis, so
+    the next worker to hold the lease goes on from where the last one stopped."""
     now = timezone.now()
     last = client().getset(FOLLOWED_KEY, now.timestamp())
     since = datetime.fromtimestamp(float(last), UTC) if last else now - timedelta(minutes=1)
@@ -105,11 +106,21 @@ def follow_nodes() -> None:
         name for name, beat in Node.objects.values_list("name", "heartbeat_at")
         if crossed_a_deadline(beat, since, now, grace, evict)
     ]  # fmt: skip
-    if silent:
-        log.info("nodes %s fell silent past a deadline: their services get a pass", silent)
-    for name in (Service.objects.filter(instances__node__in=silent)
-                 .values_list("name", flat=True).distinct()):  # fmt: skip
-        enqueue_reconcile(name)
+    if not silent:
+        return set()
+    log.info("nodes %s fell silent past a deadline: their services get a pass", silent)
+    return set(Service.objects.filter(instances__node__in=silent)
+               .values_list("name", flat=True).distinct())  # fmt: skip
+
+
+class NodeFollower(LeasedPasses):
+    """A look at the nodes' heartbeats every NODES_FOLLOWED s (follow_nodes): every worker runs
+    one, the lease makes one look at a time happen fleet-wide. A thread, not a beat task: a
+    look queued behind the passes of a busy fleet (up to 8 s at 500 nodes, benchmarks/README.md
+    "Fleet at scale") delayed every eviction by as much."""
+
+    def __init__(self, interval: float = NODES_FOLLOWED) -> None:
+        super().__init__("wharf-node-follower", FOLLOW_LOCK, interval, follow_nodes)
 
 
 @app.task(name="workers.tasks.expire_batches")
