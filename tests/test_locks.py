@@ -76,3 +76,19 @@ def test_a_busy_node_lock_is_a_timeout_naming_it(settings, redis_url, monkeypatc
     busy = pytest.raises(TimeoutError, match="node lock 'cards' busy for 0.2 s")
     with locks.node_lock("cards"), busy, locks.node_lock("cards", timeout=0.2):
         pass
+
+
+def test_workers_leased_passes_make_one_pass_per_interval_between_them(key):
+    """Every worker (every GPU host) runs the autoscaler's, canary controller's and node
+    follower's threads: the first to wake in a period takes its pass, the others skip it, and
+    the next period's pass is free again."""
+    ran: list[str] = []
+    workers = [locks.LeasedPasses(f"worker-{i}", key, 0.2, lambda i=i: ran.append(i) or set())
+               for i in range(3)]  # fmt: skip
+    for worker in workers:
+        assert worker.pass_once() == set()
+    assert ran == [0]  # the other two found the period taken
+    time.sleep(0.2)  # the claim lives 0.9 of the interval
+    assert workers[2].pass_once() == set() and workers[0].pass_once() == set()
+    assert ran == [0, 2]
+    locks.client().delete(f"{key}:period")

@@ -79,9 +79,11 @@ def node_lock(purpose: str, timeout: float = 60) -> Iterator[None]:
 
 
 class LeasedPasses(threading.Thread):
-    """A pass every `interval` seconds on whichever worker holds the lease `lock`: every
-    worker runs one, the lease makes one pass at a time happen fleet-wide. `run_pass` returns
-    the services whose instances must move, which are reconciled."""
+    """A pass every `interval` seconds, fleet-wide, on whichever worker claims the period:
+    every worker runs one (every GPU host runs a worker), the first to wake in a period takes
+    its pass and the others skip it, so 500 hosts make one pass per interval between them, not
+    500; the lease `lock` keeps passes one at a time. `run_pass` returns the services whose
+    instances must move, which are reconciled."""
 
     def __init__(self, name: str, lock: str, interval: float, run_pass) -> None:
         super().__init__(name=name, daemon=True)
@@ -96,15 +98,22 @@ class LeasedPasses(threading.Thread):
         while not self._stopped.wait(self.interval):
             try:
                 close_old_connections()
-                with leased(self.lock, wait=0) as held:
-                    moved = self.run_pass() if held else set()
-                for service in moved:
+                for service in self.pass_once():
                     enqueue_reconcile(service)
             except (DatabaseError, redis.RedisError, OSError) as exc:
                 log.warning("%s pass failed: %s", self.name, exc)
             except Exception:  # a thread that dies silently would stop every later pass
                 log.exception("%s pass failed", self.name)
         connections.close_all()  # this thread's own; stopped, it holds no database session
+
+    def pass_once(self) -> set[str]:
+        """This period's pass, unless another worker has claimed it (a key that lives nine
+        tenths of the interval, so the claimant's next wake finds it gone)."""
+        claim = max(1, int(self.interval * 900))  # milliseconds
+        if not client().set(f"{self.lock}:period", "1", nx=True, px=claim):
+            return set()
+        with leased(self.lock, wait=0) as held:
+            return self.run_pass() if held else set()
 
     def stop(self) -> None:
         self._stopped.set()
