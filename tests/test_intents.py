@@ -133,5 +133,7 @@ def test_the_periodic_sweep_waits_behind_passes_asked_by_changes(broker):
     reconcile.sweep(broker, celery, "svc-b")  # a change's pass is queued: nothing
     intents.reconcile_service("svc-a")  # a change after the sweep: queued ahead of it
     assert broker.llen(SWEEP_LIST) == 1
-    assert [name for name, _ in _taken_in_order(3)] == ["svc-b", "svc-a", "svc-a"]
+    taken = _taken_in_order(3)
+    assert [name for name, _ in taken] == ["svc-b", "svc-a", "svc-a"]
+    assert taken[2][1] < taken[0][1]  # the last one taken is the sweep, asked first
     assert broker.llen(SWEEP_LIST) == 0 and _queued(broker) == []
