@@ -82,7 +82,7 @@ def test_workers_leased_passes_make_one_pass_per_interval_between_them(key):
     """Every worker (every GPU host) runs the autoscaler's, canary controller's and node
     follower's threads: the first to wake in a period takes its pass, the others skip it, and
     the next period's pass is free again."""
-    ran: list[str] = []
+    ran: list[int] = []
     workers = [locks.LeasedPasses(f"worker-{i}", key, 0.2, lambda i=i: ran.append(i) or set())
                for i in range(3)]  # fmt: skip
     for worker in workers:
