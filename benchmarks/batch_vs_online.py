@@ -13,6 +13,10 @@ process runtime, with one service of vLLM CPU instances serving the tiny model. 
 Target (issue 29): online TTFT p50 and p99 with the batch within 10 % of the same load alone,
 since queued work only takes the slots online callers leave.
 
+Beside each online window's figures, the cores each part of the system used meanwhile (every
+process on the machine, by its command): whether the queue's own work (the API, the gateway's
+feeder) or the engine is what an online call meets.
+
     .venv/bin/python benchmarks/batch_vs_online.py [--lines 2000] [--rate 2] [--seconds 60]
 
 On a 2-core machine the instances, the control plane, the gateway and this client share the
@@ -39,6 +43,7 @@ import aiohttp
 import harness
 import httpx
 import openai
+import psutil
 from loadgen import percentile
 
 PROMPT = "The harbour master counted the ships at the quay and"
@@ -105,6 +110,35 @@ async def online(url: str, key: str, rate: float, seconds: float, tokens: int) -
             await asyncio.sleep(max(0.0, began + i / rate - time.perf_counter()))
             calls.append(asyncio.ensure_future(one_call(session, url, key, tokens)))
         return list(await asyncio.gather(*calls))
+
+
+# Whose cores the online windows used: every process on the machine, by what its command names
+# (case aside: vLLM's engine core calls itself VLLM::EngineCore).
+ROLES = (("engine", "vllm"), ("api", "controlplane"), ("gateway", "gateway"),
+         ("workers", "celery"), ("workers", " worker"), ("redis", "redis-server"),
+         ("benchmark", "batch_vs_online"))  # fmt: skip
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds (user + system) every live process has used so far, summed by role."""
+    used: dict[str, float] = {}
+    for proc in psutil.process_iter(["cmdline", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is None:
+            continue
+        line = " ".join(proc.info["cmdline"] or []).lower()
+        role = next((name for name, part in ROLES if part in line), "other")
+        used[role] = used.get(role, 0.0) + times.user + times.system
+    return used
+
+
+def timed_online(*load) -> tuple[list[float], dict[str, float]]:  # noqa: ANN002
+    """The online load's TTFTs and the cores each role used meanwhile."""
+    before, began = cpu_by_role(), time.monotonic()
+    ttfts = asyncio.run(online(*load))
+    after, took = cpu_by_role(), time.monotonic() - began
+    # A process that ended meanwhile takes its time with it: never below nothing.
+    return ttfts, {role: max(0.0, after[role] - before.get(role, 0.0)) / took for role in after}
 
 
 def batch_file(lines: int, tokens: int) -> bytes:
@@ -177,14 +211,14 @@ def main() -> None:
             client = openai.OpenAI(base_url=gateway + "/v1", api_key=key, max_retries=2)
             load = (gateway, key, args.rate, args.seconds, args.tokens)
             asyncio.run(online(gateway, key, 1.0, 5.0, args.tokens))  # warm up
-            alone = asyncio.run(online(*load))
+            alone, cores_alone = timed_online(*load)
 
             batch_id = start_batch(client, args.lines, args.tokens)
             started = time.monotonic()
             wait_batch(
                 client, batch_id, lambda b: b.request_counts and b.request_counts.completed > 0
             )
-            beside = asyncio.run(online(*load))
+            beside, cores_beside = timed_online(*load)
             during = client.batches.retrieve(batch_id)
             batch = wait_batch(client, batch_id, done)
             took = time.monotonic() - started
@@ -212,6 +246,10 @@ def main() -> None:
         print(f"{name:<12} {a:>8.1f} {b:>11.1f} {b / a:>6.2f}  <= 1.10 ({verdict})")
     print(f"mean TTFT alone {statistics.mean(alone) * 1000:.1f} ms, with batch "
           f"{statistics.mean(beside) * 1000:.1f} ms")  # fmt: skip
+    print("cores used in the online window, by role: alone / with batch")
+    for role in sorted(set(cores_alone) | set(cores_beside)):
+        alone_used, beside_used = cores_alone.get(role, 0.0), cores_beside.get(role, 0.0)
+        print(f"  {role:<10} {alone_used:5.2f} / {beside_used:5.2f}")
     still = during.status == "in_progress"
     print(f"batch still running when the online window closed: {still} "
           f"({during.request_counts.completed}/{args.lines} done then)")  # fmt: skip
