@@ -15,6 +15,7 @@ and its Celery app.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 TASK = "workers.tasks.reconcile_service"
@@ -65,12 +66,22 @@ redis.call('set', KEYS[1], 'sweep', 'EX', ARGV[1])
 return string.format('%.6f', tonumber(now[1]) + tonumber(now[2]) / 1e6)"""
 
 
-def sweep(redis: Any, celery: Any, name: str) -> None:
-    """Queue one pass of `name` behind every other pass, unless one of any kind is queued."""
-    asked = redis.eval(_SWEEP, 1, pending_key(name), PENDING_TTL)
-    if asked:
-        celery.send_task(TASK, args=[name], kwargs={"asked": float(asked)},
-                         priority=SWEEP_PRIORITY)  # fmt: skip
+def sweep(redis: Any, celery: Any, names: Iterable[str]) -> None:
+    """Queue one pass of each of `names` behind every other pass, unless one of any kind is
+    queued for it: the markers in one round trip, the passes sent on one connection (one call
+    and one send per service took reconcile-all 5.5 to 8.4 s at 500 services)."""
+    names = list(names)
+    with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.eval(_SWEEP, 1, pending_key(name), PENDING_TTL)
+        asked = pipe.execute()
+    due = [(name, float(at)) for name, at in zip(names, asked, strict=True) if at]
+    if not due:
+        return
+    with celery.producer_or_acquire() as producer:
+        for name, at in due:
+            celery.send_task(TASK, args=[name], kwargs={"asked": at},
+                             priority=SWEEP_PRIORITY, producer=producer)  # fmt: skip
 
 
 def now(redis: Any) -> float:

@@ -126,14 +126,28 @@ def test_the_periodic_sweep_waits_behind_passes_asked_by_changes(broker):
     sweep adds nothing while any pass of the service is queued."""
     broker.delete(SWEEP_LIST)
     celery = intents._celery()
-    reconcile.sweep(broker, celery, "svc-a")
-    reconcile.sweep(broker, celery, "svc-a")  # queued already: nothing
+    reconcile.sweep(broker, celery, ["svc-a"])
+    reconcile.sweep(broker, celery, ["svc-a"])  # queued already: nothing
     assert broker.llen(SWEEP_LIST) == 1 and _queued(broker) == []
     intents.reconcile_service("svc-b")
-    reconcile.sweep(broker, celery, "svc-b")  # a change's pass is queued: nothing
+    reconcile.sweep(broker, celery, ["svc-b"])  # a change's pass is queued: nothing
     intents.reconcile_service("svc-a")  # a change after the sweep: queued ahead of it
     assert broker.llen(SWEEP_LIST) == 1
     taken = _taken_in_order(3)
     assert [name for name, _ in taken] == ["svc-b", "svc-a", "svc-a"]
     assert taken[2][1] < taken[0][1]  # the last one taken is the sweep, asked first
+    assert broker.llen(SWEEP_LIST) == 0 and _queued(broker) == []
+
+
+def test_one_sweep_over_many_services_queues_one_pass_each_not_yet_queued(broker):
+    """reconcile-all's fan-out in one round trip and on one connection: a pass for each
+    service with none queued, nothing for the others, in the order given."""
+    broker.delete(SWEEP_LIST)
+    celery = intents._celery()
+    intents.reconcile_service("svc-b")  # a change's pass is queued
+    reconcile.sweep(broker, celery, ["svc-c"])  # a sweep's pass is queued
+    reconcile.sweep(broker, celery, [f"svc-{letter}" for letter in "abcde"])
+    reconcile.sweep(broker, celery, [])  # nothing to sweep: nothing sent
+    taken = [name for name, _ in _taken_in_order(5)]
+    assert taken == ["svc-b", "svc-c", "svc-a", "svc-d", "svc-e"]
     assert broker.llen(SWEEP_LIST) == 0 and _queued(broker) == []

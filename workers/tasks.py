@@ -87,9 +87,7 @@ def reconcile_all() -> None:
     """The periodic pass over every service, behind every pass asked by a change
     (contracts.reconcile.sweep); instances whose service is gone are removed by their node's
     agent."""
-    redis_ = client()
-    for name in Service.objects.values_list("name", flat=True):
-        reconcile.sweep(redis_, app, name)
+    reconcile.sweep(client(), app, Service.objects.values_list("name", flat=True))
 
 
 def follow_nodes() -> set[str]:

@@ -10,10 +10,11 @@ whose instances changed state, as a worker's agent does. What is simulated is th
 WHARF_SIM_START_DELAY seconds after they were created. As in a real worker, heartbeats and
 the agent's passes run on threads of their own (a heartbeat never waits behind a pass that
 starts many engines: at 500 nodes, a process's passes took up to 26 s during the burst, and
-its nodes were taken for dead); the nodes of one process take turns on each (the host
-settings the heartbeat reads are swapped per node), so a process holds two database
-connections whatever its node count. A node named in the Redis set DOWN_KEY stops
-heartbeating and acting, as a host that died: its runtime's engines are simply left behind.
+its nodes were taken for dead). The nodes of one process take turns on the heartbeat thread
+(the host settings the heartbeat reads are swapped per node), and AGENTS of them pass at once
+on a pool, so a process holds AGENTS + 2 database connections whatever its node count. A node
+named in the Redis set DOWN_KEY stops heartbeating and acting, as a host that died: its
+runtime's engines are simply left behind.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 import django
@@ -45,7 +47,8 @@ from workers.tasks import enqueue_reconcile  # noqa: E402
 log = logging.getLogger("fleetsim.nodes")
 DOWN_KEY = "fleetsim:down"  # the names of nodes whose hosts are dead
 LABELS = "resource=sim"  # what the simulated services select
-ROUND_REPORT = 30.0  # seconds between reports of the slowest round (in the process's log)
+ROUND_REPORT = 30.0  # seconds between reports of the slowest pass (in the process's log)
+AGENTS = 4  # nodes of one process whose agents' passes run at once (a database session each)
 
 
 def node_name(index: int) -> str:
@@ -133,31 +136,44 @@ def beat(nodes: list[SimNode], beat_every: float) -> None:
         time.sleep(0.2)
 
 
-def run(nodes: list[SimNode], interval: float) -> None:
-    """Passes over every node, forever: a converge when its agent interval has passed or a
-    scheduler woke it."""
-    last_pass: dict[str, float] = {}
-    slowest, told = 0.0, time.monotonic()
-    while True:
-        began = time.monotonic()
+def converge_quietly(node: SimNode) -> float:
+    """One node's agent pass, on a thread of the process's pool, a failure logged: how long
+    it took (s)."""
+    began = time.monotonic()
+    try:
         close_old_connections()
-        dead, wake = down(), woken(nodes)
-        for node in nodes:
-            if node.name in dead or node.beat_at == 0.0:  # not registered yet
-                continue
-            now = time.monotonic()
-            try:
+        node.converge()
+    except Exception:  # a node's failure is logged; the others go on
+        log.exception("node %s: pass failed", node.name)
+    return time.monotonic() - began
+
+
+def run(nodes: list[SimNode], interval: float, agents: int = AGENTS) -> None:
+    """Passes over every node, forever: a converge when its agent interval has passed or a
+    scheduler woke it, up to `agents` nodes at once and each node's one at a time. Every host
+    runs its own agent: one node after the other, a round over 100 nodes made each wait for
+    the others' database calls and engine starts."""
+    last_pass: dict[str, float] = {}
+    acting: dict[str, Future] = {}  # node -> its pass in the pool
+    slowest, told = 0.0, time.monotonic()
+    with ThreadPoolExecutor(agents, thread_name_prefix="sim-agent") as pool:
+        while True:
+            close_old_connections()
+            dead, wake = down(), woken(nodes)
+            for name in [name for name, done in acting.items() if done.done()]:
+                slowest = max(slowest, acting.pop(name).result())
+            for node in nodes:
+                if node.name in dead or node.beat_at == 0.0 or node.name in acting:
+                    continue  # dead, not registered yet, or still in its last pass
+                now = time.monotonic()
                 if node.name in wake or now - last_pass.get(node.name, 0) >= interval:
                     last_pass[node.name] = now
-                    node.converge()
-            except Exception:  # a node's failure is logged; the others go on
-                log.exception("node %s: pass failed", node.name)
-        slowest = max(slowest, time.monotonic() - began)
-        if time.monotonic() - told >= ROUND_REPORT:  # is the simulator keeping up?
-            log.warning("slowest round over %d nodes: %.2f s (agent interval %g s)",
-                        len(nodes), slowest, interval)  # fmt: skip
-            slowest, told = 0.0, time.monotonic()
-        time.sleep(0.05)
+                    acting[node.name] = pool.submit(converge_quietly, node)
+            if time.monotonic() - told >= ROUND_REPORT:  # is the simulator keeping up?
+                log.warning("slowest pass of %d nodes: %.2f s (agent interval %g s)",
+                            len(nodes), slowest, interval)  # fmt: skip
+                slowest, told = 0.0, time.monotonic()
+            time.sleep(0.05)
 
 
 def main() -> None:
