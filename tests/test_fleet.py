@@ -21,8 +21,9 @@ from controlplane.services.versions import record_version
 from controlplane.tokens.models import ApiKey
 from tests.api_support import default_workspace, grant, published
 from tests.fleet_support import FLEET, Fleet
-from workers.nodes.agent import _after_readiness
-from workers.nodes.probes import Probe
+from workers.nodes.agent import _after_readiness, converge
+from workers.nodes.probes import RECHECK, Probe, next_pass_in
+from workers.nodes.starter import start_instance
 from workers.scheduling.scheduler import schedule
 
 pytestmark = pytest.mark.django_db
@@ -348,3 +349,32 @@ def _as_built(patched: Snapshot, built: Snapshot) -> bool:
     """A patched snapshot routes as a whole build does (their versions differ)."""
     return (patched.services, patched.keys, patched.groups) == (
         built.services, built.keys, built.groups)  # fmt: skip
+
+
+def test_an_engine_starting_brings_its_agent_back_within_its_starting_period(fleet):
+    """An engine just started is first checked a second on, and while it does not answer,
+    again a second later, not at the agent's next pass two seconds on (probes.RECHECK): it
+    is routed as soon as it answers. Once it is ready, the agent keeps to its interval."""
+    fleet.node("a")
+    deploy(custom("web"))
+    schedule("web", FLEET)
+    runtime, clock = fleet.runtimes["a"], {}
+
+    def agent_pass(now=None) -> None:
+        converge("a", runtime, FLEET, lambda name: start_instance(name, "a", runtime, FLEET),
+                 now=now, check=runtime.check, probe_clock=clock)  # fmt: skip
+
+    started = timezone.now()
+    agent_pass(started)  # starts its engine: back a second later to check it
+    assert clock[RECHECK] == pytest.approx(started.timestamp() + 1.0, abs=0.2)
+    began = started + timedelta(seconds=1.0)
+    agent_pass(began)  # checks it: no answer yet
+    assert fleet.states("web") == [("a", "starting")]
+    assert clock[RECHECK] == pytest.approx(began.timestamp() + 1.0, abs=1e-3)
+    assert next_pass_in(clock, began.timestamp(), FLEET.agent_interval) == pytest.approx(1.0)
+    assert next_pass_in(clock, began.timestamp() + 1.5, FLEET.agent_interval) == 0.0
+    runtime.make_healthy()
+    agent_pass(began + timedelta(seconds=1.0))
+    assert fleet.states("web") == [("a", "ready")]
+    assert RECHECK not in clock
+    assert next_pass_in(clock, began.timestamp() + 1.0, FLEET.agent_interval) == 2.0

@@ -6,6 +6,7 @@ and containers: tests/test_probes_process.py, tests/test_probes_docker.py)."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import astuple
 from pathlib import Path
 
@@ -20,13 +21,18 @@ from workers.nodes.probes import (
     ENGINE_READINESS,
     EXEC,
     HTTP,
+    RECHECK,
     TCP,
     Probe,
     ProbeSet,
     Readiness,
     after_readiness,
     due,
+    due_at,
+    first_check_at,
+    next_pass_in,
     probe_set,
+    recheck,
     request_path,
 )
 
@@ -240,6 +246,61 @@ def test_a_new_instance_is_checked_every_second_until_it_passes_unless_its_spec_
     probe, last, starting, expected
 ):
     assert due(last, 80.0, 100.0, probe, starting) is expected
+
+
+@pytest.mark.parametrize(
+    ("probe", "last", "starting", "expected"),
+    [
+        (ENGINE_READINESS, None, True, 80.0),  # never probed: at once
+        (ENGINE_READINESS, 98.8, True, 99.8),  # starting: a second after the last
+        (ENGINE_READINESS, 98.8, False, 103.8),  # ready: five seconds after
+        (Probe(period=5), 98.8, True, 103.8),  # a period the spec gives holds while starting
+        (Probe(initial_delay=30), None, True, 110.0),  # after its initial delay
+        (Probe(initial_delay=30, starting_period=1.0), 95.0, True, 110.0),
+    ],
+)  # fmt: skip
+def test_when_a_check_falls_due(probe, last, starting, expected):
+    assert due_at(last, 80.0, probe, starting) == pytest.approx(expected)
+    assert due(last, 80.0, expected, probe, starting)
+    assert not due(last, 80.0, expected - 0.01, probe, starting)
+
+
+@pytest.mark.parametrize(
+    ("clock", "now", "expected"),
+    [
+        ({}, 100.0, 2.0),  # nothing starting: the agent's interval
+        ({RECHECK: 100.5}, 100.0, 0.5),  # a starting instance's check falls due sooner
+        ({RECHECK: 105.0}, 100.0, 2.0),  # later than the interval: the interval
+        ({RECHECK: 99.0}, 100.0, 0.0),  # already due: at once
+    ],
+)  # fmt: skip
+def test_an_agent_comes_back_for_a_starting_instance_before_its_interval(clock, now, expected):
+    assert next_pass_in(clock, now, 2.0) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("health_check", "expected"),
+    [
+        (None, 101.0),  # the engine's own check: a second after the start
+        # a check the spec gives keeps its own timing: the agent's interval
+        ({"period_seconds": 10}, math.inf),
+        ({"initial_delay_seconds": 30}, math.inf),
+    ],
+)  # fmt: skip
+def test_an_engine_just_started_is_first_checked_a_starting_period_on(health_check, expected):
+    spec = {"name": "svc", "containers": [{"image": "none", "port": 8000}]}
+    if health_check is not None:
+        spec["health_check"] = health_check
+    assert first_check_at(parse_spec(spec), 100.0) == expected
+
+
+def test_the_soonest_recheck_is_kept():
+    clock: dict = {}
+    recheck(clock, [])
+    assert RECHECK not in clock
+    recheck(clock, [105.0, 103.0])
+    recheck(clock, [104.0, math.inf])
+    assert clock[RECHECK] == 103.0
 
 
 @pytest.mark.parametrize(

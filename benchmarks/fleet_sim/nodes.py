@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import threading
 import time
@@ -38,6 +39,7 @@ from django.db import close_old_connections  # noqa: E402
 from workers.fleet import WAKE_KEY, FleetSettings  # noqa: E402
 from workers.locks import client  # noqa: E402
 from workers.nodes import node as host  # noqa: E402
+from workers.nodes import probes  # noqa: E402
 from workers.nodes.agent import converge  # noqa: E402
 from workers.nodes.devices import Device, DeviceCache  # noqa: E402
 from workers.nodes.starter import start_instance  # noqa: E402
@@ -166,7 +168,11 @@ def run(nodes: list[SimNode], interval: float, agents: int = AGENTS) -> None:
                 if node.name in dead or node.beat_at == 0.0 or node.name in acting:
                     continue  # dead, not registered yet, or still in its last pass
                 now = time.monotonic()
-                if node.name in wake or now - last_pass.get(node.name, 0) >= interval:
+                if (
+                    node.name in wake
+                    or now - last_pass.get(node.name, 0) >= interval
+                    or time.time() >= node.probe_clock.get(probes.RECHECK, math.inf)
+                ):
                     last_pass[node.name] = now
                     acting[node.name] = pool.submit(converge_quietly, node)
             if time.monotonic() - told >= ROUND_REPORT:  # is the simulator keeping up?

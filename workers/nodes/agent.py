@@ -58,6 +58,8 @@ def converge(
     background: Background = lambda name, work: work(),
 ) -> set[str]:
     """One pass over this node; the names of services whose instances changed state."""
+    clock = probe_clock if probe_clock is not None else {}
+    clock.pop(probes.RECHECK, None)  # this pass sets it again, if it still holds
     now = now or timezone.now()
     observed = {o.name: o for o in runtime.list()}
     rows = {r.name: r for r in Instance.objects.filter(node=node).select_related("service")}
@@ -77,6 +79,7 @@ def converge(
         elif found is None or not found.running:
             if _start_due(row, now):
                 start(row.name)
+                probes.recheck(clock, [probes.first_check_at(row.placed_spec(), time.time())])
             elif row.state != InstanceState.BACKOFF and row.state != InstanceState.CREATING:
                 why = "its engine is gone" if found is None else _exit_text(found, runtime)
                 if _job_retried(row, found, runtime, fleet, why, background):
@@ -89,8 +92,8 @@ def converge(
                 _found_running(row, found, now)  # the node came back, or the worker restarted
                 touched.add(row.service.name)
             due.append((row, found))
-    clock = probe_clock if probe_clock is not None else {}
-    for key in [k for k in clock if k[1] not in rows]:  # instances gone from this node
+    gone = [k for k in clock if k[1] not in rows and k != probes.RECHECK]  # left this node
+    for key in gone:
         del clock[key]
     touched |= _probe_all(due, runtime, fleet, now, clock, check, background)
     for row, found in due:  # LoRA adapters the spec lists, loaded while the engine runs
@@ -283,31 +286,38 @@ def _probe_all(due, runtime, fleet, now, clock: probes.ProbeClock, check, backgr
     A starting instance with a startup probe is ready only once that passes too, and its
     liveness waits until then. When each ran is kept in `clock`: one that changes nothing
     writes nothing (benchmarks/README.md, "Fleet at scale")."""
-    checks = []
+    checks, recheck = [], {}  # recheck: a starting instance's next check, if it still fails
     for row, found in due:
         spec = row.placed_spec()
         if is_job(spec) or row.rank:  # a job, a gang's member: no calls, nothing to probe
             continue
         found_probes = probes.probe_set(spec)
-        gate = found_probes.startup if row.state == InstanceState.STARTING else None
+        starting = row.state == InstanceState.STARTING
+        gate = found_probes.startup if starting else None
         started = (row.started_at or now).timestamp()
         run = row.started_at.timestamp() if row.started_at else 0.0  # a restart: probed afresh
         ready_key, alive_key = ("readiness", row.name, run), ("liveness", row.name, run)
         last = clock.get(ready_key, row.probed_at.timestamp() if row.probed_at else None)
-        if probes.due(last, started, now.timestamp(), gate or found_probes.readiness,
-                      row.state == InstanceState.STARTING):  # fmt: skip
-            clock[ready_key] = now.timestamp()
+        ready_probe = gate or found_probes.readiness
+        if probes.due(last, started, now.timestamp(), ready_probe, starting):
+            clock[ready_key] = last = now.timestamp()
             checks.append((row, found, "readiness", found_probes.readiness, gate))
+        if starting and ready_probe.starting_period:  # the agent comes back for it
+            recheck[row.name] = probes.due_at(last, started, ready_probe, starting)
         alive = None if gate else found_probes.liveness
         if alive and probes.due(clock.get(alive_key), started, now.timestamp(), alive):
             clock[alive_key] = now.timestamp()
             checks.append((row, found, "liveness", alive, None))
     if not checks:
+        probes.recheck(clock, recheck.values())
         return set()
     with ThreadPoolExecutor(max_workers=min(8, len(checks))) as pool:
         results = list(pool.map(
             lambda c: _passes(c[0], c[1], (c[4], c[3]), runtime, check), checks
         ))  # fmt: skip
+    ready_now = {c[0].name for c, passed in zip(checks, results, strict=True)
+                 if passed and c[2] == "readiness"}  # fmt: skip
+    probes.recheck(clock, [at for name, at in recheck.items() if name not in ready_now])
     touched = set()
     for (row, found, kind, probe, _), passed in zip(checks, results, strict=True):
         if kind == "readiness":
@@ -422,10 +432,11 @@ class Agent(threading.Thread):
                 self.on_change(touched)
             except Exception:  # the loop must outlive a database or runtime hiccup
                 log.exception("node %s: agent pass failed", self.node)
+            wait = probes.next_pass_in(self._probe_clock, time.time(), self.fleet.agent_interval)
             try:
-                wait_for_wake(self.node, self.fleet.agent_interval)
+                wait_for_wake(self.node, wait)
             except Exception:
-                self._stopped.wait(self.fleet.agent_interval)
+                self._stopped.wait(wait)
 
     def _start(self, name: str) -> None:
         def start() -> set[str]:

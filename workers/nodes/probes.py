@@ -13,6 +13,8 @@ probes (contracts.spec_probes); a spec gives one or the other.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
@@ -70,8 +72,8 @@ class Probe:
 
 
 # The readiness check of a spec that gives none: the engine's own health path every 5 s, and
-# every second (each pass of its node's agent, at most) while a new instance starts, so that
-# it is routed as soon as it answers rather than up to a period later.
+# every second while a new instance starts (its node's agent comes back for it: RECHECK), so
+# that it is routed as soon as it answers rather than up to a period later.
 ENGINE_READINESS = Probe(starting_period=1.0)
 
 
@@ -158,10 +160,46 @@ def due(last: float | None, started: float, now: float, probe: Probe, starting: 
         ) -> bool:  # fmt: skip
     """Whether a check is due: past its initial delay and a period since the last one (its
     starting period, if it has one, while the instance has not passed yet)."""
-    if now - started < probe.initial_delay:
-        return False
+    return now >= due_at(last, started, probe, starting)
+
+
+def due_at(last: float | None, started: float, probe: Probe, starting: bool = False) -> float:
+    """When a check falls due (seconds since the epoch): see `due`."""
+    after_delay = started + probe.initial_delay
+    if last is None:
+        return after_delay
     period = probe.starting_period if starting and probe.starting_period else probe.period
-    return last is None or now - last >= period
+    return max(after_delay, last + period)
+
+
+# The clock's entry for when a starting instance's next readiness check falls due where that
+# is sooner than its agent's next pass: the agent comes back for it, so that an engine that
+# answers is routed within its starting period, not within the agent's interval.
+RECHECK = ("recheck", "", 0.0)
+
+
+def recheck(clock: ProbeClock, due_at: Iterable[float]) -> None:
+    """The soonest of `due_at` (checks of instances still starting) as the clock's RECHECK,
+    unless it has a sooner one."""
+    soonest = min(due_at, default=math.inf)
+    if soonest < clock.get(RECHECK, math.inf):
+        clock[RECHECK] = soonest
+
+
+def first_check_at(spec, started: float) -> float:
+    """When an engine started at `started` is first worth checking: a starting period on, or
+    its initial delay if longer (none can answer at once); never, with no starting period."""
+    found = probe_set(spec)
+    probe = found.startup or found.readiness
+    if not probe.starting_period:
+        return math.inf
+    return started + max(probe.initial_delay, probe.starting_period)
+
+
+def next_pass_in(clock: ProbeClock, now: float, interval: float) -> float:
+    """How long a node's agent waits for its next pass (unless woken): its interval, or less
+    where a starting instance's check (RECHECK) falls due sooner."""
+    return max(0.0, min(interval, clock.get(RECHECK, math.inf) - now))
 
 
 def check(url: str, default_path: str, probe: Probe, key: str = "") -> bool:
