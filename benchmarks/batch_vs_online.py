@@ -252,7 +252,8 @@ def main() -> None:
         print(f"  {role:<10} {alone_used:5.2f} / {beside_used:5.2f}")
     still = during.status == "in_progress"
     print(f"batch still running when the online window closed: {still} "
-          f"({during.request_counts.completed}/{args.lines} done then)")  # fmt: skip
+          f"({during.request_counts.completed if during.request_counts else 0}/{args.lines} "
+          "done then)")  # fmt: skip
     print(f"batch of {args.lines}: {took:.1f} s, {args.lines / took:.1f} lines/s, "
           f"{args.lines * args.tokens / took:.0f} tokens/s; answered once: {answered}/{args.lines} "
           f"in {rows} output lines, failed {batch.request_counts.failed}")  # fmt: skip
