@@ -21,7 +21,8 @@ from controlplane.services.versions import record_version
 from controlplane.tokens.models import ApiKey
 from tests.api_support import default_workspace, grant, published
 from tests.fleet_support import FLEET, Fleet
-from workers.nodes.agent import _after_readiness, converge
+from workers.nodes.agent import converge
+from workers.nodes.checks import after_readiness
 from workers.nodes.probes import RECHECK, Probe, next_pass_in
 from workers.nodes.starter import start_instance
 from workers.scheduling.scheduler import schedule
@@ -242,7 +243,7 @@ def test_a_probe_that_ends_after_a_drain_leaves_the_instance_draining(fleet):
     assert read.state == "ready"
     Service.objects.filter(name="web").update(desired_state=DesiredState.STOPPED)
     schedule("web", FLEET)  # drained while the probe runs
-    _after_readiness(read, None, True, Probe(), fleet.runtimes["a"], FLEET, timezone.now(), None)
+    after_readiness(read, None, True, Probe(), fleet.runtimes["a"], FLEET, timezone.now(), None)
     assert fleet.states("web") == [("a", "draining")]
     schedule("web", FLEET)
     assert service("web").events.filter(reason="InstanceDraining").count() == 1

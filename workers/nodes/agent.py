@@ -2,10 +2,11 @@
 
 Level-triggered, every couple of seconds and whenever a scheduler wakes it: it compares the
 rows assigned to its node (workers.scheduling.scheduler writes them) with what its runtime runs,
-starts what is placed here, stops what is drained or no longer assigned here, probes readiness and
-liveness (workers.nodes.probes), restarts crashed engines after an exponential back-off, and writes
-what changed to the rows. Starts (staging a model can take minutes) and stops (a container
-may take its whole stop timeout) run on threads: probes and drains never wait behind them.
+starts what is placed here, stops what is drained or no longer assigned here, checks readiness
+and liveness (workers.nodes.checks), restarts crashed engines after an exponential back-off
+(workers.nodes.exits), and writes what changed to the rows. Starts (staging a model can take
+minutes) and stops (a container may take its whole stop timeout) run on threads: probes and
+drains never wait behind them.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import partial
 
 from django.conf import settings
@@ -29,10 +29,11 @@ from contracts.spec_job import is_job
 from controlplane.services.choices import InstanceState
 from controlplane.services.events import record
 from controlplane.services.models import Instance, Service
-from workers.fleet import FleetSettings, wait_for_wake, wake
+from workers.fleet import FleetSettings, wait_for_wake
 from workers.locks import client
 from workers.models import adapters
-from workers.nodes import jobs, probes, warmup, writable
+from workers.nodes import checks, jobs, probes, writable
+from workers.nodes.exits import LOG_TAIL, crashed, spec_of
 from workers.nodes.starter import start_instance
 from workers.runtimes import ObservedInstance, Runtime
 from workers.scheduling import gangs
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 # Runs `work` for the instance `name` now or on another thread (its name is then busy until
 # it is done); what it changed now: the services whose instances changed state.
 Background = Callable[[str, Callable[[], set[str]]], set[str]]
-LOG_TAIL = 15  # log lines kept with an exit event
 DRAIN_GRACE = 30  # seconds, when the spec does not say
 SIGTERM_SENT = "SIGTERM sent"  # a draining instance's message once rpc.enable_sigterm signalled
 
@@ -95,7 +95,7 @@ def converge(
     gone = [k for k in clock if k[1] not in rows and k != probes.RECHECK]  # left this node
     for key in gone:
         del clock[key]
-    touched |= _probe_all(due, runtime, fleet, now, clock, check, background)
+    touched |= checks.probe_all(due, runtime, fleet, now, clock, check, background)
     for row, found in due:  # LoRA adapters the spec lists, loaded while the engine runs
         if row.state == InstanceState.READY and adapters.due(row, now.timestamp()):
             touched |= background(row.name, partial(adapters.sync, row, found, runtime))
@@ -161,56 +161,6 @@ def _exit_text(found: ObservedInstance, runtime: Runtime) -> str:
     return "exited" + ("" if found.exit_code is None else f" with code {found.exit_code}")
 
 
-def crashed(row: Instance, runtime: Runtime, fleet, now, why: str, logs: bool = True) -> None:
-    """Into back-off: the restart waits 10 s, doubling to 5 min; an engine that stayed up
-    10 minutes starts over from 10 s (a job's retries add up: workers.nodes.jobs). The event keeps
-    its last log lines. With the spec's enable_crash_block, kept as it ended instead (failed,
-    its container and logs left)."""
-    tail = runtime.logs(row.name, tail=LOG_TAIL).strip() if logs else ""
-    spec = _spec(row)
-    if spec is not None and spec.metadata.enable_crash_block:
-        _crash_blocked(row, why, tail)
-        return
-    up = (now - row.started_at).total_seconds() if row.started_at else 0.0
-    restarts = 1 if up >= fleet.backoff_reset and not is_job(spec) else row.restarts + 1
-    delay = fleet.backoff(restarts)
-    message = f"{why}; restart {restarts} in {delay:.0f} s"
-    # Never over a drain the scheduler wrote since this row was read: it stays draining.
-    backoff = Instance.objects.filter(pk=row.pk).exclude(state=InstanceState.DRAINING).update(
-        state=InstanceState.BACKOFF, restarts=restarts, message=message, url="",
-        restart_at=now + timedelta(seconds=delay), ready_since=None, probe_failures=0,
-        probe_successes=0, liveness_failures=0, probed_at=None,
-    )  # fmt: skip
-    if not backoff:
-        return
-    record(row.service, "InstanceExited", message + (f"; last log lines:\n{tail}" if tail else ""),
-           row.name)  # fmt: skip
-    wake(gangs.fail_together(row, restarts, now + timedelta(seconds=delay), why))  # whole
-
-
-def _crash_blocked(row: Instance, why: str, tail: str) -> None:
-    message = (
-        f"{why}; kept as it ended (runtime.enable_crash_block), not restarted: read "
-        "its logs, then update the service (or stop and start it) to start it again"
-    )
-    blocked = (
-        Instance.objects.filter(pk=row.pk)
-        .exclude(state=InstanceState.DRAINING)
-        .update(state=InstanceState.FAILED, message=message, url="", ready_since=None)
-    )
-    if blocked:
-        gangs.fail_all(row, why)
-        record(row.service, "InstanceCrashBlocked",
-               message + (f"; last log lines:\n{tail}" if tail else ""), row.name)  # fmt: skip
-
-
-def _spec(row: Instance):
-    try:
-        return row.service.parsed_spec()
-    except Exception:  # a spec stored before a rule tightened: the defaults
-        return None
-
-
 def _found_running(row: Instance, found: ObservedInstance, now: datetime) -> None:
     Instance.objects.filter(pk=row.pk, state=row.state).update(
         state=InstanceState.STARTING, url=found.url or "", started_at=row.started_at or now,
@@ -232,7 +182,7 @@ def _in_flight_reports() -> list[dict]:
 
 
 def _grace(row: Instance) -> float:
-    spec = _spec(row)
+    spec = spec_of(row)
     return spec.metadata.termination_grace_period if spec is not None else DRAIN_GRACE
 
 
@@ -267,7 +217,7 @@ def _stop_if_drained(row, found, runtime, fleet, reports, now, background) -> se
 
 
 def _sigterm_due(row: Instance) -> bool:
-    spec = _spec(row)
+    spec = spec_of(row)
     rpc = spec.metadata.rpc if spec is not None else None
     return bool(rpc and rpc.enable_sigterm) and not row.message.startswith(SIGTERM_SENT)
 
@@ -278,131 +228,6 @@ def _sigterm(row: Instance, runtime: Runtime) -> set[str]:
     runtime.terminate(row.name)
     record(row.service, "InstanceSignalled", "SIGTERM sent as it started draining "
            "(metadata.rpc.enable_sigterm)", row.name)  # fmt: skip
-    return {row.service.name}
-
-
-def _probe_all(due, runtime, fleet, now, clock: probes.ProbeClock, check, background) -> set[str]:
-    """Readiness and liveness for the running instances whose checks are due, in parallel.
-    A starting instance with a startup probe is ready only once that passes too, and its
-    liveness waits until then. When each ran is kept in `clock`: one that changes nothing
-    writes nothing (benchmarks/README.md, "Fleet at scale")."""
-    checks, recheck = [], {}  # recheck: a starting instance's next check, if it still fails
-    for row, found in due:
-        spec = row.placed_spec()
-        if is_job(spec) or row.rank:  # a job, a gang's member: no calls, nothing to probe
-            continue
-        found_probes = probes.probe_set(spec)
-        starting = row.state == InstanceState.STARTING
-        gate = found_probes.startup if starting else None
-        started = (row.started_at or now).timestamp()
-        run = row.started_at.timestamp() if row.started_at else 0.0  # a restart: probed afresh
-        ready_key, alive_key = ("readiness", row.name, run), ("liveness", row.name, run)
-        last = clock.get(ready_key, row.probed_at.timestamp() if row.probed_at else None)
-        ready_probe = gate or found_probes.readiness
-        if probes.due(last, started, now.timestamp(), ready_probe, starting):
-            clock[ready_key] = last = now.timestamp()
-            checks.append((row, found, "readiness", found_probes.readiness, gate))
-        if starting and ready_probe.starting_period:  # the agent comes back for it
-            recheck[row.name] = probes.due_at(last, started, ready_probe, starting)
-        alive = None if gate else found_probes.liveness
-        if alive and probes.due(clock.get(alive_key), started, now.timestamp(), alive):
-            clock[alive_key] = now.timestamp()
-            checks.append((row, found, "liveness", alive, None))
-    if not checks:
-        probes.recheck(clock, recheck.values())
-        return set()
-    with ThreadPoolExecutor(max_workers=min(8, len(checks))) as pool:
-        results = list(pool.map(
-            lambda c: _passes(c[0], c[1], (c[4], c[3]), runtime, check), checks
-        ))  # fmt: skip
-    ready_now = {c[0].name for c, passed in zip(checks, results, strict=True)
-                 if passed and c[2] == "readiness"}  # fmt: skip
-    probes.recheck(clock, [at for name, at in recheck.items() if name not in ready_now])
-    touched = set()
-    for (row, found, kind, probe, _), passed in zip(checks, results, strict=True):
-        if kind == "readiness":
-            touched |= _after_readiness(row, found, passed, probe, runtime, fleet, now,
-                                        background)  # fmt: skip
-        elif not passed:
-            touched |= _after_liveness_failure(row, probe, runtime, fleet, now)
-        elif row.liveness_failures:
-            Instance.objects.filter(pk=row.pk).update(liveness_failures=0)
-    return touched
-
-
-def _passes(row, found, steps, runtime, check) -> bool:
-    """Whether every probe of `steps` (None: none) passes, in turn: an exec probe in the
-    instance (its runtime), a network one at its url (through its front where it has one)."""
-    for probe in steps:
-        if probe is None:
-            continue
-        if probe.kind == probes.EXEC:
-            passed = runtime.exec_check(row.name, probe.command, probe.timeout)
-        else:
-            path = probes.request_path(probe, found.fronted)
-            asked = probe if path is None else replace(probe, path=path)
-            passed = check(found.url or "", found.health_path, asked, row.engine_key())
-        if not passed:
-            return False
-    return True
-
-
-def _after_readiness(row, found, passed, probe, runtime, fleet, now, background) -> set[str]:
-    current = probes.Readiness(row.state, row.probe_successes, row.probe_failures)
-    result = probes.after_readiness(current, passed, probe)
-    deadline = _startup_deadline(row, fleet)
-    if (
-        row.state == InstanceState.STARTING
-        and not passed
-        and row.started_at
-        and ((now - row.started_at).total_seconds() > deadline)
-    ):
-        runtime.remove(row.name)
-        why = f"not ready within {deadline:.0f} s" + _startup_reason(row)
-        crashed(row, runtime, fleet, now, why, logs=False)
-        return {row.service.name}
-    if result == current:
-        return set()  # nothing changed: nothing written (the agent's clock has the time)
-    changes = dict(state=result.state, probe_successes=result.successes,
-                   probe_failures=result.failures, probed_at=now)  # fmt: skip
-    if result.event == "InstanceReady":
-        changes.update(ready_since=now, message="")
-        if row.state == InstanceState.STARTING and warmup.path_of(row):  # replayed, then ready
-            Instance.objects.filter(pk=row.pk).update(message="warming up")
-            return background(row.name, partial(warmup.warm_then_ready, row, found, runtime,
-                                                changes))  # fmt: skip
-    # Only over the state this pass read: a row drained meanwhile (by a scheduler pass while
-    # the probe ran) must not come back as ready, into routing, to be drained again.
-    if not Instance.objects.filter(pk=row.pk, state=row.state).update(**changes):
-        return set()
-    if result.event == "InstanceReady":
-        record(row.service, "InstanceReady", f"readiness check passed at {row.url}", row.name)
-    elif result.event == "InstanceUnhealthy":
-        record(row.service, "InstanceUnhealthy", f"readiness check failed {result.failures} "
-               "times in a row; out of routing until it passes again", row.name)  # fmt: skip
-    return {row.service.name} if result.event else set()
-
-
-def _startup_deadline(row: Instance, fleet: FleetSettings) -> float:
-    deadline = probes.probe_set(row.placed_spec()).startup_deadline
-    return float(deadline or fleet.health_timeout)
-
-
-def _startup_reason(row: Instance) -> str:
-    startup = probes.probe_set(row.placed_spec()).startup
-    return f" (its startup check, {startup.kind}, did not pass)" if startup else ""
-
-
-def _after_liveness_failure(row, probe, runtime, fleet, now) -> set[str]:
-    failures = row.liveness_failures + 1
-    if failures < probe.failure_threshold:
-        Instance.objects.filter(pk=row.pk).update(liveness_failures=failures)
-        return set()
-    tail = runtime.logs(row.name, tail=LOG_TAIL)
-    runtime.remove(row.name)
-    crashed(row, runtime, fleet, now, f"liveness check failed {failures} times", logs=False)
-    if tail.strip():
-        record(row.service, "InstanceLogs", f"last log lines:\n{tail.strip()}", row.name)
     return {row.service.name}
 
 

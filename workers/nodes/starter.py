@@ -50,7 +50,7 @@ def start_instance(
     """Start the instance `name` placed on `node`; the service's name once its state changed.
     Nothing is created once `stopping()` says the worker is going (the row stays `creating`
     for its next start)."""
-    from workers.nodes.agent import crashed  # the agent owns back-off
+    from workers.nodes.exits import crashed  # the agent owns back-off
 
     row = (Instance.objects.select_related("service__workspace")
            .filter(name=name, node=node).first())  # fmt: skip
