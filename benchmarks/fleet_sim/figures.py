@@ -29,6 +29,14 @@ def since_create(
             for name in events if service_of.get(name) in created]  # fmt: skip
 
 
+def after_ready(routed: Mapping[str, float], ready_since: Mapping[str, float],
+                offset: float) -> list[float]:  # fmt: skip
+    """Seconds from each instance's readiness (its row's `ready_since`, the wall clock) to
+    the gateway first serving a version that routes it (`routed`, the monotonic clock; `offset`
+    is the wall clock less the monotonic one)."""
+    return [at + offset - ready_since[name] for name, at in routed.items() if name in ready_since]
+
+
 def first_at_or_after(loaded: Mapping[int, float], first: Mapping[str, int]) -> dict[str, float]:
     """For each instance first routed in snapshot version v: the earliest time a version >= v
     was served (a gateway may skip versions: it loads the newest)."""
@@ -83,6 +91,8 @@ def targets(evict_within: float) -> list[Target]:
         Target("placed_p99_s", "placed p99 s", 2),
         Target("routed_p50_s", "routed p50 s", None),
         Target("routed_p99_s", "routed p99 s", 3),
+        Target("ready_routed_p50_s", "ready→routed p50 s", None),
+        Target("ready_routed_p99_s", "ready→routed p99 s", None),
         Target("cpu_per_100", "CPU cores/100n", 0.2),
         Target("pg_per_100", "PG xact/s/100n", None),
         Target("writes_per_100", "PG row writes/s/100n", None),

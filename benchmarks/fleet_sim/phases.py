@@ -100,12 +100,21 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
         service_of.setdefault(name, name.rsplit("-", 1)[0])
     placed = figures.since_create(created, watch.placed_at(), service_of)
     routed = figures.since_create(created, routed_at, service_of, delay)
+    ready_since = {
+        name: at.timestamp()
+        for name, at in Instance.objects.filter(
+            name__in=list(routed_at), ready_since__isnull=False
+        ).values_list("name", "ready_since")
+    }
+    after_ready = figures.after_ready(routed_at, ready_since, time.time() - time.monotonic())
     return {
         "create_p99_ms": figures.percentile(latencies, 99) * 1000,
         "placed_p50_s": figures.percentile(placed, 50),
         "placed_p99_s": figures.percentile(placed, 99),
         "routed_p50_s": figures.percentile(routed, 50),
         "routed_p99_s": figures.percentile(routed, 99),
+        "ready_routed_p50_s": figures.percentile(after_ready, 50),
+        "ready_routed_p99_s": figures.percentile(after_ready, 99),
     }, len(routed)
 
 
