@@ -36,6 +36,7 @@ from controlplane.workspaces.policy import (
 from workers.models import adapters, provisioning, storage_mounts, writable_storage
 from workers.models.hub_pins import VersionPins
 from workers.nodes import devices
+from workers.nodes.exits import crashed
 from workers.runtimes import InstanceError, InstanceRequest, Runtime
 from workers.runtimes.base import Report
 from workers.scheduling import gangs
@@ -50,8 +51,6 @@ def start_instance(
     """Start the instance `name` placed on `node`; the service's name once its state changed.
     Nothing is created once `stopping()` says the worker is going (the row stays `creating`
     for its next start)."""
-    from workers.nodes.exits import crashed  # the agent owns back-off
-
     row = (Instance.objects.select_related("service__workspace")
            .filter(name=name, node=node).first())  # fmt: skip
     if row is None or row.state not in (InstanceState.CREATING, InstanceState.BACKOFF):
