@@ -14,7 +14,9 @@ from workers.scheduling.placement import (
     Placed,
     Unplaced,
     free_ports,
+    node_states,
     place,
+    place_on,
 )
 
 
@@ -320,6 +322,41 @@ def test_unplaced_says_what_each_node_lacks(need, nodes, holds, message):
     assert result.key == need.key
     assert result.message() == message
     assert set(result.reasons) == {n.name for n in nodes}
+
+
+@pytest.mark.parametrize(
+    "reasons, message",
+    [
+        pytest.param({"a": "cordoned", "b": "cordoned"}, "a, b: cordoned", id="two-alike"),
+        pytest.param(
+            {"a": "cordoned", "b": "not ready", "c": "cordoned"},
+            "a, c: cordoned; b: not ready",
+            id="grouped-in-first-seen-order",
+        ),
+        pytest.param(
+            {f"n{i}": "0 free gpu of 8, needs 1" for i in range(5)} | {"m": "cordoned"},
+            "5 nodes (n0, n1, n2, …): 0 free gpu of 8, needs 1; m: cordoned",
+            id="past-three-counted",
+        ),
+        pytest.param({"a": "x", "b": "x", "c": "x"}, "a, b, c: x", id="three-named"),
+        pytest.param({}, "no nodes", id="none-offered"),
+    ],
+)
+def test_the_message_puts_nodes_with_one_reason_together(reasons, message):
+    assert Unplaced("i1", reasons).message() == message
+
+
+def test_until_unplaced_stops_at_the_first_need_that_fits_nowhere():
+    needs = [gpu("first", 3), gpu("big", 8), gpu("third", 1)]
+    states = node_states([node("a", gpus=4), node("b", gpus=4)], [])
+    first, big = place_on(needs, states, until_unplaced=True)
+    assert first == Placed("first", "a", (0, 1, 2))
+    assert big == Unplaced(
+        "big", {"a": "1 free gpu of 4, needs 8", "b": "4 free gpu of 4, needs 8"}
+    )
+    assert [len(s.free["gpu"]) for s in states] == [1, 4]  # the third took nothing
+    *_, third = place_on(needs, node_states([node("a", gpus=4), node("b", gpus=4)], []))
+    assert isinstance(third, Placed)  # without it, the needs after go on
 
 
 def test_later_need_refused_with_what_earlier_ones_took():

@@ -27,6 +27,8 @@ from workers.nodes.devices import first_contiguous  # the node-local allocator's
 ZONE_LABEL = "topology.kubernetes.io/zone"
 # CPUs are fractional (0.5, 0.1 + 0.2 ...): a need equal to what is free must fit.
 CPU_TOLERANCE = 1e-9
+# An unplaced need's message names up to this many nodes that share a reason, then counts them.
+GROUP_NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -111,11 +113,21 @@ class Unplaced:
     reasons: dict[str, str] = field(hash=False)  # node name -> what is missing there
 
     def message(self) -> str:
-        """Every node's reason on one line (`node-a: 1 free gpu of 8, needs 2; node-b:
-        cordoned`), or "no nodes" when none was offered."""
+        """Every node's reason on one line, nodes with the same reason together (`node-a,
+        node-b: cordoned; node-c: 1 free gpu of 8, needs 2`; past three nodes, their count
+        and the first three), or "no nodes" when none was offered."""
         if not self.reasons:
             return "no nodes"
-        return "; ".join(f"{node}: {why}" for node, why in self.reasons.items())
+        alike: dict[str, list[str]] = {}
+        for node, why in self.reasons.items():
+            alike.setdefault(why, []).append(node)
+        return "; ".join(f"{_nodes(names)}: {why}" for why, names in alike.items())
+
+
+def _nodes(names: list[str]) -> str:
+    if len(names) <= GROUP_NAMED:
+        return ", ".join(names)
+    return f"{len(names)} nodes ({', '.join(names[:GROUP_NAMED])}, …)"
 
 
 class NodeState:
@@ -262,8 +274,12 @@ def place(
     return place_on(needs, node_states(nodes, held))
 
 
-def place_on(needs: Sequence[Need], states: Sequence[NodeState]) -> list[Placed | Unplaced]:
-    """`place` on the nodes' free states (`node_states`, in name order), which it takes from."""
+def place_on(
+    needs: Sequence[Need], states: Sequence[NodeState], until_unplaced: bool = False
+) -> list[Placed | Unplaced]:
+    """`place` on the nodes' free states (`node_states`, in name order), which it takes from.
+    `until_unplaced`: stop at the first need that fits nowhere (the last result), for a caller
+    that places nothing after it; the needs after it are neither placed nor explained."""
     # Schedulable nodes with a selector's labels, worked out once per distinct selector.
     candidates: dict[frozenset[tuple[str, str]], list[NodeState]] = {}
     results: list[Placed | Unplaced] = []
@@ -283,6 +299,8 @@ def place_on(needs: Sequence[Need], states: Sequence[NodeState]) -> list[Placed 
                     best, best_rank = node, rank
         if best is None:
             results.append(Unplaced(need.key, {n.offer.name: n.why_not(need) for n in states}))
+            if until_unplaced:
+                break
         else:
             results.append(Placed(need.key, best.offer.name, best.take(need)))
     return results

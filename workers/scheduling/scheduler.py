@@ -260,11 +260,11 @@ def _place(
     indexes = _free_indexes(service, roles)
     # The rows in one commit, made before the lock is given back: the next placer sees them.
     with placement_lock(), transaction.atomic():
-        results = placement.place_on(needs, capacity.states(offers))
+        results = placement.place_on(needs, capacity.states(offers), until_unplaced=True)
         rows: list[Instance] = []
         events: list[tuple[str, str, str]] = []
         waiting = ""
-        for role, result in zip(roles, results, strict=True):
+        for role, result in zip(roles, results, strict=False):  # results stop at an unplaced
             if isinstance(result, placement.Unplaced):
                 waiting = result.message()
                 break
