@@ -71,6 +71,7 @@ MODES = ("openai-stream", "openai-json", "eas-stream", "eas-json")
 
 
 VLLM_TOKENS = 8  # tokens asked of a vLLM engine (ignore_eos: always that many)
+VLLM_GAP = 0.25  # s between a thread's calls to a vLLM engine (Traffic.gap)
 
 
 def call(
@@ -180,13 +181,16 @@ def _check(status: int, raw: str, stream: bool, tokens: int = CHUNKS) -> str:
 class Traffic:
     """Client threads sending requests back to back through the gateway, in turn streamed and
     not, OpenAI and EAS form, until stopped. `pause()` stops new requests (those in flight
-    finish); `resume()` starts them again."""
+    finish); `resume()` starts them again. `gap`: seconds each thread waits between its
+    requests (a real engine on this machine's two cores starts its successor slowly when it
+    is kept busy back to back)."""
 
     gateway: str
     service: str
     token: str
     threads: int = 4
     engine: str = "slow"
+    gap: float = 0.0
     results: list[Result] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _paused: threading.Event = field(default_factory=threading.Event)
@@ -217,6 +221,8 @@ class Traffic:
                     self.results.append(result)
                 if not result.ok and result.status in (0, 404, 503):
                     time.sleep(0.1)  # no instance (stopped): do not spin
+                if self.gap:
+                    self._stop.wait(self.gap)
 
     def pause(self) -> None:
         """No new requests; returns once every thread has finished the one it was sending."""

@@ -19,6 +19,7 @@ import pytest
 
 from controlplane.services.tiny_model import write_tiny_model
 from tests.rollout_support import (
+    VLLM_GAP,
     Traffic,
     call,
     delete,
@@ -247,7 +248,9 @@ def test_tiny_vllm_rolling_update_and_canary_release_fail_no_request(system):
     }  # fmt: skip
     token = deploy(system, spec)
     (old,) = instances(system, name)
-    traffic = Traffic(system.stack.gateway_url, name, token, threads=2, engine="vllm").start()
+    traffic = Traffic(
+        system.stack.gateway_url, name, token, threads=2, engine="vllm", gap=VLLM_GAP
+    ).start()
     try:
         begin = time.monotonic()
         traffic.wait_for(4, begin)
@@ -267,7 +270,9 @@ def test_tiny_vllm_rolling_update_and_canary_release_fail_no_request(system):
     # busy cores a fresh engine beside a warm one was 30x slower between tokens for a while
     # (120 ms against 4 ms), and that is not what this checks.
     canary = {**spec, "llm": {**spec["llm"], "max_num_seqs": 2}}
-    traffic = Traffic(system.stack.gateway_url, name, token, threads=2, engine="vllm").start()
+    traffic = Traffic(
+        system.stack.gateway_url, name, token, threads=2, engine="vllm", gap=VLLM_GAP
+    ).start()
     try:
         begin = time.monotonic()
         release = start_canary(system, name, canary, steps=[50, 100], interval_s=10,

@@ -33,6 +33,8 @@ PROMPT = "Wharf is a self-hosted control plane for serving large language models
 pytestmark = pytest.mark.timeout(600)
 
 
+# Every test given the engine is transactional, as the scraper thread's must be: pytest-django
+# runs transactional tests after the others, and a module split in two starts its engine twice.
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A vLLM CPU engine with prefix caching, requiring instance tiny-0's engine key."""
@@ -88,7 +90,7 @@ def _latest(store: redis.Redis, name: str) -> dict | None:
     return engine_load.decode(store.get(engine_load.latest_key(name)))
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_sample_shows_the_engines_prefix_cache_and_tokens(vllm, store, redis_url):
     _instance(SPEC, "tiny-0", vllm)
     _complete(vllm, 3)
@@ -103,7 +105,7 @@ def test_a_sample_shows_the_engines_prefix_cache_and_tokens(vllm, store, redis_u
     assert 0 < store.ttl(engine_load.latest_key("tiny-0")) <= engine_load.STALE
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_counters_move_with_the_engines_work(vllm, store, redis_url):
     _instance(SPEC, "tiny-0", vllm)
     scraper = Scraper(NODE, redis_url)
@@ -119,7 +121,7 @@ def test_the_counters_move_with_the_engines_work(vllm, store, redis_url):
     assert rates["generation_tps"] > 0 and rates["prefix_hit_rate"] > 0 and rates["ttft"] > 0
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_series_keeps_every_pass_newest_first(vllm, store, redis_url):
     _instance(SPEC, "tiny-0", vllm)
     scraper = Scraper(NODE, redis_url)
@@ -151,7 +153,7 @@ def test_an_engine_serving_adapters_has_those_in_use_kept_beside_its_sample(stor
     assert engine_load.decode_adapters(b"{not json") == frozenset()
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_only_this_nodes_ready_engines_with_a_metrics_page_are_read(vllm, store, redis_url):
     _instance(SPEC, "tiny-0", vllm, node="another-node")
     _instance(SPEC, "tiny-1", vllm, state="starting")
@@ -194,7 +196,7 @@ def _server(handler) -> Iterator[str]:
         server.server_close()
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_hung_engine_holds_up_no_other(vllm, store, redis_url):
     with _server(_Hung) as hung:
         _instance(SPEC, "hung-0", hung)
@@ -219,7 +221,7 @@ def test_a_page_that_is_not_prometheus_is_logged_once_a_minute(store, redis_url,
     assert _latest(store, "html-0") is None
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_redis_away_is_logged_and_the_pass_goes_on(vllm, caplog):
     _instance(SPEC, "tiny-0", vllm)
     scraper = Scraper(NODE, f"redis://127.0.0.1:{vllm_support.free_port()}/0")
