@@ -56,6 +56,7 @@ def _database(url: str) -> dict:
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
         "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,  # a kept session is checked before it is used again
     }
 
 

@@ -17,7 +17,13 @@ import os
 
 import django
 from celery import Celery
-from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
+from celery.signals import (
+    celeryd_after_setup,
+    task_postrun,
+    task_prerun,
+    worker_ready,
+    worker_shutdown,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django.setup()
@@ -54,6 +60,25 @@ app.conf.update(
     },
 )
 app.autodiscover_tasks(["workers"])
+# Celery's Django fixup closes every database connection before and after each task: at 500
+# nodes a burst's passes spent more of their time opening sessions with PostgreSQL than in
+# their queries (benchmarks/README.md). A task's thread keeps its session instead, as long as
+# the database settings keep one (CONN_MAX_AGE) and it is usable (_kept_sessions); the fixup
+# still closes them after this many tasks' starts and ends.
+app.conf["CELERY_DB_REUSE_MAX"] = 1000
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _kept_sessions(sender=None, **kwargs) -> None:
+    """Before and after each task a worker runs, as Django does around a request: close this
+    thread's sessions that failed or are past CONN_MAX_AGE, and check the rest before their
+    next query (CONN_HEALTH_CHECKS: a database restarted meanwhile costs a reconnect, not a
+    failed pass). Not for a task run in place (eagerly), as the fixup does not either."""
+    from django.db import close_old_connections
+
+    if not getattr(getattr(sender, "request", None), "is_eager", False):
+        close_old_connections()
 
 
 @celeryd_after_setup.connect
