@@ -143,16 +143,20 @@ def held_ports(node: str) -> list[int]:
 
 
 def give_up_broken(
-    service: Service, states: dict[str, str], nodes: Collection[str], evicted: set[str]
+    service: Service,
+    rows: list[Instance],
+    states: dict[str, str],
+    nodes: Collection[str],
+    evicted: set[str],
 ) -> set[str]:
     """A gang with a member on a node that stopped answering (or is gone) is given up whole:
     its rows go at once (out of routing; the live members' agents remove what they run as no
     longer assigned) and the scheduler places the instance again. A draining gang's members
     go only from nodes gone or past the eviction grace (a drain stays a drain). The names of
-    the rows removed."""
+    the rows removed. `rows`: the service's members (rows with a gang) that have not
+    succeeded."""
     gone: set[str] = set()
-    rows = service.instances.exclude(gang="").exclude(state=InstanceState.SUCCEEDED)
-    for name, members in by_unit(list(rows)).items():
+    for name, members in by_unit(rows).items():
         lost = [m for m in members if m.node not in nodes or m.node in evicted]
         if any(m.state == InstanceState.DRAINING for m in members):
             Instance.objects.filter(pk__in=[m.pk for m in lost]).delete()

@@ -129,8 +129,10 @@ def _follow_nodes(service, states, nodes, fleet: FleetSettings, now) -> None:
     evicted = {
         n.name for n in nodes.values() if n.heartbeat_at and now - n.heartbeat_at > evict_after
     }
-    gangs.give_up_broken(service, states, nodes, evicted)  # an instance across hosts: whole
-    for row in service.instances.exclude(state=InstanceState.SUCCEEDED).filter(gang=""):
+    live = list(service.instances.exclude(state=InstanceState.SUCCEEDED))  # one read for both
+    members = [row for row in live if row.gang]  # of instances across hosts: given up whole
+    gangs.give_up_broken(service, members, states, nodes, evicted)
+    for row in (row for row in live if not row.gang):
         node = nodes.get(row.node)
         if node is None or (node.heartbeat_at and now - node.heartbeat_at > evict_after):
             why = "is gone" if node is None else f"has been silent since {node.heartbeat_at:%X}"
