@@ -179,9 +179,9 @@ def _check(status: int, raw: str, stream: bool, tokens: int = CHUNKS) -> str:
 
 @dataclass
 class Traffic:
-    """Client threads sending requests back to back through the gateway, in turn streamed and
-    not, OpenAI and EAS form, until stopped. `pause()` stops new requests (those in flight
-    finish); `resume()` starts them again. `gap`: seconds each thread waits between its
+    """Client threads sending requests one after another through the gateway, in turn
+    streamed and not, OpenAI and EAS form, until stopped. `pause()` stops new requests (those
+    in flight finish); `resume()` starts them again. `gap`: seconds each thread waits between its
     requests (a real engine on this machine's two cores starts its successor slowly when it
     is kept busy back to back)."""
 

@@ -29,6 +29,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 django.setup()
 
 from django.conf import settings  # noqa: E402
+from django.db import close_old_connections  # noqa: E402
 
 NODE_QUEUE = f"wharf.node.{settings.WHARF_NODE_NAME}"
 PRUNE_INTERVAL = 3600.0  # seconds between model-cache prunes on each host
@@ -75,8 +76,6 @@ def _kept_sessions(sender=None, **kwargs) -> None:
     thread's sessions that failed or are past CONN_MAX_AGE, and check the rest before their
     next query (CONN_HEALTH_CHECKS: a database restarted meanwhile costs a reconnect, not a
     failed pass). Not for a task run in place (eagerly), as the fixup does not either."""
-    from django.db import close_old_connections
-
     if not getattr(getattr(sender, "request", None), "is_eager", False):
         close_old_connections()
 
