@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,10 +93,19 @@ def service(tmp_path: Path, side_port: int) -> dict:
 
 
 def call(row, settings) -> str:
+    """GET / through the instance's front. Readiness asked only the sidecar's port, so the
+    main process may still be starting to listen: its front answers 502 until it does."""
     key = engine_key(settings.WHARF_TOKEN_KEY.encode(), row.name)
     asked = urllib.request.Request(row.url + "/", headers={"Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(asked, timeout=10) as answer:
-        return answer.read().decode()
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(asked, timeout=10) as answer:
+                return answer.read().decode()
+        except urllib.error.HTTPError as refused:
+            if refused.code != 502 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def sidecar_pid(tmp_path: Path, old: int | None = None) -> int:
