@@ -113,26 +113,31 @@ def test_a_private_hub_model_is_staged_once_at_its_versions_commit_and_answers(s
         assert TOKEN.encode() not in environ and b"HF_TOKEN" not in environ
 
 
-@pytest.mark.parametrize(("name", "model", "token", "words"), [
-    ("hub-missing", "hf://wharf/missing", TOKEN, "no such repository"),
-    ("hub-gated", "hf://wharf/gated", TOKEN, "needs an access token"),
-    ("hub-revision", f"{REF}@v9", TOKEN, "has no revision 'v9'"),
-])  # fmt: skip
-def test_what_the_user_must_fix_is_an_event_on_a_failed_service_not_a_crash_loop(
-    system, name, model, token, words
-):
-    body = spec(name, model, token)
-    body["llm"]["served_model_name"] = name  # 'tiny' is the first test's: a name is one's own
+FAILURES = [  # (service, model, what its InstanceFailed event says)
+    ("hub-missing", "hf://wharf/missing", "no such repository"),
+    ("hub-gated", "hf://wharf/gated", "needs an access token"),
+    ("hub-revision", f"{REF}@v9", "has no revision 'v9'"),
+]
+
+
+def test_what_the_user_must_fix_is_an_event_on_a_failed_service_not_a_crash_loop(system):
+    """The three at once: each fails on its own, and two reconcile passes later none was
+    retried."""
     with system.api() as api:
-        assert api.post("/services", json=body).status_code == 201
-        service = system.wait_phase(name, {"running", "failed"}, timeout=120)
-        assert service["phase"] == "failed"
-        failed = [e for e in events(api, name) if e["reason"] == "InstanceFailed"]
-        assert len(failed) == 1 and words in failed[0]["message"], events(api, name)
-        assert TOKEN not in json.dumps(events(api, name))
+        for name, model, _ in FAILURES:
+            body = spec(name, model, TOKEN)
+            body["llm"]["served_model_name"] = name  # 'tiny' is the first test's: one's own
+            assert api.post("/services", json=body).status_code == 201, name
+        for name, _, words in FAILURES:
+            service = system.wait_phase(name, {"running", "failed"}, timeout=120)
+            assert service["phase"] == "failed", name
+            failed = [e for e in events(api, name) if e["reason"] == "InstanceFailed"]
+            assert len(failed) == 1 and words in failed[0]["message"], events(api, name)
+            assert TOKEN not in json.dumps(events(api, name))
         time.sleep(12)  # two reconcile passes later: still failed, never retried
-        (instance,) = api.get(f"/services/{name}/instances").json()
-        assert (instance["state"], instance["restarts"]) == ("failed", 0)
-        assert len([e for e in events(api, name) if e["reason"] == "InstanceFailed"]) == 1
-        assert not [e for e in events(api, name) if e["reason"] == "InstanceStarted"]
-        assert api.delete(f"/services/{name}").status_code == 202
+        for name, _, _ in FAILURES:
+            (instance,) = api.get(f"/services/{name}/instances").json()
+            assert (instance["state"], instance["restarts"]) == ("failed", 0), name
+            assert len([e for e in events(api, name) if e["reason"] == "InstanceFailed"]) == 1
+            assert not [e for e in events(api, name) if e["reason"] == "InstanceStarted"], name
+            assert api.delete(f"/services/{name}").status_code == 202

@@ -6,7 +6,8 @@ of the stack is left (no process, no listener on its ports, no engine) and "stop
 printed if `up` got as far as taking signals.
 
 One run in four left the stack running before: the cheap cases (start-up, and up without the
-demo, `UP_FLAGS=--no-demo`) are repeated within one test each; the demo comes up once."""
+demo, `UP_FLAGS=--no-demo`) are repeated within one test each. A group's SIGTERM once the
+demo serves is the newcomer's (tests/browser/test_first_run.py), where the demo comes up."""
 
 from __future__ import annotations
 
@@ -18,15 +19,20 @@ import time
 
 import pytest
 
-from launcher.management.commands.up import STOPPED
 from launcher.stack import ROOT, STOP_LIMIT
 from tests.system import free_port
-from tests.up_support import MAKE_VARIABLES, Up, end_everything, leftovers, newcomer_env
+from tests.up_support import (
+    DEMO_STOP_LIMIT,
+    MAKE_VARIABLES,
+    SLACK,
+    Up,
+    assert_stopped,
+    end_everything,
+    newcomer_env,
+)
 
 pytestmark = pytest.mark.timeout(900)
 
-SLACK = 5.0  # seconds for make and Python beyond the stop's own limit
-ENGINE_LIMIT = 25.0  # an engine's stop: its runtime's SIGTERM wait, then SIGKILL
 UP = r"^Press Ctrl-C to stop\.$"
 
 
@@ -57,20 +63,6 @@ def runs(tmp_path):
         if run.proc.poll() is None:
             run.signal_group(signal.SIGKILL)
         end_everything(run.home, services=("demo",))
-
-
-def assert_stopped(run: Up, signalled_at: float, limit: float, services=()) -> None:
-    """make exits within the stop's limit, nothing of the stack is left once it has, and
-    "stopped" was printed (unless `up` was ended before it took signals)."""
-    run.finish(limit + 60)
-    took = time.monotonic() - signalled_at
-    context = f"after {took:.1f} s:\n{run.output}"
-    assert leftovers(run.home, ports=run.ports, services=services) == [], context
-    assert took < limit, context
-    if "==> checks" in run.output:  # `up` takes stop signals from before that line on
-        assert STOPPED in run.output and "Traceback" not in run.output, context
-    if "==> starting API" in run.output:
-        assert "==> stopping" in run.output, context
 
 
 @pytest.mark.parametrize(
@@ -105,13 +97,4 @@ def test_two_signals_10_ms_apart_at_any_moment_of_start_up_stop_everything(runs)
         time.sleep(0.01)
         run.signal_group(second)
         print(f"signals {first.name}, {second.name} after {delay:.2f} s")
-        assert_stopped(run, signalled_at, STOP_LIMIT + ENGINE_LIMIT + SLACK, services=("demo",))
-
-
-def test_sigterm_once_the_demo_serves_stops_its_engine_too(runs):
-    run = runs()
-    run.wait_for(UP, timeout=600)
-    assert "Demo token" in run.output
-    signalled_at = time.monotonic()
-    run.signal_group(signal.SIGTERM)
-    assert_stopped(run, signalled_at, STOP_LIMIT + ENGINE_LIMIT + SLACK, services=("demo",))
+        assert_stopped(run, signalled_at, DEMO_STOP_LIMIT, services=("demo",))

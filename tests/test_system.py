@@ -199,6 +199,7 @@ def test_tiny_vllm_spec_serves_completions_through_the_gateway(system):
 
     with system.engine(instance) as engine:
         assert_disconnect_aborts_the_engine_request(gateway, token, name, engine)
+    assert_the_engine_refuses_direct_calls_without_its_key(system, name, token, instance)
 
     groups = process_groups(system, name) if system.runtime == "process" else set()
     assert leftovers(system, name, groups)  # the check below can fail
@@ -420,15 +421,10 @@ def test_prefill_decode_separation_on_cpu(system):
     delete(system, "pd-e2e")
 
 
-def test_an_engine_refuses_direct_calls_without_its_key(system):
+def assert_the_engine_refuses_direct_calls_without_its_key(system, name, token, instance):
     """Only the gateways (and the control plane) derive an instance's key: a direct call to
     the engine without it is refused by its front, on every route (vLLM's own key guards
     /v1 alone), while one through the gateway is not."""
-    if system.runtime != "process":
-        pytest.skip("one runtime is enough: both hand the key over in the plan's env")
-    name = "e2e-keyed"
-    token = deploy(system, tiny_spec(name))
-    instance = only_instance(system, name)
     key = engine_key(system.stack.env["WHARF_SECRET_KEY"].encode(), instance["name"])
     models = f"{instance['url']}/v1/models"
     assert httpx.get(models, timeout=10).status_code == 401
@@ -444,4 +440,3 @@ def test_an_engine_refuses_direct_calls_without_its_key(system):
         assert key.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
     answer = complete(system.stack.gateway_url, token, name, "Through the front door")
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 12
-    delete(system, name)

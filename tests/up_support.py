@@ -13,7 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from launcher.stack import ROOT, port_taken
+from launcher.management.commands.up import STOPPED
+from launcher.stack import ROOT, STOP_LIMIT, port_taken
 
 # What a newcomer's shell does not have: the test suite's own database, Redis and settings.
 NOT_A_NEWCOMERS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
@@ -172,3 +173,22 @@ def wait_gone(home: Path, timeout: float = 5, **kwargs) -> list[str]:
     while (left := leftovers(home, **kwargs)) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
+
+
+SLACK = 5.0  # seconds for make and Python beyond the stop's own limit
+ENGINE_LIMIT = 25.0  # an engine's stop: its runtime's SIGTERM wait, then SIGKILL
+DEMO_STOP_LIMIT = STOP_LIMIT + ENGINE_LIMIT + SLACK  # a stack whose demo engine runs
+
+
+def assert_stopped(run: Up, signalled_at: float, limit: float, services=()) -> None:
+    """make exits within the stop's limit, nothing of the stack is left once it has, and
+    "stopped" was printed (unless `up` was ended before it took signals)."""
+    run.finish(limit + 60)
+    took = time.monotonic() - signalled_at
+    context = f"after {took:.1f} s:\n{run.output}"
+    assert leftovers(run.home, ports=run.ports, services=services) == [], context
+    assert took < limit, context
+    if "==> checks" in run.output:  # `up` takes stop signals from before that line on
+        assert STOPPED in run.output and "Traceback" not in run.output, context
+    if "==> starting API" in run.output:
+        assert "==> stopping" in run.output, context

@@ -1,20 +1,30 @@
-"""The newcomer's path, end to end: `manage.py up` (the README's `make run`) in a fresh
+"""The newcomer's path, end to end: the README's `make run` (`manage.py up`) in a fresh
 WHARF_HOME with no WHARF_* variables, on the default ports. Its printout is the README's first
 screen; the password it prints signs in to the console, which shows the demo running; the curl
-it prints gets a completion; SIGTERM leaves nothing running. A later run keeps the password;
-WHARF_ADMIN_PASSWORD, when set, is the password."""
+it prints gets a completion; SIGTERM to make's process group leaves nothing running, the
+demo's engine included. A later run keeps the password; WHARF_ADMIN_PASSWORD, when set, is the
+password."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 
 from launcher.stack import ROOT, port_taken
 from tests.browser.chromium import browser_context, require_browser
-from tests.up_support import Up, newcomer_env, wait_gone
+from tests.up_support import (
+    DEMO_STOP_LIMIT,
+    Up,
+    assert_stopped,
+    end_everything,
+    newcomer_env,
+    wait_gone,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -42,9 +52,12 @@ def sign_in(context, password: str):
     return page
 
 
+UP = r"^Press Ctrl-C to stop\.$"
+
+
 def run_up(env: dict[str, str], *args: str) -> Up:
     up = Up(env, *args)
-    up.wait_for(r"^Press Ctrl-C to stop\.$", timeout=900)
+    up.wait_for(UP, timeout=900)
     return up
 
 
@@ -63,9 +76,14 @@ def default_ports_free():
 
 
 def test_a_newcomers_first_run_signs_in_and_serves_the_demo(tmp_path, default_ports_free):
+    """The README's own command, `make run`; a service manager's SIGTERM to its process group
+    once the demo serves stops the demo's engine too."""
     home = tmp_path / "wharf"
-    up = run_up(newcomer_env(home))
+    up = Up.make_run(newcomer_env(home))
+    up.ports = (API, GATEWAY)
+    stopped = False
     try:
+        up.wait_for(UP, timeout=900)
         screen = readme_first_screen().search(up.output)
         assert screen, f"the README's first screen is not what make run printed:\n{up.output}"
         password = re.search(r"\(user admin, password (\S+)\)", screen[0])[1]
@@ -82,8 +100,15 @@ def test_a_newcomers_first_run_signs_in_and_serves_the_demo(tmp_path, default_po
         completion = json.loads(answer.stdout)
         assert completion["choices"][0]["text"], answer.stdout
         assert completion["usage"]["completion_tokens"] > 0
+
+        signalled_at = time.monotonic()
+        up.signal_group(signal.SIGTERM)
+        stopped = True
+        assert_stopped(up, signalled_at, DEMO_STOP_LIMIT, services=("demo",))
     finally:
-        stop_and_check(up)
+        if not stopped:
+            up.signal_group(signal.SIGKILL)
+            end_everything(home, services=("demo",))
 
     # A later run keeps the password, does not print it, and says how to reset it.
     again = run_up(newcomer_env(home), "--no-demo")
