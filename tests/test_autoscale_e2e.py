@@ -40,11 +40,11 @@ def spec(name: str, autoscaler: dict) -> dict:
     }  # fmt: skip
 
 
-def deploy(system: System, body: dict) -> str:
+def create(system: System, body: dict) -> str:
+    """The service's token; it is not waited for."""
     with system.api() as api:
         created = api.post("/services", json=body)
         assert created.status_code == 201, created.text
-    system.wait_phase(body["name"], {"running"}, timeout=600)
     return created.json()["token"]
 
 
@@ -62,10 +62,17 @@ def scale_events(system: System, name: str) -> list[dict]:
     return [e for e in events(system, name) if e["reason"].startswith("Scaled")]
 
 
-def test_load_scales_a_service_out_to_two_and_its_end_back_to_one(system):
-    token = deploy(system, spec("busy", {
+def test_load_scales_one_out_and_back_while_an_idle_min_zero_one_stops_and_wakes(system):
+    """Two services at once, so their engines start together: "busy" scales from 1 to 2
+    under load and back to 1 after its window; meanwhile the idle "sleepy" (min 0) stops, and
+    its next request is held by the gateway while an instance starts."""
+    sleepy = create(system, spec("sleepy", {
+        "min": 0, "max": 1, "scaleStrategies": [{"metricName": "concurrency", "threshold": 4}],
+        "behavior": {"onZero": {"scaleDownGracePeriodSeconds": 5}}}))  # fmt: skip
+    token = create(system, spec("busy", {
         "min": 1, "max": 2, "scaleStrategies": [{"metricName": "qps", "threshold": 1}],
         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 20}}}))  # fmt: skip
+    system.wait_phase("busy", {"running"}, timeout=600)
     stop, statuses = threading.Event(), []
 
     def load() -> None:  # about 3 requests/s: three times what one instance is meant to take
@@ -84,25 +91,22 @@ def test_load_scales_a_service_out_to_two_and_its_end_back_to_one(system):
     assert up["reason"] == "ScaledUp" and "instances: 1 → 2: qps" in up["message"]
     assert statuses and set(statuses) == {200}
     idle_since = time.monotonic()
-    wait_until(lambda: len(instances(system, "busy")) == 1, 120, "back to 1 instance", 1)
-    assert time.monotonic() - idle_since >= 20 - 11  # the window (qps averages over 10 s)
-    down = scale_events(system, "busy")[-1]
-    assert down["reason"] == "ScaledDown" and "instances: 2 → 1" in down["message"]
-    assert complete(system, token, "busy").status_code == 200
 
-
-def test_an_idle_min_zero_service_stops_and_serves_its_next_request(system):
-    token = deploy(system, spec("sleepy", {
-        "min": 0, "max": 1, "scaleStrategies": [{"metricName": "concurrency", "threshold": 4}],
-        "behavior": {"onZero": {"scaleDownGracePeriodSeconds": 5}}}))  # fmt: skip
-    wait_until(lambda: not instances(system, "sleepy"), 120, "scaled to zero", 1)
+    # While busy waits out its window: sleepy, idle since it started, has stopped.
+    wait_until(lambda: not instances(system, "sleepy"), 120, "sleepy scaled to zero", 1)
     with system.api() as api:
         body = api.get("/services/sleepy").json()
     assert body["phase"] == "running" and body["replicas"] == {"": 0}
     started = time.monotonic()
-    answer = complete(system, token, "sleepy", timeout=400)  # held while an engine starts
+    answer = complete(system, sleepy, "sleepy", timeout=400)  # held while an engine starts
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 2
     assert time.monotonic() - started > 1  # it did wait for a start
     reasons = [e["reason"] for e in scale_events(system, "sleepy")]
     assert reasons == ["ScaledToZero", "ScaledFromZero"]
+
+    wait_until(lambda: len(instances(system, "busy")) == 1, 120, "busy back to 1 instance", 1)
+    assert time.monotonic() - idle_since >= 20 - 11  # the window (qps averages over 10 s)
+    down = scale_events(system, "busy")[-1]
+    assert down["reason"] == "ScaledDown" and "instances: 2 → 1" in down["message"]
+    assert complete(system, token, "busy").status_code == 200
