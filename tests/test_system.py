@@ -54,13 +54,21 @@ def tiny_spec(name: str) -> dict:
     }  # fmt: skip
 
 
-def deploy(system, spec: dict) -> str:
+def deploy(system, spec: dict, wait: bool = True) -> str:
+    """The new service's token, once it runs (`wait`), else at once (see running)."""
     with system.api() as api:
         created = api.post("/services", json=spec)
         assert created.status_code == 201, created.text
-        service = system.wait_phase(spec["name"], {"running", "failed"}, timeout=600)
-        assert service["phase"] == "running", api.get(f"/services/{spec['name']}/events").json()
+    if wait:
+        running(system, spec["name"])
     return created.json()["token"]
+
+
+def running(system, name: str) -> None:
+    service = system.wait_phase(name, {"running", "failed"}, timeout=600)
+    if service["phase"] != "running":
+        with system.api() as api:
+            raise AssertionError(api.get(f"/services/{name}/events").json())
 
 
 def delete(system, name: str) -> None:
@@ -374,15 +382,17 @@ def test_prefill_decode_separation_on_cpu(system):
     import docker
 
     prompt = "The harbour master counts the ships"
-    plain = tiny_spec("pd-baseline")
-    token = deploy(system, plain)
-    expected = complete(system.stack.gateway_url, token, "pd-baseline", prompt).json()
-    delete(system, "pd-baseline")
-
     spec = tiny_spec("pd-e2e")
     spec["llm"]["pd"] = {"prefill": {"instance": 1}, "decode": {"instance": 1},
                          "kv_connector": "ExampleConnector"}  # fmt: skip
-    token = deploy(system, spec)
+    # The plain deployment and the split one start together; the plain one answers first.
+    plain = deploy(system, tiny_spec("pd-baseline"), wait=False)
+    token = deploy(system, spec, wait=False)
+    running(system, "pd-baseline")
+    expected = complete(system.stack.gateway_url, plain, "pd-baseline", prompt).json()
+    delete(system, "pd-baseline")
+
+    running(system, "pd-e2e")
     with system.api() as api:
         instances = api.get("/services/pd-e2e/instances").json()
     assert sorted(i["role"] for i in instances) == ["decode", "prefill"]
