@@ -9,7 +9,9 @@ each a node with fake cards (tests/fleet_nodes_support.py), running real engines
   removes what moved and nothing runs twice (one engine process per instance row);
 - Docker runtime, two nodes sharing one dockerd: each labels its containers with its node,
   and acts only on its own: a killed or stopped worker's containers are left alone by the
-  other, and each removes only the unassigned containers of its own node.
+  other, and each removes only the unassigned containers of its own node;
+- vLLM's CPU build on other nodes: a single engine behind its front on its node's address,
+  and prefill and decode on two nodes.
 """
 
 from __future__ import annotations
@@ -381,27 +383,39 @@ def test_two_docker_nodes_on_one_dockerd_touch_only_their_own_containers(fleet):
     print(f"two docker nodes: {time.monotonic() - started:.0f} s")
 
 
-def test_a_real_vllm_instance_on_another_node_listens_on_its_address_only(fleet):
-    """vLLM's CPU build as a local process on node n4 (127.0.0.14), placed there by its resource
-    group: its front binds that address alone and lets in only its engine key, with which the
-    gateway reaches it there."""
+@pytest.mark.timeout(600)
+def test_real_vllm_engines_on_other_nodes_serve_at_their_own_addresses(fleet):
+    """vLLM's CPU build as local processes, two services deployed at once so that their
+    engines start together:
+    - "tiny" on node n4 (127.0.0.14), placed there by its resource group: its front binds that
+      address alone and lets in only its engine key, with which the gateway reaches it there;
+    - "split", 1P1D on nodes n6 and n7: each engine serves at the port the scheduler gave it
+      on its own node's address, and decode continues from the KV cache prefill wrote
+      (ExampleConnector: a folder both nodes share here, as NFS would)."""
     from controlplane.services.tiny_model import write_tiny_model
 
     system = fleet.system
-    started = time.monotonic()
     write_tiny_model(fleet.home / "models" / "tiny-llama")
-    group = f"vllm-{RUN}"
+    group, pd_group = f"vllm-{RUN}", f"pd-{RUN}"
     fleet.add("n4", "127.0.0.14", labels=f"resource={group}")
     fleet.add("n5", "127.0.0.15", cards=1)
-    fleet.wait_ready(["n4", "n5"])
-    spec = {
-        "name": "tiny",
-        "llm": {"engine": "vllm-cpu", "model": "tiny-llama", "served_model_name": "tiny-model",
-                "max_model_len": 2048, "max_num_seqs": 4},
+    fleet.add("n6", "127.0.0.16", labels=f"resource={pd_group}")
+    fleet.add("n7", "127.0.0.17", labels=f"resource={pd_group}")
+    fleet.wait_ready(["n4", "n5", "n6", "n7"])
+    llm = {"engine": "vllm-cpu", "model": "tiny-llama", "max_model_len": 2048, "max_num_seqs": 4}
+    token = deploy(system, {
+        "name": "tiny", "llm": llm | {"served_model_name": "tiny-model"},
         "metadata": {"instance": 1, "resource": group, "termination_grace_period": 2},
-    }  # fmt: skip
-    token = deploy(system, spec)
-    (row,) = running(fleet, "tiny", 1, timeout=240)
+    })  # fmt: skip
+    split_token = deploy(system, {
+        "name": "split",
+        "llm": llm | {"served_model_name": "split-model",
+                      "pd": {"prefill": {"instance": 1}, "decode": {"instance": 1},
+                             "kv_connector": "ExampleConnector"}},
+        "metadata": {"resource": pd_group, "termination_grace_period": 2},
+    })  # fmt: skip
+
+    (row,) = running(fleet, "tiny", 1, timeout=300)
     assert row["node"] == "n4" and host(row["url"]) == "127.0.0.14"
     with pytest.raises(httpx.ConnectError):  # not on the other loopback addresses
         httpx.get(f"http://127.0.0.1:{port(row['url'])}/health", timeout=5)
@@ -415,31 +429,7 @@ def test_a_real_vllm_instance_on_another_node_listens_on_its_address_only(fleet)
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 4
     assert answer.headers["x-wharf-instance"] == row["name"]
-    delete(system, timeout=60)
-    print(f"vLLM on a node: {time.monotonic() - started:.0f} s")
 
-
-def test_prefill_and_decode_on_two_nodes_answer_together(fleet):
-    """1P1D of vLLM's CPU build as local processes on nodes n6 and n7: each engine serves at
-    the port the scheduler gave it on its own node's address, and decode continues from the KV
-    cache prefill wrote (ExampleConnector: a folder both nodes share here, as NFS would)."""
-    from controlplane.services.tiny_model import write_tiny_model
-
-    system = fleet.system
-    write_tiny_model(fleet.home / "models" / "tiny-llama")
-    group = f"pd-{RUN}"
-    fleet.add("n6", "127.0.0.16", labels=f"resource={group}")
-    fleet.add("n7", "127.0.0.17", labels=f"resource={group}")
-    fleet.wait_ready(["n6", "n7"])
-    spec = {
-        "name": "split",
-        "llm": {"engine": "vllm-cpu", "model": "tiny-llama", "served_model_name": "split-model",
-                "max_model_len": 2048, "max_num_seqs": 4,
-                "pd": {"prefill": {"instance": 1}, "decode": {"instance": 1},
-                       "kv_connector": "ExampleConnector"}},
-        "metadata": {"resource": group, "termination_grace_period": 2},
-    }  # fmt: skip
-    token = deploy(system, spec)
     rows = {r["role"]: r for r in running(fleet, "split", 2, timeout=300)}
     assert {rows["prefill"]["node"], rows["decode"]["node"]} == {"n6", "n7"}
     for row in rows.values():
@@ -448,7 +438,7 @@ def test_prefill_and_decode_on_two_nodes_answer_together(fleet):
         assert row["kv_port"] and row["kv_port"] != port(row["url"])
     answer = httpx.post(
         f"{system.stack.gateway_url}/v1/completions",
-        headers={"Authorization": f"Bearer {token}"},
+        headers={"Authorization": f"Bearer {split_token}"},
         json={"model": "split-model", "prompt": "The harbour master counts the ships",
               "max_tokens": 6, "ignore_eos": True},
         timeout=120,
