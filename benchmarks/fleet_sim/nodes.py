@@ -157,14 +157,20 @@ def run(nodes: list[SimNode], interval: float, agents: int = AGENTS) -> None:
     the others' database calls and engine starts."""
     last_pass: dict[str, float] = {}
     acting: dict[str, Future] = {}  # node -> its pass in the pool
+    kept: set[str] = set()  # woken during their pass: due once it ends
     slowest, told = 0.0, time.monotonic()
     with ThreadPoolExecutor(agents, thread_name_prefix="sim-agent") as pool:
         while True:
             close_old_connections()
-            dead, wake = down(), woken(nodes)
+            dead, wake = down(), woken(nodes) | kept
+            kept = set()
             for name in [name for name, done in acting.items() if done.done()]:
                 slowest = max(slowest, acting.pop(name).result())
             for node in nodes:
+                if node.name in acting and node.name in wake:
+                    # A wake during a pass is kept for the next one, as a real agent's is (its
+                    # wake list waits in Redis for its next wait_for_wake).
+                    kept.add(node.name)
                 if node.name in dead or node.beat_at == 0.0 or node.name in acting:
                     continue  # dead, not registered yet, or still in its last pass
                 now = time.monotonic()
