@@ -4,10 +4,14 @@ files, services placed straight into the database, and agent passes until a row 
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db import transaction
 
+from contracts.engine_keys import engine_key
 from controlplane.services.choices import InstanceState
 from controlplane.services.models import Event, Instance, Service
 from controlplane.services.versions import record_version
@@ -82,3 +86,20 @@ def until(
 
 def state(*states: str) -> Callable[[Instance], bool]:
     return lambda row: row.state in states
+
+
+def front_get(row: Instance) -> str:
+    """GET / of the instance through its front, with its engine key. A readiness check that
+    probes a sidecar's port says nothing of the main container, which may still be starting
+    to listen: its front answers 502 until it does, so a 502 is asked again for 15 s."""
+    key = engine_key(settings.WHARF_TOKEN_KEY.encode(), row.name)
+    asked = urllib.request.Request(row.url + "/", headers={"Authorization": f"Bearer {key}"})
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(asked, timeout=10) as answer:
+                return answer.read().decode()
+        except urllib.error.HTTPError as refused:
+            if refused.code != 502 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)

@@ -10,19 +10,17 @@ from __future__ import annotations
 import io
 import shutil
 import tarfile
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from django.utils import timezone
 
-from contracts.engine_keys import engine_key
 from contracts.engines import render
 from contracts.engines.plan import Placement
 from contracts.spec import parse_spec
 from controlplane.services.choices import InstanceState
 from tests.api_support import grant
-from tests.probes_support import history, placed, state, until
+from tests.probes_support import front_get, history, placed, state, until
 from workers.runtimes.base import InstanceError, InstanceRequest
 from workers.runtimes.docker_sidecars import LABEL_SIDECAR
 
@@ -112,17 +110,10 @@ SPEC = {"name": "eas-sidecars", "containers": [
 ], "metadata": {"termination_grace_period": 1}}  # fmt: skip
 
 
-def call(row, settings) -> str:
-    key = engine_key(settings.WHARF_TOKEN_KEY.encode(), row.name)
-    asked = urllib.request.Request(row.url + "/", headers={"Authorization": f"Bearer {key}"})
-    with urllib.request.urlopen(asked, timeout=10) as answer:
-        return answer.read().decode()
-
-
-def test_an_instance_serves_through_its_sidecar_and_restarts_whole(runtime, settings):
+def test_an_instance_serves_through_its_sidecar_and_restarts_whole(runtime):
     row = until(runtime, placed(SPEC, node=NODE), state(InstanceState.READY), timeout=90,
                 node=NODE)  # fmt: skip
-    assert call(row, settings) == "main saw: hello from the sidecar (MARK=)"  # its own env
+    assert front_get(row) == "main saw: hello from the sidecar (MARK=)"  # its own env
     main = runtime.client.containers.get(row.name)
     side = runtime.client.containers.get(f"{row.name}-c1")
     assert side.attrs["HostConfig"]["NetworkMode"] == f"container:{main.id}"
@@ -138,7 +129,7 @@ def test_an_instance_serves_through_its_sidecar_and_restarts_whole(runtime, sett
     assert "containers[1] exited with code 137" in row.message, history(row)
     type(row).objects.filter(pk=row.pk).update(restart_at=timezone.now())
     row = until(runtime, row, state(InstanceState.READY), timeout=90, node=NODE)
-    assert row.restarts == 1 and call(row, settings).startswith("main saw: hello")
+    assert row.restarts == 1 and front_get(row).startswith("main saw: hello")
     assert runtime.client.containers.get(f"{row.name}-c1").id != side.id  # a new one
     runtime.remove(row.name)
     left = runtime.client.containers.list(all=True, filters={"label": f"wharf.node={NODE}"})

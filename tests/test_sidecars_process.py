@@ -12,18 +12,15 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
-from contracts.engine_keys import engine_key
 from controlplane.services.choices import InstanceState
 from tests.api_support import grant
-from tests.probes_support import history, placed, state, until
+from tests.probes_support import front_get, history, placed, state, until
 from workers.runtimes.process import POD, ProcessRuntime, free_port
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(120)]
@@ -92,22 +89,6 @@ def service(tmp_path: Path, side_port: int) -> dict:
     ]}  # fmt: skip
 
 
-def call(row, settings) -> str:
-    """GET / through the instance's front. Readiness asked only the sidecar's port, so the
-    main process may still be starting to listen: its front answers 502 until it does."""
-    key = engine_key(settings.WHARF_TOKEN_KEY.encode(), row.name)
-    asked = urllib.request.Request(row.url + "/", headers={"Authorization": f"Bearer {key}"})
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            with urllib.request.urlopen(asked, timeout=10) as answer:
-                return answer.read().decode()
-        except urllib.error.HTTPError as refused:
-            if refused.code != 502 or time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
-
-
 def sidecar_pid(tmp_path: Path, old: int | None = None) -> int:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -127,13 +108,13 @@ def alive(pid: int) -> bool:
 
 
 def test_a_local_instance_serves_through_its_sidecar_and_restarts_whole(
-    tmp_path, runtime, settings, monkeypatch
+    tmp_path, runtime, monkeypatch
 ):
     monkeypatch.setenv("WHARF_SECRET_KEY", "the-workers-own")
     row = placed(service(tmp_path, free_port()))
     row = until(runtime, row, state(InstanceState.READY))
     seen = "{'MARK': '', 'WHARF_SECRET_KEY': ''}"  # its own env: not the main's, not the worker's
-    assert call(row, settings) == f"main saw: hello from the sidecar {seen}"
+    assert front_get(row) == f"main saw: hello from the sidecar {seen}"
     pid = sidecar_pid(tmp_path)
     os.kill(pid, signal.SIGKILL)
     row = until(runtime, row, state(InstanceState.BACKOFF))
@@ -142,7 +123,7 @@ def test_a_local_instance_serves_through_its_sidecar_and_restarts_whole(
     type(row).objects.filter(pk=row.pk).update(restart_at=timezone.now())
     row = until(runtime, row, state(InstanceState.READY))
     assert row.restarts == 1 and sidecar_pid(tmp_path, old=pid) != pid
-    assert call(row, settings).startswith("main saw: hello")
+    assert front_get(row).startswith("main saw: hello")
     new = sidecar_pid(tmp_path)
     runtime.remove(row.name)
     deadline = time.monotonic() + 20
