@@ -5,12 +5,13 @@
 First a create's own cost in process (Django's test client), once the workspace holds 100, 300
 and 600 services: it should not grow with them. Then a real API process (uvicorn, as `python
 -m controlplane` starts it), started twice: with WHARF_API_DB_POOL=0 (a session of its own for
-every request, as before the pool) and with the default pool. Printed side by side: creates
-eight at once, then `GET /api/v1/services` (the services just made) one call at a time and
-eight at once (p50 and p99, ms); the PostgreSQL sessions opened per 100 calls and the API's
-CPU ms per call. DATABASE_URL (default the PostgreSQL database `wharf_fleetsim`) is migrated
-and flushed; Redis is a redis-server of the run's own; no worker runs, so the services created
-stay pending.
+every request, as before the pool) and with the default pool. Printed side by side: the new
+process's first eight creates, eight at once, as soon as it answers /healthz (what a burst
+meets after the API restarts); then, once warm, creates eight at once, then `GET
+/api/v1/services` (the services just made) one call at a time and eight at once (p50 and p99,
+ms); the PostgreSQL sessions opened per 100 calls and the API's CPU ms per call. DATABASE_URL
+(default the PostgreSQL database `wharf_fleetsim`) is migrated and flushed; Redis is a
+redis-server of the run's own; no worker runs, so the services created stay pending.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def measure(pool: str, redis_url: str, token: str, calls: int, creates: int) -> 
         wait_http(f"{url}/healthz", procs, 60)
         clients = [httpx.Client(base_url=url, headers={"Authorization": token}, timeout=60,
                                 trust_env=False) for _ in range(AT_ONCE)]  # fmt: skip
+        for client in clients:  # connected, so that the first calls time the API alone
+            client.get("/healthz")
 
         def listed(index: int) -> None:
             answer = clients[index % AT_ONCE].get("/api/v1/services")
@@ -96,7 +99,8 @@ def measure(pool: str, redis_url: str, token: str, calls: int, creates: int) -> 
             answer = clients[index % AT_ONCE].post("/api/v1/services", json=service_spec(index))
             assert answer.status_code == 201, answer.text
 
-        timed(listed, 20, AT_ONCE)  # warm: imports, the pool's first connections
+        first = timed(lambda index: created(creates + index), AT_ONCE, AT_ONCE)
+        timed(listed, 20, AT_ONCE)  # warm: the pool's connections
         sessions, cpu = sessions_opened(), procs.cpu_seconds("api")
         made = timed(created, creates, AT_ONCE)
         one_by_one = timed(listed, calls, 1)  # the services just made, listed
@@ -109,6 +113,7 @@ def measure(pool: str, redis_url: str, token: str, calls: int, creates: int) -> 
             client.close()
     Service.objects.all().delete()  # the next setting lists as many
     return {
+        f"first {AT_ONCE} creates, at once: p50 / p99 ms": pair(first),
         "GET services, one at a time: p50 / p99 ms": pair(one_by_one),
         f"GET services, {AT_ONCE} at once: p50 / p99 ms": pair(together),
         f"create, {AT_ONCE} at once: p50 / p99 ms": pair(made),

@@ -4,12 +4,19 @@ Django runs each request's code on a thread of its own and keeps a database conn
 thread, so on PostgreSQL every request opened a session of its own (about 10 ms of its time,
 and a server process forked for it). This process's requests share a pool of
 WHARF_API_DB_POOL connections instead. Only the API pools: the workers' threads live long and
-keep theirs."""
+keep theirs.
+
+Django imports the URLconf, and with it every view, at the first request it serves; Celery
+finds its parts at the first ask of a worker, and the spec's schema is built at the first
+spec read. A new process's first requests took about a second more for it, and those that
+came beside them waited too. `warm` does all three as this module loads, before uvicorn
+serves anything; none of them connects to anything."""
 
 import os
 
 from django.conf import settings
 from django.core.asgi import get_asgi_application
+from django.urls import get_resolver
 
 
 def pooled(database: dict, size: int, wait: float) -> None:
@@ -24,6 +31,17 @@ def pooled(database: dict, size: int, wait: float) -> None:
         }  # fmt: skip
 
 
+def warm() -> None:
+    """Do now what the first requests would otherwise do."""
+    from contracts import eas
+    from controlplane import intents
+
+    get_resolver().url_patterns  # noqa: B018 (the property imports every view)
+    intents.warm()
+    eas.spec_schema()
+
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 application = get_asgi_application()
+warm()
 pooled(settings.DATABASES["default"], settings.WHARF_API_DB_POOL, settings.WHARF_API_DB_POOL_WAIT_S)

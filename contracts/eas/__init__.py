@@ -19,7 +19,8 @@ from contracts.eas.spellings import canonical
 
 
 @functools.cache
-def _schema() -> dict:
+def spec_schema() -> dict:
+    """The spec's JSON schema, which EAS's spellings and types are coerced by (built once)."""
     from contracts.spec import ServiceSpec
 
     return ServiceSpec.model_json_schema()
@@ -33,4 +34,4 @@ def normalise(data: Any) -> Any:
 
     if errors := processor_errors(data):
         raise SpecError(errors)
-    return coerce(canonical(data), _schema())
+    return coerce(canonical(data), spec_schema())
