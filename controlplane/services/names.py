@@ -10,6 +10,7 @@ commit and is refused). A check reads only the ids asked for, not every service'
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from rest_framework import exceptions
 
 from contracts.spec import ServiceSpec
@@ -32,10 +33,16 @@ def check_model_names(spec: ServiceSpec, workspace: Workspace, service: Service 
     `workspace`) serves. Another workspace's service is "another service", never named."""
     wanted = model_ids(spec)
     held = ModelName.objects.filter(name__in=wanted).exclude(service=service)
+    _refuse_held(wanted, workspace, held.values_list(*HOLDER).order_by("name"))
+
+
+HOLDER = ("name", "service__name", "service__workspace_id")  # a claimed id, and who holds it
+
+
+def _refuse_held(wanted: dict[str, str], workspace: Workspace, held) -> None:
+    """NameTaken naming the field of each id in `held` (rows of HOLDER), if any."""
     errors: dict[str, list[str]] = {}
-    for model, name, workspace_id in held.values_list(
-        "name", "service__name", "service__workspace_id"
-    ).order_by("name"):
+    for model, name, workspace_id in held:
         whose = f"service {name!r}" if workspace_id == workspace.pk else "another service"
         errors.setdefault(wanted[model], []).append(
             f"model {model!r} is served by {whose}; choose another name"
@@ -47,10 +54,13 @@ def check_model_names(spec: ServiceSpec, workspace: Workspace, service: Service 
 def claim_model_names(spec: ServiceSpec, service: Service) -> None:
     """`service` holds exactly the model ids `spec` serves, in the caller's transaction;
     NameTaken when another service holds one, also one claimed by a write not yet committed
-    when this one read (the unique index makes this one wait for it, then refuses)."""
-    check_model_names(spec, service.workspace, service)
+    when this one read (the unique index makes this one wait for it, then refuses). One read
+    finds both the ids others hold and the service's own."""
     wanted = model_ids(spec)
-    mine = set(ModelName.objects.filter(service=service).values_list("name", flat=True))
+    rows = ModelName.objects.filter(Q(name__in=wanted) | Q(service=service))
+    rows = rows.values_list("service_id", *HOLDER).order_by("name")
+    _refuse_held(wanted, service.workspace, [row[1:] for row in rows if row[0] != service.pk])
+    mine = {model for holder, model, *_ in rows if holder == service.pk}
     ModelName.objects.filter(service=service, name__in=mine - wanted.keys()).delete()
     missing = [model for model in wanted if model not in mine]
     try:

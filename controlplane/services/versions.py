@@ -13,13 +13,16 @@ from controlplane.services.models import Service, ServiceVersion
 from controlplane.services.sealing import unseal
 
 
-def record_version(service: Service, spec: dict, note: str) -> ServiceVersion:
+def record_version(service: Service, spec: dict, note: str, new: bool = False) -> ServiceVersion:
     """The spec as the service's next version (1 for its first). Called in the transaction that
-    writes the spec; the service's row is locked so concurrent writes number one after another."""
+    writes the spec; the service's row is locked so concurrent writes number one after another.
+    `new`: the service was created in this transaction, which no other sees yet: its first
+    version, with nothing to lock, count or keep."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("record_version must run in the transaction that writes the spec")
-    list(Service.objects.select_for_update().filter(pk=service.pk).values_list("pk", flat=True))
-    last = service.versions.aggregate(last=Max("number"))["last"] or 0
+    if not new:
+        list(Service.objects.select_for_update().filter(pk=service.pk).values_list("pk", flat=True))
+    last = 0 if new else service.versions.aggregate(last=Max("number"))["last"] or 0
     parsed = parse_spec(unseal(spec))
     spec_hash = parsed.spec_hash()
     return ServiceVersion.objects.create(
@@ -28,7 +31,7 @@ def record_version(service: Service, spec: dict, note: str) -> ServiceVersion:
         spec=spec,
         spec_hash=spec_hash,
         note=note[:200],
-        hub_commits=_kept_commits(service, parsed, spec_hash),
+        hub_commits={} if new else _kept_commits(service, parsed, spec_hash),
     )
 
 

@@ -130,7 +130,7 @@ def update_spec(service: Service, data: dict, note: str, what: str) -> ServiceSp
     )  # intent only: the reconciler alone writes the phase
     service.refresh_from_db()
     sync_membership(service, spec)
-    record_version(service, data, note)
+    service.current_version = record_version(service, data, note).number  # the serializer's
     record(service, "Updated", f"{what} (generation {service.generation})")
     fix_token(service, spec)  # a PUT's fixed token
     _on_commit_reconcile(service.name)
@@ -179,7 +179,8 @@ def create_service(request: Request, sent) -> Response:
             claim_model_names(spec, service)
             sync_membership(service, spec)
             token = ServiceToken.issue(service, spec.token)
-            record_version(service, service.spec, "created")
+            first = record_version(service, service.spec, "created", new=True)
+            service.current_version = first.number  # the serializer's, known: not read again
             record(service, "Created", f"service created (generation {service.generation})")
             body = _warned(service, ServiceSerializer(service).data, data)
             _on_commit_reconcile(service.name)
