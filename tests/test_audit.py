@@ -106,3 +106,16 @@ def test_bad_queries_are_named():
     api = client_for("dev", role="developer", workspace="a")
     bad = api.get("/api/v1/audit", {"since": "yesterday", "limit": "0", "colour": "red"})
     assert bad.status_code == 400 and set(bad.json()["errors"]) == {"since", "limit", "colour"}
+
+
+def test_a_deleted_workspaces_own_deletion_stays_in_the_trail():
+    """The entry of the DELETE that removed its workspace outlives it, with no workspace (as
+    SET_NULL would leave it); a change in a workspace that stays keeps its workspace."""
+    owner = client_for("olga", role="owner", workspace="gone")
+    assert owner.post("/api/v1/keys", {"name": "app"}, format="json").status_code == 201
+    assert owner.delete("/api/v1/workspaces/gone").status_code == 204
+    entries = AuditEntry.objects.filter(actor="olga").order_by("at")
+    assert [(e.action, e.status, e.workspace_id) for e in entries] == [
+        ("POST /api/v1/keys", 201, None),  # its workspace deleted since: SET_NULL
+        ("DELETE /api/v1/workspaces/gone", 204, None),
+    ]

@@ -49,7 +49,12 @@ class AuditMiddleware:
             # v1's answer names it `name`; EAS's CreateService (controlplane.eas_api) `ServiceName`
             service = str(data.get("name") or data.get("ServiceName") or "")[:63]
         workspace = acting.workspace if acting else None
-        if workspace is not None and not type(workspace).objects.filter(pk=workspace.pk).exists():
+        deleting = request.method == "DELETE"  # only a DELETE removes a workspace
+        if (
+            deleting
+            and workspace is not None
+            and not type(workspace).objects.filter(pk=workspace.pk).exists()
+        ):
             workspace = None  # the request deleted it: the entry outlives it, as SET_NULL would
         try:
             AuditEntry.objects.create(
