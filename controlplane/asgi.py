@@ -8,9 +8,9 @@ keep theirs.
 
 Django imports the URLconf, and with it every view, at the first request it serves; Celery
 finds its parts when the API first asks the workers for a pass, and the spec's schema is
-built at the first spec read. A new process's first requests took about a second more for it, and those that
-came beside them waited too. `warm` does all three as this module loads, before uvicorn
-serves anything; none of them connects to anything."""
+built at the first spec read. A new process's first requests took about a second more for
+it, and those that came beside them waited too. `warm` does all three as this module loads,
+before uvicorn serves anything; none of them connects to anything."""
 
 import os
 
