@@ -109,8 +109,8 @@ def test_bad_queries_are_named():
 
 
 def test_a_deleted_workspaces_own_deletion_stays_in_the_trail():
-    """The entry of the DELETE that removed its workspace outlives it, with no workspace (as
-    SET_NULL would leave it); a change in a workspace that stays keeps its workspace."""
+    """The entry of the DELETE that removed its workspace outlives it, with no workspace, as
+    SET_NULL leaves the workspace's earlier entries."""
     owner = client_for("olga", role="owner", workspace="gone")
     assert owner.post("/api/v1/keys", {"name": "app"}, format="json").status_code == 201
     assert owner.delete("/api/v1/workspaces/gone").status_code == 204

@@ -28,15 +28,15 @@ class NameTaken(exceptions.APIException):
         super().__init__({"detail": detail, "errors": errors})
 
 
+HOLDER = ("name", "service__name", "service__workspace_id")  # a claimed id, and who holds it
+
+
 def check_model_names(spec: ServiceSpec, workspace: Workspace, service: Service | None = None):
     """Raise NameTaken if a live service but `service` holds a model id `spec` (of
     `workspace`) serves. Another workspace's service is "another service", never named."""
     wanted = model_ids(spec)
     held = ModelName.objects.filter(name__in=wanted).exclude(service=service)
     _refuse_held(wanted, workspace, held.values_list(*HOLDER).order_by("name"))
-
-
-HOLDER = ("name", "service__name", "service__workspace_id")  # a claimed id, and who holds it
 
 
 def _refuse_held(wanted: dict[str, str], workspace: Workspace, held) -> None:
