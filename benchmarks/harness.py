@@ -98,6 +98,10 @@ class Processes:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log(name)}")
 
+    def pid(self, name: str) -> int:
+        """The named process's id, which is also its group's."""
+        return next(proc.pid for started, proc, _ in self._started if started == name)
+
     def cpu_seconds(self, name: str) -> float:
         """CPU time (user + system) the named process has used so far; nan if unknown.
 

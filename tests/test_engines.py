@@ -1,4 +1,7 @@
+import pytest
+
 from contracts.engines import Placement, render
+from contracts.engines.plan import GangMember
 from contracts.spec import parse_spec
 
 
@@ -32,6 +35,24 @@ def test_vllm_cpu_runs_eager_with_a_small_kv_cache():
     plan = render(spec())
     assert "--enforce-eager" in plan.args
     assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("env", "gang", "expected"),
+    [
+        ([], None, "0"),  # the engine core in the server's process: one torch import, not three
+        ([{"name": "VLLM_ENABLE_V1_MULTIPROCESSING", "value": "1"}], None, "1"),  # the spec's own
+        ([], GangMember(0, 2, "10.0.0.1", 29600, "10.0.0.1"), None),  # a stage needs vLLM's own
+    ],
+)
+def test_vllm_cpu_keeps_its_engine_core_in_the_servers_process(env, gang, expected):
+    data = {"name": "svc", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"},
+            "containers": [{"image": "wharf/vllm-cpu:0.32.0", "env": env}]}  # fmt: skip
+    if gang:
+        data["unit"] = {"size": 2}
+        data["llm"]["pipeline_parallel_size"] = 2
+    plan = render(parse_spec(data), Placement(gang=gang))
+    assert plan.env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == expected
 
 
 def test_gpu_memory_utilization_is_passed_to_cuda_vllm_only():
