@@ -13,7 +13,7 @@ alternating rounds. Per start it prints:
 - output tokens per second and request p50/p99 for `--requests` completions of 64 tokens,
   `--concurrency` at a time.
 
-    .venv/bin/python benchmarks/engine_start.py               # about 5 minutes
+    .venv/bin/python benchmarks/engine_start.py               # about 4 minutes
     .venv/bin/python benchmarks/engine_start.py --rounds 1    # one start of each
 """
 
