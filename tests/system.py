@@ -1,7 +1,8 @@
 """Start the whole system (launcher.stack) for a test, on a runtime of the test's choice.
 
 The database is PostgreSQL when DATABASE_URL is set (a fresh database per stack, a copy of
-one migrated once per run), else SQLite under the stack's home; Redis is the test Redis, on a database of its own.
+one migrated once per run), else SQLite under the stack's home; Redis is the test Redis, on a
+database of its own.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ def healthy(url: str) -> bool:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """The whole group (vLLM's EngineCore is a second process): SIGTERM, then SIGKILL."""
+    """The whole group (what the engine started, if anything): SIGTERM, then SIGKILL."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
     try:
