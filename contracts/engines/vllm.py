@@ -266,7 +266,7 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         if not placement.gang:
             # The engine core in the server's process, not two more spawned ones that each
-            # import torch and vLLM again: about 13 s less to start, one process instead of
+            # import torch and vLLM again: about 8 s less to start, one process instead of
             # three, and no IPC per step (benchmarks/README.md, "vLLM CPU in one process").
             # A pipeline stage keeps vLLM's multiprocess executor, which it needs.
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
