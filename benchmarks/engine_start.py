@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import (  # noqa: E402
     VLLM_PYTHON,
     Processes,
+    every_stat,
     free_port,
     machine,
     raise_on_sigterm,
@@ -65,17 +66,9 @@ def argv_and_env(models: Path, port: int) -> tuple[list[str], dict[str, str]]:
 
 def group_rss_mib(leader: int) -> float:
     """Resident memory of every process in the leader's process group, MiB."""
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == leader:  # field 5 of proc(5), the process group
-                total += int(fields[21])  # field 24, rss in pages
-        except (OSError, IndexError, ValueError):
-            continue
-    return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+    # Fields 5 (the process group) and 24 (rss, in pages) of proc(5).
+    pages = sum(int(fields[21]) for fields in every_stat() if int(fields[2]) == leader)
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 async def load(url: str, requests: int, concurrency: int) -> tuple[float, float, float]:

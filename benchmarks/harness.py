@@ -18,7 +18,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
@@ -110,10 +110,10 @@ class Processes:
         for started, proc, _ in self._started:
             if started == name:
                 try:
-                    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                    fields = stat(proc.pid)
                 except OSError:
                     return math.nan
-                # Fields 14 and 15 of proc(5), counted after the ")" that ends field 2.
+                # Fields 14 and 15 of proc(5): utime and stime.
                 return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         return math.nan
 
@@ -142,6 +142,20 @@ class Processes:
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
         self._started.clear()
+
+
+def stat(pid: int | str) -> list[str]:
+    """/proc/<pid>/stat's fields after the process's name (the ")" that ends field 2), so that
+    field N of proc(5) is at index N - 3. OSError when the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def every_stat() -> Iterator[list[str]]:
+    """stat() of every running process; one that ends meanwhile is left out."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError):
+                yield stat(entry.name)
 
 
 def wait_http(url: str, procs: Processes, timeout: float, accept: Iterable[int] = (200,)) -> None:

@@ -45,8 +45,9 @@ def require_runtime(runtime: str) -> None:
         pytest.skip("no Docker daemon here")
 
 
-def fresh_database(name: str) -> str:
-    """A new, empty PostgreSQL database beside DATABASE_URL's; '' for SQLite."""
+def fresh_database(name: str, template: str = "") -> str:
+    """A new PostgreSQL database beside DATABASE_URL's, empty or a copy of `template`; '' for
+    SQLite."""
     url = os.environ.get("DATABASE_URL", "")
     if not url:
         return ""
@@ -54,7 +55,7 @@ def fresh_database(name: str) -> str:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{name}"))
 
@@ -73,12 +74,7 @@ def migrated_database(name: str, env: dict[str, str]) -> str:
         template = urlsplit(url).path.strip("/") + "_migrated"
         migrate({**env, "DATABASE_URL": fresh_database(template)})
         _MIGRATED[url] = template
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_MIGRATED[url]}"')
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+    return fresh_database(name, template=_MIGRATED[url])
 
 
 def migrate(env: dict[str, str]) -> None:

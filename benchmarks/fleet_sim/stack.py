@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.fleet_sim.nodes import LABELS
+from benchmarks.harness import every_stat
 
 REPO = Path(__file__).resolve().parents[2]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -46,17 +47,9 @@ def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU of these processes and every process in their sessions (Celery's
     embedded beat, uvicorn's children), from /proc."""
     sessions = set(pids)
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        if int(fields[3]) in sessions:  # field 6 of stat: the session id
-            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return total
+    # Fields 6 (the session id), 14 and 15 (utime and stime) of proc(5).
+    ticks = sum(int(f[11]) + int(f[12]) for f in every_stat() if int(f[3]) in sessions)
+    return ticks / CLOCK_TICKS
 
 
 def private_redis(folder: Path) -> tuple[subprocess.Popen, str]:
