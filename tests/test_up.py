@@ -16,10 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from redis.connection import UnixDomainSocketConnection
 
 from launcher.stack import ROOT, Stack, StartError, restart_delay
 from tests.system import free_port
 from tests.up_support import Up, leftovers, newcomer_env, stack_processes, wait_gone
+from workers.runtimes.process_groups import live_groups
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -92,6 +94,21 @@ def test_a_part_that_exits_while_starting_stops_the_others_and_shows_its_log(tmp
     assert "address already in use" in report
     assert stack.processes == {} and stack._redis is None
     assert leftovers(tmp_path) == [] and not folder.exists()
+
+
+def test_the_embedded_redis_is_stopped_by_one_shutdown_not_retried(tmp_path, monkeypatch):
+    """The server closes the connection as it goes: redis-py would take that for a fault and
+    reconnect with its backoff (seconds of every Ctrl-C) before it returned."""
+    stack = Stack(home=tmp_path, env={})
+    stack.start_redis()
+    folder, pid = Path(stack._redis.redis_dir), stack._redis_pid
+    connects = []
+    real_connect = UnixDomainSocketConnection._connect
+    monkeypatch.setattr(UnixDomainSocketConnection, "_connect",
+                        lambda self: connects.append(1) or real_connect(self))  # fmt: skip
+    assert stack._stop_redis() == []
+    assert len(connects) <= 1  # the shutdown's own connection, if none was open
+    assert not live_groups([pid]) and not folder.exists()  # the server leads its own group
 
 
 def test_sigterm_while_the_demo_deploys_leaves_nothing_running(tmp_path):
