@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from contracts import log_format
+from controlplane.nodes.management.commands.worker import celery_worker_argv
 from launcher.stop_signals import StopSignals
 from workers.runtimes import process_groups
 
@@ -157,13 +158,9 @@ class Stack:
                                 "--no-access-log"])  # fmt: skip
             self._spawn("gateway", [py, "-m", "gateway", "--host", "127.0.0.1",
                                     "--port", str(self.gateway_port)])  # fmt: skip
-            schedule = str(self.home / "celerybeat-schedule")
-            # Celery's banner is for people: none among JSON lines.
-            quiet = ["--quiet"] if log_format.log_format(self.env) == "json" else []
-            self._spawn("worker", [py, "-m", "celery", "-A", "workers.celery", *quiet, "worker",
-                                   "--beat", "--pool", "threads", "--concurrency", "4",
-                                   "--loglevel", log_format.log_level(self.env),
-                                   "--schedule", schedule])  # fmt: skip
+            self._spawn("worker", celery_worker_argv(
+                self.home / "celerybeat-schedule", 4, log_format.log_level(self.env),
+                log_format.log_format(self.env) == "json"))  # fmt: skip
             with self.signals.interruptible():
                 self.wait_ready()
         except BaseException:

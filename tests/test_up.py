@@ -5,6 +5,7 @@ Each ends in plain lines and a non-zero exit (or a clean stop), with nothing lef
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import socket
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 from redis.connection import UnixDomainSocketConnection
 
 from launcher.stack import ROOT, Stack, StartError, restart_delay
@@ -270,3 +272,21 @@ def test_make_run_is_node_local_and_its_worker_heartbeats(running):
     while api.get("/nodes/local").json()["heartbeat_at"] == first:
         assert time.monotonic() < deadline, "no heartbeat after the first"
         time.sleep(1)
+
+
+def test_the_worker_sends_no_celery_heartbeat_events(running):
+    """A node's heartbeat is its row (above). Celery's own heartbeat events, which every other
+    worker would receive (gossip), are off: Redis's traffic grows with the nodes, not with
+    their square (benchmarks/worker_chatter.py). Celery sends them every 2 s."""
+    up, _ = running
+    url = re.search(r"^==> redis: (\S+)$", up.output, re.MULTILINE)[1]
+    with redis.Redis.from_url(url) as client, client.pubsub() as events:
+        events.psubscribe("*celeryev*")
+        heard, deadline = [], time.monotonic() + 5
+        while time.monotonic() < deadline:
+            message = events.get_message(timeout=0.5)
+            if message and message["type"] == "pmessage":
+                heard.append(message["channel"])
+    assert heard == []
+    log = (up.home / "logs" / "worker.log").read_text(errors="replace")
+    assert "mingle" not in log  # no second's wait at each start for other workers' answers

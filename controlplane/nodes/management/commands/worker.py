@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sys
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -51,17 +52,30 @@ class Command(BaseCommand):
             WHARF_NODE_NAME=node, WHARF_NODE_ADDRESS=address, WHARF_NODE_LABELS=labels
         )
         schedule = settings.WHARF_HOME / f"celerybeat-schedule-{node}"
-        argv = [sys.executable, "-m", "celery", "-A", "workers.celery", *celery_log_options(),
-                "worker", "--beat", "--pool", "threads", "--concurrency", str(concurrency),
-                "--loglevel", log_level(), "--hostname", f"{node}@%h",
-                "--schedule", str(schedule)]  # fmt: skip
+        argv = celery_worker_argv(schedule, concurrency, log_level(), log_format() == "json",
+                                  hostname=f"{node}@%h")  # fmt: skip
         log.info("node %s at %s: starting its worker", node, address)
         for handler in logging.getLogger().handlers:
             handler.flush()
         os.execv(sys.executable, argv)
 
 
-def celery_log_options() -> list[str]:
-    """Celery's start-up banner is for people; JSON lines (WHARF_LOG_FORMAT=json) go without.
-    Its log lines keep Wharf's format (settings: CELERY_WORKER_HIJACK_ROOT_LOGGER)."""
-    return ["--quiet"] if log_format() == "json" else []
+# Celery's talk between workers, which Wharf does not use (it revokes no task and asks no
+# worker for its state; a node's own heartbeat is its Node row): mingle waits a second at each
+# start for every other worker's answer, and gossip has every worker receive every other's
+# heartbeat event, so Redis's traffic grows with the square of the nodes
+# (benchmarks/worker_chatter.py). `celery inspect` still answers (remote control stays on).
+ALONE = ("--without-mingle", "--without-gossip", "--without-heartbeat")
+
+
+def celery_worker_argv(
+    schedule: Path, concurrency: int, level: str, json_logs: bool, hostname: str = ""
+) -> list[str]:
+    """The Celery worker with its beat, as `manage.py worker` and `make run` start it. Celery's
+    start-up banner is for people: JSON lines (WHARF_LOG_FORMAT=json) go without it; its log
+    lines keep Wharf's format (settings: CELERY_WORKER_HIJACK_ROOT_LOGGER)."""
+    return [sys.executable, "-m", "celery", "-A", "workers.celery",
+            *(["--quiet"] if json_logs else []), "worker", "--beat", "--pool", "threads",
+            "--concurrency", str(concurrency), "--loglevel", level,
+            *(["--hostname", hostname] if hostname else []), "--schedule", str(schedule),
+            *ALONE]  # fmt: skip
