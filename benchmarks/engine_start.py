@@ -2,11 +2,11 @@
 throughput.
 
 Wharf renders a vLLM CPU instance with `VLLM_ENABLE_V1_MULTIPROCESSING=0`
-(contracts.engines.vllm.render): vLLM's engine core runs in its API server's process. vLLM's
-default spawns two more processes (the engine core, then its worker), and each imports torch
-and vLLM again. This starts the tiny model with the command and environment Wharf renders for
-a local process, once as rendered and once with the variable set back to vLLM's default, in
-alternating rounds. Per start it prints:
+(contracts.engines.vllm.render): the API server spawns the engine core, which runs the model's
+worker in its own process. vLLM's default on CPU has the engine core spawn the worker as a
+third process, which imports torch and vLLM once more. This starts the tiny model with the
+command and environment Wharf renders for a local process, once as rendered and once with
+the variable set back to vLLM's default, in alternating rounds. Per start it prints:
 
 - seconds from the process's start to `/health` answering 200;
 - the resident memory of the engine's processes together, once healthy;
@@ -48,7 +48,7 @@ from contracts.spec import parse_spec  # noqa: E402
 
 KEY = "bench-engine-key"
 LAYOUTS = {
-    "wharf (one process)": {},
+    "wharf (two processes)": {},
     "vLLM default (three)": {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"},
 }
 

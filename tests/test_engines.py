@@ -40,12 +40,12 @@ def test_vllm_cpu_runs_eager_with_a_small_kv_cache():
 @pytest.mark.parametrize(
     ("env", "gang", "expected"),
     [
-        ([], None, "0"),  # the engine core in the server's process: one torch import, not three
+        ([], None, "0"),  # the worker in the engine core's process: two torch imports, not three
         ([{"name": "VLLM_ENABLE_V1_MULTIPROCESSING", "value": "1"}], None, "1"),  # the spec's own
         ([], GangMember(0, 2, "10.0.0.1", 29600, "10.0.0.1"), None),  # a stage needs vLLM's own
     ],
 )
-def test_vllm_cpu_keeps_its_engine_core_in_the_servers_process(env, gang, expected):
+def test_vllm_cpu_runs_its_worker_in_the_engine_cores_process(env, gang, expected):
     data = {"name": "svc", "llm": {"engine": "vllm-cpu", "model": "tiny-llama"},
             "containers": [{"image": "wharf/vllm-cpu:0.32.0", "env": env}]}  # fmt: skip
     if gang:

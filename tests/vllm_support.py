@@ -31,8 +31,8 @@ def launch(
     process, its url). It is not healthy yet: see wait_healthy."""
     port = free_port()
     # The model's worker in the engine core's own process, not a third one: one torch import
-    # fewer, about 6 s less to start here (23.5 -> 17.5 s). Fine for these fixtures; the
-    # product starts vLLM CPU as its platform asks (a worker process, for OpenMP's setup).
+    # fewer, about 6 s less to start here (23.5 -> 17.5 s), as the product renders vLLM CPU
+    # (contracts.engines.vllm).
     environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_API_KEY": key,
                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0", **(env or {})}  # fmt: skip
     with log.open("wb") as out:

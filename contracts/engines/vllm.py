@@ -265,10 +265,11 @@ def render(spec: ServiceSpec, placement: Placement) -> ContainerPlan:
         # node (prefill and decode, replicas) would share it. Let the kernel spread them.
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         if not placement.gang:
-            # The engine core in the server's process, not two more spawned ones that each
-            # import torch and vLLM again: about 8 s less to start, one process instead of
-            # three, and no IPC per step (benchmarks/README.md, "vLLM CPU in one process").
-            # A pipeline stage keeps vLLM's multiprocess executor, which it needs.
+            # The model's worker in the engine core's process (vLLM's one-process executor),
+            # not a third spawned process that imports torch and vLLM once more: about 8 s
+            # less to start, two processes instead of three, and no IPC per step
+            # (benchmarks/README.md, "vLLM CPU in two processes, not three"). The API server
+            # still spawns the engine core. A pipeline stage keeps the multiprocess executor.
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     args += llm.extra_args
     cuda = llm.engine == "vllm"

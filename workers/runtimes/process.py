@@ -373,8 +373,8 @@ class ProcessRuntime:
 
     @staticmethod
     def _stop_group(pid: int) -> None:
-        """SIGTERM the whole group (an engine's own children, such as vLLM's engine core and
-        workers in its multiprocess layout, are in it), SIGKILL if slow."""
+        """SIGTERM the whole group (an engine's own children, such as vLLM's engine core and,
+        in its multiprocess layout, the worker, are in it), SIGKILL if slow."""
 
         def reap() -> None:  # the engine, where this worker started it
             with contextlib.suppress(ChildProcessError):

@@ -47,8 +47,8 @@ def first_to_end(children: dict[int, str]) -> tuple[str, int]:
 def stop(procs: list[subprocess.Popen], timeout: float = STOP_TIMEOUT) -> None:
     """SIGTERM to the instance's whole process group (the children, theirs, and a front,
     which waits for this one to end), and SIGKILL to what of it outlives `timeout`, but this
-    process and its parent: an engine's own children (vLLM's engine core, in its
-    multiprocess layout) are grandchildren, and take their time."""
+    process and its parent: an engine's own children (vLLM's engine core and, in its
+    multiprocess layout, its worker) are grandchildren, and take their time."""
     os.killpg(os.getpgrp(), signal.SIGTERM)  # this one ignores it (main)
     deadline = time.monotonic() + timeout
     while others() and time.monotonic() < deadline:
