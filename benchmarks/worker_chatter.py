@@ -42,7 +42,7 @@ import redis  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from benchmarks.fleet_sim.stack import cpu_seconds, private_redis, wait_for  # noqa: E402
+from benchmarks.fleet_sim.stack import cpu_seconds, private_redis, stop_all, wait_for  # noqa: E402
 from controlplane.nodes.management.commands.worker import ALONE, celery_worker_argv  # noqa: E402
 
 LAYOUTS = ("wharf", "celery defaults")
@@ -95,14 +95,7 @@ def measure(count: int, layout: str, window: float, settle: float) -> dict[str, 
                 "kib_out": (after[2] - before[2]) / seconds / 1024, "clients": after[3],
                 "cpu": 100 * (cpu_after - cpu_before) / seconds}  # fmt: skip
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
+        stop_all(workers, grace=30)
         server.terminate()
         server.wait(10)
 

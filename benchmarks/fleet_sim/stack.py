@@ -141,14 +141,18 @@ class Stack:
                                        f"see {self.logs}")  # fmt: skip
 
     def stop(self) -> None:
-        everything = [p for processes in self.control.values() for p in processes]
-        for process in everything:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for process in everything:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(5)
+        stop_all([p for processes in self.control.values() for p in processes])
+
+
+def stop_all(processes: list[subprocess.Popen], grace: float = 15) -> None:
+    """SIGTERM to each one's process group, SIGKILL to those still running after `grace` s."""
+    for process in processes:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        try:
+            process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
