@@ -142,6 +142,23 @@ def test_the_kernel_enforces_the_bounds_inside_the_container(node):
     assert len(container.top(ps_args="-eL")["Processes"]) <= 128  # threads, seen from the host
 
 
+def test_an_engine_with_no_sigterm_handler_stops_on_sigterm_not_at_the_grace(node):
+    """The kernel ignores a signal PID 1 has no handler for: under Docker's init the engine is
+    not PID 1, so the runtime's stop ends it by SIGTERM (143), not by the SIGKILL ten seconds
+    later (137)."""
+    data = {"name": f"limits-{uuid.uuid4().hex[:8]}",
+            "containers": [{"image": IMAGE, "port": 8000,
+                            "command": "exec python3 -m http.server 8000"}]}  # fmt: skip
+    container = node.start(data)
+    assert container.attrs["HostConfig"]["Init"] is True
+    since = int(time.time())
+    node.runtime().remove(container.name)
+    died = container.client.events(since=since, until=int(time.time()) + 1, decode=True,
+                                   filters={"container": container.id, "event": "die"})  # fmt: skip
+    (event,) = list(died)
+    assert event["Actor"]["Attributes"]["exitCode"] == "143", event
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
 def test_a_real_vllm_cpu_engine_serves_within_the_default_limits(node):

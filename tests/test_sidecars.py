@@ -227,6 +227,7 @@ def test_a_sidecar_joins_the_main_containers_network_and_restarts_only_with_it()
     assert (options["mem_limit"], options["nano_cpus"], options["pids_limit"]) == (
         2048 * 1024**2, 2 * 10**9, 512)  # fmt: skip
     assert options["cap_drop"] == ["ALL"] and options["security_opt"] == ["no-new-privileges"]
+    assert options["init"] is True  # its command is not PID 1: stopped by SIGTERM
 
 
 @pytest.mark.parametrize("key", ["", "engine-key"])

@@ -112,6 +112,7 @@ def run_options(
         "mounts": _mounts(plan.mounts, model_dir),
         "shm_size": plan.shm_size_bytes,
         "restart_policy": {"Name": "no"} if request.run_to_end else ON_FAILURE,
+        "init": True,  # not PID 1: an engine with no SIGTERM handler stops on it, not 10 s on
         **bounds(plan),
     }
     if plan.host_network:

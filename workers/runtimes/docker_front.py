@@ -101,6 +101,7 @@ def front_options(
         "environment": env,
         "network_mode": f"container:{engine_id}",
         "restart_policy": {"Name": "on-failure", "MaximumRetryCount": 5},
+        "init": True,  # as the engine's (docker.run_options)
         "mem_limit": FRONT_MEMORY,
         "memswap_limit": FRONT_MEMORY,
         "nano_cpus": 1_000_000_000,

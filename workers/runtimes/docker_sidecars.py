@@ -80,6 +80,7 @@ def sidecar_options(
         "network_mode": f"container:{main_id}",
         "mounts": mounts,
         "restart_policy": NO_RESTART,
+        "init": True,  # as the engine's (docker.run_options): stopped by SIGTERM
         "mem_limit": sidecar.memory_bytes,
         "memswap_limit": sidecar.memory_bytes,
         "nano_cpus": int(sidecar.cpus * 1e9),
