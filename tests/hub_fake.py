@@ -189,6 +189,7 @@ class FakeHub:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as real servers: no write waits for a delayed ACK
     fake: FakeHub
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)

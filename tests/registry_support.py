@@ -80,6 +80,7 @@ class Registry:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as real servers: no write waits for a delayed ACK
 
             def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base's name)
                 pass

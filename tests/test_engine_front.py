@@ -35,6 +35,7 @@ class Engine(ThreadingHTTPServer):
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # as real servers: no write waits for a delayed ACK
 
             def do_GET(self) -> None:
                 engine.asked.append(self.path)

@@ -39,6 +39,7 @@ def expected_text(tokens: int) -> str:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as a real engine; streams are chunked
+    disable_nagle_algorithm = True  # as real servers: no write waits for a delayed ACK
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base's name)
         pass  # one line per request would only fill the instance log

@@ -107,6 +107,9 @@ class ApiServer:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes: with Nagle's algorithm the body waited for the
+    # client's delayed ACK of the headers, up to 40 ms a response on a kept-alive connection.
+    disable_nagle_algorithm = True
     server: _Server
 
     def setup(self) -> None:
