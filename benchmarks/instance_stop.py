@@ -20,10 +20,9 @@ import uuid
 from pathlib import Path
 from unittest import mock
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.harness import Processes, wait_http  # noqa: E402
 from contracts.engines import render  # noqa: E402
 from contracts.spec import parse_spec  # noqa: E402
 from workers.runtimes import docker as docker_runtime  # noqa: E402
@@ -51,13 +50,7 @@ def one_stop(runtime: docker_runtime.DockerRuntime, init: bool) -> tuple[float, 
         container = runtime.client.containers.get(instance)
         container.reload()
         port = container.attrs["NetworkSettings"]["Ports"]["8000/tcp"][0]["HostPort"]
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        wait_http(f"http://127.0.0.1:{port}/", Processes(), timeout=30)  # it serves its folder
         since = int(time.time())
         started = time.monotonic()
         runtime.remove(instance)
