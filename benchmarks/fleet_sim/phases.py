@@ -23,7 +23,7 @@ from django.test import override_settings
 
 from benchmarks.fleet_sim import figures
 from benchmarks.fleet_sim.nodes import DOWN_KEY
-from benchmarks.fleet_sim.stack import Stack, wait_for
+from benchmarks.fleet_sim.stack import Stack, database_cpu_seconds, machine_ticks, wait_for
 from benchmarks.fleet_sim.watch import Watch
 from contracts.routing import SNAPSHOT_KEY
 from controlplane.nodes.models import Node
@@ -94,6 +94,10 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
         latencies.append(done - sent)
         created[spec["name"]] = done
 
+    # What the burst took of the machine, from the first create until every instance is
+    # routed: whether its latencies waited for a core.
+    (busy0, ticks0), began = machine_ticks(), time.monotonic()
+    cpu0, sim0, pg0 = stack.cpu(), stack.cpu(("nodes", "gateway")), database_cpu_seconds()
     try:
         with ThreadPoolExecutor(CREATORS) as pool:
             list(pool.map(create, range(services)))
@@ -108,6 +112,8 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
 
     with contextlib.suppress(TimeoutError):  # the figures of those routed; the caller
         wait_for(all_routed, seconds, f"all {total} instances routed", every=0.5)  # says so
+    (busy1, ticks1), ended = machine_ticks(), time.monotonic()
+    cpu1, sim1, pg1 = stack.cpu(), stack.cpu(("nodes", "gateway")), database_cpu_seconds()
     service_of = {name: service for name, service, _ in watch.rows}
     routed_at = watch.routed()
     for name in routed_at:  # placed and routed after the last look at the rows
@@ -129,6 +135,11 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
         "routed_p99_s": figures.percentile(routed, 99),
         "ready_routed_p50_s": figures.percentile(after_ready, 50),
         "ready_routed_p99_s": figures.percentile(after_ready, 99),
+        "burst_busy_pct": 100 * (busy1 - busy0) / max(1, ticks1 - ticks0),
+        "burst_s": ended - began,
+        "burst_cp_cores": (cpu1 - cpu0) / (ended - began),
+        "burst_pg_cores": (pg1 - pg0) / (ended - began),
+        "burst_sim_cores": (sim1 - sim0) / (ended - began),
     }, len(routed)
 
 

@@ -13,13 +13,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from benchmarks.fleet_sim.nodes import LABELS
-from benchmarks.harness import every_stat
+from benchmarks.harness import every_stat, stat
 
 REPO = Path(__file__).resolve().parents[2]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -50,6 +51,27 @@ def cpu_seconds(pids: list[int]) -> float:
     # Fields 6 (the session id), 14 and 15 (utime and stime) of proc(5).
     ticks = sum(int(f[11]) + int(f[12]) for f in every_stat() if int(f[3]) in sessions)
     return ticks / CLOCK_TICKS
+
+
+def database_cpu_seconds() -> float:
+    """CPU of this machine's PostgreSQL processes (`postgres`), each with its reaped
+    children's: the server's share, whoever it serves."""
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError):
+                if (entry / "comm").read_text().strip() == "postgres":
+                    f = stat(entry.name)  # fields 14 to 17 of proc(5): utime stime cutime cstime
+                    ticks += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+    return ticks / CLOCK_TICKS
+
+
+def machine_ticks() -> tuple[int, int]:
+    """This machine's busy and total CPU ticks so far, all cores (the first line of
+    /proc/stat: user nice system idle iowait irq softirq steal; idle and iowait are not busy)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(t) for t in stat.readline().split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 def private_redis(folder: Path) -> tuple[subprocess.Popen, str]:
