@@ -41,6 +41,10 @@ def test_a_small_fleet_places_and_routes_every_instance_and_replaces_killed_node
         assert rows.filter(service=service).count() == 10, service.name
     assert not math.isnan(found.values["evicted_s"])
     assert found.values["sim_cores"] > 0  # the simulated nodes' share of the machine, measured
+    # The burst's share of the machine and who had it, measured (not a default or a NaN).
+    assert found.values["burst_s"] > 0 and 0 < found.values["burst_busy_pct"] <= 100
+    assert found.values["burst_cp_cores"] > 0 and found.values["burst_sim_cores"] > 0
+    assert found.values["burst_pg_cores"] > 0  # the test's PostgreSQL served the burst
 
 
 @pytest.mark.parametrize(
