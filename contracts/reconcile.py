@@ -11,6 +11,14 @@ pass saw what it was asked for, and asked its own follow-up (at fleet size, each
 turned ready asked a pass that asked its own follow-up, and the earlier follow-ups all ran
 too: five passes per service in a burst). No Django here: the caller hands its Redis client
 and its Celery app.
+
+The marker goes when a pass starts, after its start is stamped and before it reads anything.
+An ask made before then is either its own queued pass, which this one covers, or coalesced
+into one that this one covers, and this pass sees its change. An ask made after finds no marker,
+or one set after the stamp, and so has a pass this one does not cover. The marker once went
+before the stamp: an ask between the two set a marker whose pass the new one then covered, and
+every change coalesced into that marker while the pass ran was left for the periodic pass (a
+service with all its instances ready waited 23 s to be routed in the fleet simulator).
 """
 
 from __future__ import annotations

@@ -20,9 +20,11 @@ def broker(settings, redis_url):
     settings.REDIS_URL, settings.CELERY_BROKER_URL = redis_url, url
     intents._celery.cache_clear()
     client = redis.Redis.from_url(redis_url)
-    client.delete("celery", reconcile.pending_key("svc-a"), reconcile.pending_key("svc-b"))
+    names = [f"svc-{letter}" for letter in "abcde"]  # every service these tests ask for
+    keys = [reconcile.pending_key(n) for n in names] + [reconcile.ran_key(n) for n in names]
+    client.delete("celery", *keys)
     yield client
-    client.delete("celery", reconcile.pending_key("svc-a"), reconcile.pending_key("svc-b"))
+    client.delete("celery", *keys)
     intents._celery.cache_clear()
 
 
@@ -47,7 +49,7 @@ def test_asks_while_one_is_queued_coalesce(broker):
 
 def test_the_pass_clears_the_marker_so_the_next_change_asks_again(broker):
     intents.reconcile_service("svc-a")
-    broker.delete(reconcile.pending_key("svc-a"))  # what reconcile_service does first
+    broker.delete(reconcile.pending_key("svc-a"))  # what a pass does as it starts
     intents.reconcile_service("svc-a")
     assert _queued(broker) == [(reconcile.TASK, ["svc-a"])] * 2
 
@@ -99,6 +101,38 @@ def test_a_pass_asked_before_a_whole_pass_started_is_skipped(broker, monkeypatch
     monkeypatch.setattr(tasks, "reconcile_isolated", lambda *a: None)
     tasks.reconcile_service("svc-a", asked=after)
     assert not broker.exists(reconcile.pending_key("svc-a"))
+
+
+@pytest.mark.django_db
+def test_a_change_after_a_pass_read_is_never_left_to_a_pass_it_covers(broker, monkeypatch):
+    """An instance turns ready just as a pass starts (its ask sets the marker), another once
+    the pass has read (its ask coalesces into that marker). The pass covers the first ask's
+    queued pass, so the second must have a pass of its own: exactly one more pass runs. With
+    the marker deleted before the pass's start was stamped, none ran, and the second change
+    waited for the periodic pass."""
+    from workers import tasks
+
+    broker.delete(reconcile.ran_key("svc-a"))
+    stamp = reconcile.now
+
+    def an_ask_as_the_pass_starts(client):
+        reconcile.ask(broker, intents._celery(), "svc-a")
+        return stamp(client)
+
+    def an_ask_once_it_has_read(name, fleet=None):
+        reconcile.ask(broker, intents._celery(), "svc-a")
+        return None
+
+    monkeypatch.setattr(reconcile, "now", an_ask_as_the_pass_starts)
+    monkeypatch.setattr(tasks, "reconcile_isolated", an_ask_once_it_has_read)
+    tasks.reconcile_service("svc-a")
+    monkeypatch.setattr(reconcile, "now", stamp)
+    passes: list[str] = []
+    monkeypatch.setattr(tasks, "reconcile_isolated", lambda name, fleet=None: passes.append(name))
+    for asked in _asked(broker):  # every queued pass, in turn
+        tasks.reconcile_service("svc-a", asked=asked)
+    assert passes == ["svc-a"]
+    assert not broker.exists(reconcile.pending_key("svc-a"))  # the next change asks again
 
 
 SWEEP_LIST = "celery\x06\x169"  # kombu's Redis transport: the queue's list for priority 9

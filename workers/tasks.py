@@ -40,14 +40,17 @@ def reconcile_service(name: str, asked: float | None = None) -> None:
     redis_ = client()
     if asked is not None and reconcile.covered(redis_, name, asked):
         return  # a pass that started after this ask saw what it was asked for
-    redis_.delete(reconcile.pending_key(name))  # changes from now on need a pass after this one
     # One pass per service at a time; a trigger that finds the lock taken comes back shortly,
     # so an update made during a pass is never lost.
     with leased(f"wharf:reconcile:{name}", wait=0) as held:
         if not held:
+            redis_.delete(reconcile.pending_key(name))  # its ask goes to the pass queued now
             enqueue_reconcile(name, countdown=REQUEUE_DELAY)
             return
+        # The start is stamped before the marker goes: changes asked for from then on need a
+        # pass after this one (contracts.reconcile, "the marker goes").
         started = reconcile.now(redis_)
+        redis_.delete(reconcile.pending_key(name))
         again = reconcile_isolated(name)
         reconcile.ran(redis_, name, started)  # a pass that died covers no ask
     if again is not None:
