@@ -69,8 +69,8 @@ def database_cpu_seconds() -> float:
 def machine_ticks() -> tuple[int, int]:
     """This machine's busy and total CPU ticks so far, all cores (the first line of
     /proc/stat: user nice system idle iowait irq softirq steal; idle and iowait are not busy)."""
-    with open("/proc/stat") as stat:
-        ticks = [int(t) for t in stat.readline().split()[1:9]]
+    with open("/proc/stat") as machine:
+        ticks = [int(t) for t in machine.readline().split()[1:9]]
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
