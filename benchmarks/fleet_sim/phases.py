@@ -96,8 +96,7 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
 
     # What the burst took of the machine, from the first create until every instance is
     # routed: whether its latencies waited for a core.
-    (busy0, ticks0), began = machine_ticks(), time.monotonic()
-    cpu0, sim0, pg0 = stack.cpu(), stack.cpu(("nodes", "gateway")), database_cpu_seconds()
+    before = _usage(stack)
     try:
         with ThreadPoolExecutor(CREATORS) as pool:
             list(pool.map(create, range(services)))
@@ -112,8 +111,11 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
 
     with contextlib.suppress(TimeoutError):  # the figures of those routed; the caller
         wait_for(all_routed, seconds, f"all {total} instances routed", every=0.5)  # says so
-    (busy1, ticks1), ended = machine_ticks(), time.monotonic()
-    cpu1, sim1, pg1 = stack.cpu(), stack.cpu(("nodes", "gateway")), database_cpu_seconds()
+    after = _usage(stack)
+    took = after[0] - before[0]
+    busy, ticks, control, database, simulated = (
+        a - b for a, b in zip(after[1:], before[1:], strict=True)
+    )
     service_of = {name: service for name, service, _ in watch.rows}
     routed_at = watch.routed()
     for name in routed_at:  # placed and routed after the last look at the rows
@@ -135,12 +137,20 @@ def burst(stack: Stack, watch: Watch, token: str, services: int, delay: float,
         "routed_p99_s": figures.percentile(routed, 99),
         "ready_routed_p50_s": figures.percentile(after_ready, 50),
         "ready_routed_p99_s": figures.percentile(after_ready, 99),
-        "burst_busy_pct": 100 * (busy1 - busy0) / max(1, ticks1 - ticks0),
-        "burst_s": ended - began,
-        "burst_cp_cores": (cpu1 - cpu0) / (ended - began),
-        "burst_pg_cores": (pg1 - pg0) / (ended - began),
-        "burst_sim_cores": (sim1 - sim0) / (ended - began),
+        "burst_busy_pct": 100 * busy / max(1, ticks),
+        "burst_s": took,
+        "burst_cp_cores": control / took,
+        "burst_pg_cores": database / took,
+        "burst_sim_cores": simulated / took,
     }, len(routed)
+
+
+def _usage(stack: Stack) -> tuple[float, int, int, float, float, float]:
+    """CPU used so far: (now, the machine's busy and total ticks, the API's and workers'
+    seconds, PostgreSQL's, the simulated nodes' and the gateway's)."""
+    busy, ticks = machine_ticks()
+    return (time.monotonic(), busy, ticks, stack.cpu(), database_cpu_seconds(),
+            stack.cpu(("nodes", "gateway")))  # fmt: skip
 
 
 def xact_commits() -> int:
